@@ -1,0 +1,453 @@
+//! The connection phase: the server greeting (protocol v10), the client's SSLRequest and
+//! HandshakeResponse41, AuthSwitchRequest and AuthMoreData.
+//!
+//! Parsing of the structured packets is `mysql_common`'s; the HandshakeResponse sluice sends to a
+//! backend is written here because it must carry the client's own collation, capabilities and
+//! attributes verbatim, which `mysql_common`'s constructor does not allow.
+
+use crate::codec::{write_lenenc, write_lenenc_str};
+use crate::frame::PacketBuilder;
+use crate::{CapabilityFlags, ProtoError, StatusFlags};
+use mysql_common::io::ParseBuf;
+use mysql_common::packets::{HandshakePacket, HandshakeResponse};
+use mysql_common::proto::MySerialize;
+
+/// What sluice announces in its greeting.
+#[derive(Debug, Clone)]
+pub struct Greeting<'a> {
+    pub server_version: &'a [u8],
+    pub connection_id: u32,
+    pub nonce: [u8; 20],
+    pub capabilities: CapabilityFlags,
+    pub collation: u8,
+    pub status: u16,
+    pub auth_plugin: &'a str,
+}
+
+pub fn write_greeting(out: &mut Vec<u8>, g: &Greeting<'_>) {
+    let b = PacketBuilder::begin(out);
+    HandshakePacket::new(
+        10,
+        g.server_version,
+        g.connection_id,
+        g.nonce[..8].try_into().unwrap_or([1; 8]),
+        // The trailing NUL is part of the scramble field's wire form.
+        Some([&g.nonce[8..], &[0u8][..]].concat()),
+        g.capabilities,
+        g.collation,
+        StatusFlags::from_bits_truncate(g.status),
+        Some(g.auth_plugin.as_bytes()),
+    )
+    .serialize(out);
+    let mut seq = 0;
+    b.finish(out, &mut seq);
+}
+
+/// A backend's greeting, as sluice needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerGreeting {
+    pub server_version: String,
+    pub connection_id: u32,
+    pub nonce: Vec<u8>,
+    pub capabilities: CapabilityFlags,
+    pub collation: u8,
+    pub status: u16,
+    pub auth_plugin: String,
+}
+
+pub fn parse_greeting(payload: &[u8]) -> Result<ServerGreeting, ProtoError> {
+    if payload.first() != Some(&10) {
+        return Err(ProtoError::Malformed(
+            "greeting (protocol version is not 10)",
+        ));
+    }
+    let p: HandshakePacket<'_> = ParseBuf(payload)
+        .parse(())
+        .map_err(|_| ProtoError::Malformed("greeting"))?;
+    let mut nonce = p.nonce();
+    nonce.truncate(20);
+    Ok(ServerGreeting {
+        server_version: p.server_version_str().into_owned(),
+        connection_id: p.connection_id(),
+        nonce,
+        capabilities: p.capabilities(),
+        collation: p.default_collation(),
+        status: p.status_flags().bits(),
+        auth_plugin: p
+            .auth_plugin_name_str()
+            .map(|s| s.into_owned())
+            .unwrap_or_default(),
+    })
+}
+
+/// An SSLRequest is the first 32 bytes of a HandshakeResponse41 with CLIENT_SSL set, alone.
+pub fn is_ssl_request(payload: &[u8]) -> bool {
+    payload.len() == 32
+        && u32::from_le_bytes([payload[0], payload[1], payload[2], payload[3]])
+            & CapabilityFlags::CLIENT_SSL.bits()
+            != 0
+}
+
+/// The client's HandshakeResponse41 (or the backend one sluice writes).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClientHello {
+    pub capabilities: CapabilityFlags,
+    pub max_packet: u32,
+    pub collation: u8,
+    pub user: String,
+    pub auth_response: Vec<u8>,
+    pub database: Option<String>,
+    pub auth_plugin: Option<String>,
+    pub attrs: Vec<(String, String)>,
+}
+
+pub fn parse_client_hello(payload: &[u8]) -> Result<ClientHello, ProtoError> {
+    if payload.len() < 32 {
+        return Err(ProtoError::Malformed("handshake response"));
+    }
+    let caps = u32::from_le_bytes([payload[0], payload[1], payload[2], payload[3]]);
+    if caps & CapabilityFlags::CLIENT_PROTOCOL_41.bits() == 0 {
+        return Err(ProtoError::Malformed(
+            "handshake response (pre-4.1 protocol is not supported)",
+        ));
+    }
+    let r: HandshakeResponse<'_> = ParseBuf(payload)
+        .parse(())
+        .map_err(|_| ProtoError::Malformed("handshake response"))?;
+    let mut attrs: Vec<(String, String)> = r
+        .connect_attributes()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    attrs.sort();
+    Ok(ClientHello {
+        capabilities: r.capabilities(),
+        max_packet: u32::from_le_bytes([payload[4], payload[5], payload[6], payload[7]]),
+        collation: r.collation(),
+        user: String::from_utf8_lossy(r.user()).into_owned(),
+        auth_response: r.scramble_buf().to_vec(),
+        database: r
+            .db_name()
+            .map(|d| String::from_utf8_lossy(d).into_owned())
+            .filter(|d| !d.is_empty()),
+        auth_plugin: r
+            .auth_plugin()
+            .map(|p| String::from_utf8_lossy(p.as_bytes()).into_owned()),
+        attrs,
+    })
+}
+
+/// Writes the first 32 bytes of a HandshakeResponse41 (the SSLRequest, when alone).
+fn write_hello_head(out: &mut Vec<u8>, caps: CapabilityFlags, max_packet: u32, collation: u8) {
+    out.extend_from_slice(&caps.bits().to_le_bytes());
+    out.extend_from_slice(&max_packet.to_le_bytes());
+    out.push(collation);
+    out.extend_from_slice(&[0; 23]);
+}
+
+pub fn write_ssl_request(out: &mut Vec<u8>, seq: &mut u8, hello: &ClientHello) {
+    let b = PacketBuilder::begin(out);
+    write_hello_head(
+        out,
+        hello.capabilities | CapabilityFlags::CLIENT_SSL,
+        hello.max_packet,
+        hello.collation,
+    );
+    b.finish(out, seq);
+}
+
+/// Writes a HandshakeResponse41. Capability bits that the fields contradict are fixed up.
+pub fn write_client_hello(out: &mut Vec<u8>, seq: &mut u8, hello: &ClientHello) {
+    let mut caps = hello.capabilities
+        | CapabilityFlags::CLIENT_PROTOCOL_41
+        | CapabilityFlags::CLIENT_SECURE_CONNECTION;
+    caps.set(
+        CapabilityFlags::CLIENT_CONNECT_WITH_DB,
+        hello.database.is_some(),
+    );
+    caps.set(
+        CapabilityFlags::CLIENT_PLUGIN_AUTH,
+        hello.auth_plugin.is_some(),
+    );
+    caps.set(
+        CapabilityFlags::CLIENT_CONNECT_ATTRS,
+        !hello.attrs.is_empty(),
+    );
+    let b = PacketBuilder::begin(out);
+    write_hello_head(out, caps, hello.max_packet, hello.collation);
+    out.extend_from_slice(hello.user.as_bytes());
+    out.push(0);
+    if caps.contains(CapabilityFlags::CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA) {
+        write_lenenc_str(out, &hello.auth_response);
+    } else {
+        out.push(hello.auth_response.len().min(255) as u8);
+        out.extend_from_slice(&hello.auth_response[..hello.auth_response.len().min(255)]);
+    }
+    if let Some(db) = &hello.database {
+        out.extend_from_slice(db.as_bytes());
+        out.push(0);
+    }
+    if let Some(plugin) = &hello.auth_plugin {
+        out.extend_from_slice(plugin.as_bytes());
+        out.push(0);
+    }
+    if !hello.attrs.is_empty() {
+        let mut attrs = Vec::new();
+        for (k, v) in &hello.attrs {
+            write_lenenc_str(&mut attrs, k.as_bytes());
+            write_lenenc_str(&mut attrs, v.as_bytes());
+        }
+        write_lenenc(out, attrs.len() as u64);
+        out.extend_from_slice(&attrs);
+    }
+    b.finish(out, seq);
+}
+
+/// AuthSwitchRequest: 0xFE, plugin name, NUL, plugin data (the nonce, NUL-terminated).
+pub fn write_auth_switch(out: &mut Vec<u8>, seq: &mut u8, plugin: &str, nonce: &[u8]) {
+    let b = PacketBuilder::begin(out);
+    out.push(0xFE);
+    out.extend_from_slice(plugin.as_bytes());
+    out.push(0);
+    out.extend_from_slice(nonce);
+    out.push(0);
+    b.finish(out, seq);
+}
+
+/// An AuthSwitchRequest from a backend: (plugin, nonce without its trailing NUL).
+pub fn parse_auth_switch(payload: &[u8]) -> Result<(String, Vec<u8>), ProtoError> {
+    let bad = ProtoError::Malformed("auth switch request");
+    if payload.first() != Some(&0xFE) {
+        return Err(bad);
+    }
+    let (name, used) = crate::codec::read_null_str(&payload[1..]).ok_or(bad)?;
+    let mut data = payload[1 + used..].to_vec();
+    if data.last() == Some(&0) {
+        data.pop();
+    }
+    Ok((String::from_utf8_lossy(name).into_owned(), data))
+}
+
+/// AuthMoreData: 0x01 followed by plugin data.
+pub fn write_auth_more_data(out: &mut Vec<u8>, seq: &mut u8, data: &[u8]) {
+    let b = PacketBuilder::begin(out);
+    out.push(0x01);
+    out.extend_from_slice(data);
+    b.finish(out, seq);
+}
+
+/// A bare packet of plugin data (a client's reply during an auth exchange).
+pub fn write_raw(out: &mut Vec<u8>, seq: &mut u8, data: &[u8]) {
+    let b = PacketBuilder::begin(out);
+    out.extend_from_slice(data);
+    b.finish(out, seq);
+}
+
+/// COM_CHANGE_USER, as sent by a client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangeUser {
+    pub user: String,
+    pub auth_response: Vec<u8>,
+    pub database: Option<String>,
+    pub collation: Option<u16>,
+    pub auth_plugin: Option<String>,
+    pub attrs: Vec<(String, String)>,
+}
+
+pub fn parse_change_user(
+    payload: &[u8],
+    client_caps: CapabilityFlags,
+) -> Result<ChangeUser, ProtoError> {
+    use crate::codec::{read_lenenc, read_lenenc_str, read_null_str};
+    let bad = ProtoError::Malformed("COM_CHANGE_USER");
+    if payload.first() != Some(&crate::command::COM_CHANGE_USER) {
+        return Err(bad);
+    }
+    let mut p = &payload[1..];
+    let (user, n) = read_null_str(p).ok_or(bad.clone())?;
+    p = &p[n..];
+    let (auth, n) = if client_caps.contains(CapabilityFlags::CLIENT_SECURE_CONNECTION) {
+        let len = *p.first().ok_or(bad.clone())? as usize;
+        (p.get(1..1 + len).ok_or(bad.clone())?, 1 + len)
+    } else {
+        read_null_str(p).ok_or(bad.clone())?
+    };
+    p = &p[n..];
+    let (db, n) = read_null_str(p).unwrap_or((p, p.len()));
+    p = &p[n..];
+    let mut out = ChangeUser {
+        user: String::from_utf8_lossy(user).into_owned(),
+        auth_response: auth.to_vec(),
+        database: Some(String::from_utf8_lossy(db).into_owned()).filter(|d| !d.is_empty()),
+        collation: None,
+        auth_plugin: None,
+        attrs: Vec::new(),
+    };
+    if p.len() >= 2 {
+        out.collation = Some(u16::from_le_bytes([p[0], p[1]]));
+        p = &p[2..];
+        if client_caps.contains(CapabilityFlags::CLIENT_PLUGIN_AUTH) {
+            if let Some((name, n)) = read_null_str(p) {
+                out.auth_plugin = Some(String::from_utf8_lossy(name).into_owned());
+                p = &p[n..];
+            }
+        }
+        if client_caps.contains(CapabilityFlags::CLIENT_CONNECT_ATTRS) {
+            if let Some((total, n)) = read_lenenc(p) {
+                let end = (n as u64).saturating_add(total).min(p.len() as u64) as usize;
+                let mut a = &p[n..end];
+                while let (Some((k, kn)), true) = (read_lenenc_str(a), !a.is_empty()) {
+                    let Some((v, vn)) = read_lenenc_str(&a[kn..]) else {
+                        break;
+                    };
+                    out.attrs.push((
+                        String::from_utf8_lossy(k).into_owned(),
+                        String::from_utf8_lossy(v).into_owned(),
+                    ));
+                    a = &a[kn + vn..];
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::frame;
+    use proptest::prelude::*;
+
+    fn payload(out: &[u8]) -> Vec<u8> {
+        frame(out, usize::MAX)
+            .unwrap()
+            .unwrap()
+            .payload(out)
+            .into_owned()
+    }
+
+    #[test]
+    fn greeting_round_trip() {
+        let g = Greeting {
+            server_version: b"5.5.5-10.11.19-MariaDB",
+            connection_id: 42,
+            nonce: *b"abcdefghijklmnopqrst",
+            capabilities: CapabilityFlags::CLIENT_PROTOCOL_41
+                | CapabilityFlags::CLIENT_SECURE_CONNECTION
+                | CapabilityFlags::CLIENT_PLUGIN_AUTH
+                | CapabilityFlags::CLIENT_SSL,
+            collation: 45,
+            status: 2,
+            auth_plugin: "mysql_native_password",
+        };
+        let mut out = Vec::new();
+        write_greeting(&mut out, &g);
+        assert_eq!(out[3], 0, "greeting has sequence id 0");
+        let p = payload(&out);
+        assert_eq!(p[0], 10);
+        assert_eq!(&p[1..23], b"5.5.5-10.11.19-MariaDB");
+        let s = parse_greeting(&p).unwrap();
+        assert_eq!(s.connection_id, 42);
+        assert_eq!(s.nonce, b"abcdefghijklmnopqrst");
+        assert_eq!(s.auth_plugin, "mysql_native_password");
+        assert_eq!((s.collation, s.status), (45, 2));
+        assert!(s.capabilities.contains(CapabilityFlags::CLIENT_SSL));
+        assert!(parse_greeting(&p[..10]).is_err());
+        assert!(parse_greeting(&[9]).is_err());
+    }
+
+    #[test]
+    fn client_hello_round_trip() {
+        let hello = ClientHello {
+            capabilities: CapabilityFlags::CLIENT_PROTOCOL_41
+                | CapabilityFlags::CLIENT_SECURE_CONNECTION
+                | CapabilityFlags::CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA
+                | CapabilityFlags::CLIENT_DEPRECATE_EOF,
+            max_packet: 1 << 24,
+            collation: 224,
+            user: "app".into(),
+            auth_response: vec![1; 20],
+            database: Some("shop".into()),
+            auth_plugin: Some("mysql_native_password".into()),
+            attrs: vec![("_client_name".into(), "test".into())],
+        };
+        let mut out = Vec::new();
+        let mut seq = 1;
+        write_client_hello(&mut out, &mut seq, &hello);
+        assert_eq!(out[3], 1);
+        let mut back = parse_client_hello(&payload(&out)).unwrap();
+        assert!(back.capabilities.contains(
+            CapabilityFlags::CLIENT_CONNECT_WITH_DB | CapabilityFlags::CLIENT_CONNECT_ATTRS
+        ));
+        back.capabilities = hello.capabilities;
+        let mut expect = hello.clone();
+        expect.capabilities = hello.capabilities;
+        assert_eq!(back, expect);
+    }
+
+    #[test]
+    fn ssl_request_byte_vector() {
+        let hello = ClientHello {
+            capabilities: CapabilityFlags::CLIENT_PROTOCOL_41,
+            max_packet: 16,
+            collation: 33,
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        let mut seq = 1;
+        write_ssl_request(&mut out, &mut seq, &hello);
+        assert_eq!(&out[..4], &[32, 0, 0, 1]);
+        assert!(is_ssl_request(&out[4..]));
+        assert!(!is_ssl_request(&out[4..35]));
+    }
+
+    #[test]
+    fn auth_switch_byte_vector() {
+        let mut out = Vec::new();
+        let mut seq = 2;
+        write_auth_switch(
+            &mut out,
+            &mut seq,
+            "mysql_native_password",
+            b"0123456789abcdefghij",
+        );
+        assert_eq!(&out[4..5], &[0xFE]);
+        let (plugin, nonce) = parse_auth_switch(&out[4..]).unwrap();
+        assert_eq!(plugin, "mysql_native_password");
+        assert_eq!(nonce, b"0123456789abcdefghij");
+        assert!(parse_auth_switch(&[0xFE, b'a']).is_err());
+    }
+
+    #[test]
+    fn change_user_byte_vector() {
+        let caps = CapabilityFlags::CLIENT_PROTOCOL_41
+            | CapabilityFlags::CLIENT_SECURE_CONNECTION
+            | CapabilityFlags::CLIENT_PLUGIN_AUTH;
+        let mut p = vec![0x11];
+        p.extend_from_slice(b"bob\0");
+        p.push(3);
+        p.extend_from_slice(b"xyz");
+        p.extend_from_slice(b"db1\0");
+        p.extend_from_slice(&[45, 0]);
+        p.extend_from_slice(b"mysql_native_password\0");
+        let c = parse_change_user(&p, caps).unwrap();
+        assert_eq!(
+            (c.user.as_str(), &c.auth_response[..], c.database.as_deref()),
+            ("bob", &b"xyz"[..], Some("db1"))
+        );
+        assert_eq!(c.collation, Some(45));
+        assert_eq!(c.auth_plugin.as_deref(), Some("mysql_native_password"));
+        assert!(parse_change_user(&p[..6], caps).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn parsers_never_panic(b in proptest::collection::vec(any::<u8>(), 0..120)) {
+            let _ = parse_greeting(&b);
+            let _ = parse_client_hello(&b);
+            let _ = parse_auth_switch(&b);
+            let _ = parse_change_user(&b, CapabilityFlags::all());
+            let _ = is_ssl_request(&b);
+        }
+    }
+}

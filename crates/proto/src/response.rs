@@ -1,0 +1,766 @@
+//! Follows a backend's reply to one command, packet by packet, as its bytes stream past, so
+//! sluice can forward them unchanged and still know where the reply ends (step ⑥).
+//!
+//! Only packet headers and the first bytes of each packet are looked at; rows are never decoded
+//! and nothing is buffered. The scanner reports the reply's end, a LOCAL INFILE request, and the
+//! status flags of the last OK/EOF (transaction state, more results, open cursor).
+
+use crate::codec::read_lenenc;
+use crate::frame::{HEADER_LEN, MAX_CHUNK};
+use crate::packet::{
+    parse_ok, terminator_status, EOF_HEADER, ERR_HEADER, LOCAL_INFILE_HEADER, OK_HEADER,
+};
+use crate::{ProtoError, StatusFlags};
+
+/// The shape of reply a command gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    /// COM_QUERY: OK, ERR, LOCAL INFILE request or text result sets, possibly several.
+    Query,
+    /// COM_STMT_EXECUTE: like Query with binary rows; `cursor` when a read-only cursor was asked for.
+    Execute { cursor: bool },
+    /// COM_STMT_PREPARE: PREPARE_OK and its parameter and column definitions, or ERR.
+    Prepare,
+    /// COM_STMT_FETCH: binary rows and a terminator, or ERR.
+    Fetch,
+    /// COM_FIELD_LIST: column definitions and a terminator, or ERR.
+    FieldList,
+    /// Everything else that answers: exactly one packet (OK, ERR, EOF or a string).
+    Single,
+}
+
+/// What a packet told the scanner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The reply is not over yet.
+    More,
+    /// The reply is complete.
+    Done { error: bool },
+    /// The server asked the client for a local file (0xFB). The client's file packets go to the
+    /// backend next; then call `after_infile` and scan the rest of the reply.
+    LocalInfile,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Start of a result: OK, ERR, 0xFB or a column count.
+    First,
+    Columns {
+        left: u64,
+    },
+    ColumnsEof,
+    Rows,
+    PrepareOk,
+    Params {
+        left: u16,
+        columns: u16,
+    },
+    ParamsEof {
+        columns: u16,
+    },
+    PrepColumns {
+        left: u16,
+    },
+    PrepColumnsEof,
+    FieldList,
+    Single,
+    Finished,
+}
+
+/// Bytes of a packet's start kept to classify it (the longest thing read is an OK header).
+const PREFIX: usize = 24;
+
+#[derive(Debug, Clone)]
+pub struct Scanner {
+    reply: Reply,
+    deprecate_eof: bool,
+    state: State,
+    header: [u8; HEADER_LEN],
+    header_len: usize,
+    /// Payload bytes of the current chunk still to come; meaningful when `header_len == 4`.
+    remaining: usize,
+    /// The current chunk continues a packet of 16 MiB or more.
+    continuation: bool,
+    prefix: [u8; PREFIX],
+    prefix_len: usize,
+    /// Payload length of the current logical packet's first chunk.
+    first_len: usize,
+    last_seq: u8,
+    status: u16,
+    warnings: u16,
+    packets: u64,
+}
+
+impl Scanner {
+    pub fn new(reply: Reply, deprecate_eof: bool) -> Self {
+        let state = match reply {
+            Reply::Query | Reply::Execute { .. } => State::First,
+            Reply::Prepare => State::PrepareOk,
+            Reply::Fetch => State::Rows,
+            Reply::FieldList => State::FieldList,
+            Reply::Single => State::Single,
+        };
+        Scanner {
+            reply,
+            deprecate_eof,
+            state,
+            header: [0; HEADER_LEN],
+            header_len: 0,
+            remaining: 0,
+            continuation: false,
+            prefix: [0; PREFIX],
+            prefix_len: 0,
+            first_len: 0,
+            last_seq: 0,
+            status: 0,
+            warnings: 0,
+            packets: 0,
+        }
+    }
+
+    /// Resumes after the client's LOCAL INFILE data: the server's OK or ERR comes next.
+    pub fn after_infile(&mut self, last_client_seq: u8) {
+        self.state = State::First;
+        self.last_seq = last_client_seq;
+    }
+
+    /// Status flags of the last OK or EOF seen (SERVER_STATUS_IN_TRANS, …).
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    pub fn warnings(&self) -> u16 {
+        self.warnings
+    }
+
+    /// Sequence id of the last packet header seen.
+    pub fn last_seq(&self) -> u8 {
+        self.last_seq
+    }
+
+    /// Whole packets seen so far.
+    pub fn packets(&self) -> u64 {
+        self.packets
+    }
+
+    /// True between packets: an ERR packet could be injected here without corrupting the stream.
+    pub fn at_packet_boundary(&self) -> bool {
+        self.header_len == 0 && !self.continuation
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.state == State::Finished
+    }
+
+    /// Consumes bytes of the reply. Returns how many were consumed and what happened: scanning
+    /// stops right after a packet that ends the reply or asks for a local file, so any bytes
+    /// after `consumed` were not part of this reply.
+    pub fn feed(&mut self, data: &[u8]) -> Result<(usize, Event), ProtoError> {
+        let mut i = 0;
+        while i < data.len() {
+            if self.state == State::Finished {
+                return Err(ProtoError::Unexpected("bytes after the end of a reply"));
+            }
+            if self.header_len < HEADER_LEN {
+                let take = (HEADER_LEN - self.header_len).min(data.len() - i);
+                self.header[self.header_len..self.header_len + take]
+                    .copy_from_slice(&data[i..i + take]);
+                self.header_len += take;
+                i += take;
+                if self.header_len < HEADER_LEN {
+                    break;
+                }
+                let len = self.header[0] as usize
+                    | (self.header[1] as usize) << 8
+                    | (self.header[2] as usize) << 16;
+                self.last_seq = self.header[3];
+                self.remaining = len;
+                if !self.continuation {
+                    self.prefix_len = 0;
+                    self.first_len = len;
+                }
+            }
+            let take = self.remaining.min(data.len() - i);
+            if !self.continuation && self.prefix_len < PREFIX {
+                let keep = take.min(PREFIX - self.prefix_len);
+                self.prefix[self.prefix_len..self.prefix_len + keep]
+                    .copy_from_slice(&data[i..i + keep]);
+                self.prefix_len += keep;
+            }
+            i += take;
+            self.remaining -= take;
+            if self.remaining == 0 {
+                let chunk_len = self.header[0] as usize
+                    | (self.header[1] as usize) << 8
+                    | (self.header[2] as usize) << 16;
+                self.header_len = 0;
+                if chunk_len == MAX_CHUNK {
+                    self.continuation = true;
+                    continue;
+                }
+                self.continuation = false;
+                self.packets += 1;
+                let event = self.on_packet()?;
+                if event != Event::More {
+                    return Ok((i, event));
+                }
+            }
+        }
+        Ok((i, Event::More))
+    }
+
+    fn on_packet(&mut self) -> Result<Event, ProtoError> {
+        let p = &self.prefix[..self.prefix_len];
+        let first = p.first().copied();
+        let len = self.first_len;
+        let is_err = first == Some(ERR_HEADER);
+        // 0xFE opens a terminator unless the packet is 16 MiB or more (a row whose first value is huge).
+        let is_terminator = first == Some(EOF_HEADER) && len < MAX_CHUNK;
+        let done = |s: &mut Self, error| {
+            s.state = State::Finished;
+            Ok(Event::Done { error })
+        };
+        match self.state {
+            State::First => {
+                if is_err {
+                    return done(self, true);
+                }
+                match first {
+                    Some(OK_HEADER) => {
+                        let ok = parse_ok(p).map_err(|_| ProtoError::Malformed("OK"))?;
+                        self.status = ok.status;
+                        self.warnings = ok.warnings;
+                        self.more_results_or_done()
+                    }
+                    Some(LOCAL_INFILE_HEADER) if self.reply == Reply::Query => {
+                        Ok(Event::LocalInfile)
+                    }
+                    _ => {
+                        let (n, _) = read_lenenc(p).ok_or(ProtoError::Malformed("column count"))?;
+                        if n == 0 {
+                            return Err(ProtoError::Malformed("column count"));
+                        }
+                        self.state = State::Columns { left: n };
+                        Ok(Event::More)
+                    }
+                }
+            }
+            State::Columns { left } => {
+                if is_err {
+                    return done(self, true);
+                }
+                self.state = if left > 1 {
+                    State::Columns { left: left - 1 }
+                } else if self.deprecate_eof {
+                    State::Rows
+                } else {
+                    State::ColumnsEof
+                };
+                Ok(Event::More)
+            }
+            State::ColumnsEof => {
+                if is_err {
+                    return done(self, true);
+                }
+                self.status = terminator_status(p, false)?;
+                let cursor = matches!(self.reply, Reply::Execute { cursor: true });
+                if cursor && self.status & StatusFlags::SERVER_STATUS_CURSOR_EXISTS.bits() != 0 {
+                    return done(self, false);
+                }
+                self.state = State::Rows;
+                Ok(Event::More)
+            }
+            State::Rows => {
+                if is_err {
+                    return done(self, true);
+                }
+                if is_terminator {
+                    self.status = terminator_status(p, self.deprecate_eof)?;
+                    if !self.deprecate_eof {
+                        if let Ok((w, _)) = crate::packet::parse_eof(p) {
+                            self.warnings = w;
+                        }
+                    } else if let Ok(ok) = parse_ok(p) {
+                        self.warnings = ok.warnings;
+                    }
+                    return self.more_results_or_done();
+                }
+                Ok(Event::More)
+            }
+            State::PrepareOk => {
+                if is_err {
+                    return done(self, true);
+                }
+                if first != Some(OK_HEADER) || p.len() < 9 {
+                    return Err(ProtoError::Malformed("COM_STMT_PREPARE OK"));
+                }
+                let columns = u16::from_le_bytes([p[5], p[6]]);
+                let params = u16::from_le_bytes([p[7], p[8]]);
+                self.state = match (params, columns) {
+                    (0, 0) => return done(self, false),
+                    (0, c) => State::PrepColumns { left: c },
+                    (n, c) => State::Params {
+                        left: n,
+                        columns: c,
+                    },
+                };
+                Ok(Event::More)
+            }
+            State::Params { left, columns } => {
+                self.state = if left > 1 {
+                    State::Params {
+                        left: left - 1,
+                        columns,
+                    }
+                } else if !self.deprecate_eof {
+                    State::ParamsEof { columns }
+                } else if columns > 0 {
+                    State::PrepColumns { left: columns }
+                } else {
+                    return done(self, false);
+                };
+                Ok(Event::More)
+            }
+            State::ParamsEof { columns } => {
+                if columns == 0 {
+                    return done(self, false);
+                }
+                self.state = State::PrepColumns { left: columns };
+                Ok(Event::More)
+            }
+            State::PrepColumns { left } => {
+                if left > 1 {
+                    self.state = State::PrepColumns { left: left - 1 };
+                } else if !self.deprecate_eof {
+                    self.state = State::PrepColumnsEof;
+                } else {
+                    return done(self, false);
+                }
+                Ok(Event::More)
+            }
+            State::PrepColumnsEof => done(self, false),
+            State::FieldList => {
+                if is_err {
+                    return done(self, true);
+                }
+                if is_terminator {
+                    if let Ok(s) = terminator_status(p, self.deprecate_eof) {
+                        self.status = s;
+                    }
+                    return done(self, false);
+                }
+                Ok(Event::More)
+            }
+            State::Single => {
+                if first == Some(OK_HEADER) || (first == Some(EOF_HEADER) && len < 9) {
+                    if let Ok(ok) = parse_ok(p) {
+                        self.status = ok.status;
+                        self.warnings = ok.warnings;
+                    } else if let Ok((w, s)) = crate::packet::parse_eof(p) {
+                        self.status = s;
+                        self.warnings = w;
+                    }
+                }
+                done(self, is_err)
+            }
+            State::Finished => Err(ProtoError::Unexpected("packet after the end of a reply")),
+        }
+    }
+
+    fn more_results_or_done(&mut self) -> Result<Event, ProtoError> {
+        if self.status & StatusFlags::SERVER_MORE_RESULTS_EXISTS.bits() != 0 {
+            self.state = State::First;
+            Ok(Event::More)
+        } else {
+            self.state = State::Finished;
+            Ok(Event::Done { error: false })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::write_packet;
+    use crate::packet::{write_eof, write_err, write_ok, Ok as OkP};
+    use proptest::prelude::*;
+
+    const MORE: u16 = 0x0008;
+
+    /// Appends a text result set: column count, definitions, optional EOF, rows, terminator.
+    fn result_set(
+        out: &mut Vec<u8>,
+        seq: &mut u8,
+        cols: usize,
+        rows: &[Vec<u8>],
+        deprecate_eof: bool,
+        status: u16,
+    ) {
+        write_packet(out, seq, &[cols as u8]);
+        for _ in 0..cols {
+            write_packet(
+                out,
+                seq,
+                b"\x03def\x00\x00\x00\x01a\x00\x0c\x21\x00\x0b\x00\x00\x00\x03\x00\x00\x00\x00\x00",
+            );
+        }
+        if !deprecate_eof {
+            write_eof(out, seq, 0, 2);
+        }
+        for r in rows {
+            write_packet(out, seq, r);
+        }
+        if deprecate_eof {
+            write_ok(
+                out,
+                seq,
+                0xFE,
+                &OkP {
+                    status,
+                    ..Default::default()
+                },
+                b"",
+            );
+        } else {
+            write_eof(out, seq, 0, status);
+        }
+    }
+
+    fn scan_all(s: &mut Scanner, bytes: &[u8]) -> (usize, Event) {
+        s.feed(bytes).unwrap()
+    }
+
+    #[test]
+    fn ok_reply() {
+        let mut out = Vec::new();
+        let mut seq = 1;
+        write_ok(
+            &mut out,
+            &mut seq,
+            0,
+            &OkP {
+                affected_rows: 3,
+                status: 3,
+                ..Default::default()
+            },
+            b"",
+        );
+        let mut s = Scanner::new(Reply::Query, true);
+        assert_eq!(
+            scan_all(&mut s, &out),
+            (out.len(), Event::Done { error: false })
+        );
+        assert_eq!(s.status(), 3);
+        assert!(s.is_done());
+    }
+
+    #[test]
+    fn err_reply() {
+        let mut out = Vec::new();
+        let mut seq = 1;
+        write_err(&mut out, &mut seq, 1064, b"42000", "syntax");
+        let mut s = Scanner::new(Reply::Query, false);
+        assert_eq!(
+            scan_all(&mut s, &out),
+            (out.len(), Event::Done { error: true })
+        );
+    }
+
+    #[test]
+    fn text_result_both_eof_modes() {
+        for dep in [false, true] {
+            let mut out = Vec::new();
+            let mut seq = 1;
+            result_set(
+                &mut out,
+                &mut seq,
+                2,
+                &[b"\x011\x012".to_vec(), vec![0xFB, 0xFB]],
+                dep,
+                2,
+            );
+            let mut s = Scanner::new(Reply::Query, dep);
+            assert_eq!(
+                scan_all(&mut s, &out),
+                (out.len(), Event::Done { error: false }),
+                "deprecate_eof={dep}"
+            );
+        }
+    }
+
+    #[test]
+    fn multi_results_then_ok() {
+        let mut out = Vec::new();
+        let mut seq = 1;
+        result_set(&mut out, &mut seq, 1, &[b"\x01x".to_vec()], false, 2 | MORE);
+        write_ok(
+            &mut out,
+            &mut seq,
+            0,
+            &OkP {
+                affected_rows: 1,
+                status: 2 | MORE,
+                ..Default::default()
+            },
+            b"",
+        );
+        result_set(&mut out, &mut seq, 1, &[], false, 2 | MORE);
+        write_ok(
+            &mut out,
+            &mut seq,
+            0,
+            &OkP {
+                status: 2,
+                ..Default::default()
+            },
+            b"",
+        );
+        let mut s = Scanner::new(Reply::Query, false);
+        assert_eq!(
+            scan_all(&mut s, &out),
+            (out.len(), Event::Done { error: false })
+        );
+    }
+
+    #[test]
+    fn error_mid_rows_ends_reply() {
+        let mut out = Vec::new();
+        let mut seq = 1;
+        write_packet(&mut out, &mut seq, &[1]);
+        write_packet(&mut out, &mut seq, b"\x03def");
+        write_eof(&mut out, &mut seq, 0, 2);
+        write_packet(&mut out, &mut seq, b"\x01x");
+        write_err(
+            &mut out,
+            &mut seq,
+            1317,
+            b"70100",
+            "Query execution was interrupted",
+        );
+        let mut s = Scanner::new(Reply::Query, false);
+        assert_eq!(
+            scan_all(&mut s, &out),
+            (out.len(), Event::Done { error: true })
+        );
+    }
+
+    #[test]
+    fn local_infile_round() {
+        let mut s = Scanner::new(Reply::Query, true);
+        let req = [
+            9, 0, 0, 1, 0xFB, b'/', b't', b'm', b'p', b'/', b'x', b'.', b'c',
+        ];
+        assert_eq!(s.feed(&req).unwrap(), (req.len(), Event::LocalInfile));
+        // The client sent data with seq 2 and the empty packet with seq 3; the server answers seq 4.
+        s.after_infile(3);
+        let mut out = Vec::new();
+        let mut seq = 4;
+        write_ok(
+            &mut out,
+            &mut seq,
+            0,
+            &OkP {
+                affected_rows: 10,
+                status: 2,
+                ..Default::default()
+            },
+            b"",
+        );
+        assert_eq!(
+            s.feed(&out).unwrap(),
+            (out.len(), Event::Done { error: false })
+        );
+        // Execute never treats 0xFB as an infile request: it is a column count prefix there.
+        let mut e = Scanner::new(Reply::Execute { cursor: false }, true);
+        assert!(e.feed(&req).is_err());
+    }
+
+    #[test]
+    fn prepare_reply_shapes() {
+        for dep in [false, true] {
+            for (params, cols) in [(0u16, 0u16), (2, 0), (0, 3), (2, 3)] {
+                let mut out = Vec::new();
+                let mut seq = 1;
+                let mut ok = vec![0, 1, 0, 0, 0];
+                ok.extend_from_slice(&cols.to_le_bytes());
+                ok.extend_from_slice(&params.to_le_bytes());
+                ok.extend_from_slice(&[0, 0, 0]);
+                write_packet(&mut out, &mut seq, &ok);
+                for n in [params, cols] {
+                    for _ in 0..n {
+                        write_packet(&mut out, &mut seq, b"\x03def");
+                    }
+                    if n > 0 && !dep {
+                        write_eof(&mut out, &mut seq, 0, 2);
+                    }
+                }
+                let mut s = Scanner::new(Reply::Prepare, dep);
+                assert_eq!(
+                    s.feed(&out).unwrap(),
+                    (out.len(), Event::Done { error: false }),
+                    "{dep} {params} {cols}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn execute_with_cursor_stops_after_metadata() {
+        let mut out = Vec::new();
+        let mut seq = 1;
+        write_packet(&mut out, &mut seq, &[1]);
+        write_packet(&mut out, &mut seq, b"\x03def");
+        write_eof(&mut out, &mut seq, 0, 2 | 0x40);
+        let mut s = Scanner::new(Reply::Execute { cursor: true }, false);
+        assert_eq!(
+            s.feed(&out).unwrap(),
+            (out.len(), Event::Done { error: false })
+        );
+        // Then COM_STMT_FETCH: binary rows and an EOF with LAST_ROW_SENT.
+        let mut out = Vec::new();
+        let mut seq = 1;
+        write_packet(&mut out, &mut seq, &[0x00, 0x00, 0x01]);
+        write_eof(&mut out, &mut seq, 0, 2 | 0x80);
+        let mut f = Scanner::new(Reply::Fetch, false);
+        assert_eq!(
+            f.feed(&out).unwrap(),
+            (out.len(), Event::Done { error: false })
+        );
+        assert_eq!(f.status() & 0x80, 0x80);
+    }
+
+    #[test]
+    fn field_list_and_single() {
+        let mut out = Vec::new();
+        let mut seq = 1;
+        write_packet(&mut out, &mut seq, b"\x03def\x04test");
+        write_eof(&mut out, &mut seq, 0, 2);
+        let mut s = Scanner::new(Reply::FieldList, false);
+        assert_eq!(
+            s.feed(&out).unwrap(),
+            (out.len(), Event::Done { error: false })
+        );
+        let mut out = Vec::new();
+        let mut seq = 1;
+        write_packet(&mut out, &mut seq, b"Uptime: 5  Threads: 1");
+        let mut s = Scanner::new(Reply::Single, true);
+        assert_eq!(
+            s.feed(&out).unwrap(),
+            (out.len(), Event::Done { error: false })
+        );
+    }
+
+    #[test]
+    fn huge_row_starting_with_fe_is_a_row() {
+        // A text row whose first value is ≥ 16 MiB starts with 0xFE and spans chunks.
+        let mut row = vec![0xFE];
+        row.extend_from_slice(&(MAX_CHUNK as u64 + 5).to_le_bytes());
+        row.resize(row.len() + MAX_CHUNK + 5, b'x');
+        let mut out = Vec::new();
+        let mut seq = 1;
+        result_set(&mut out, &mut seq, 1, &[row], true, 2);
+        let mut s = Scanner::new(Reply::Query, true);
+        assert_eq!(
+            s.feed(&out).unwrap(),
+            (out.len(), Event::Done { error: false })
+        );
+    }
+
+    #[test]
+    fn stops_at_reply_end() {
+        let mut out = Vec::new();
+        let mut seq = 1;
+        write_ok(&mut out, &mut seq, 0, &OkP::default(), b"");
+        let n = out.len();
+        out.extend_from_slice(&[1, 0, 0, 0, 0]);
+        let mut s = Scanner::new(Reply::Single, false);
+        assert_eq!(s.feed(&out).unwrap(), (n, Event::Done { error: false }));
+        assert!(s.feed(&out[n..]).is_err());
+    }
+
+    fn arb_reply() -> impl Strategy<Value = (Vec<u8>, bool)> {
+        (
+            any::<bool>(),
+            proptest::collection::vec(
+                (
+                    1usize..4,
+                    proptest::collection::vec(
+                        proptest::collection::vec(any::<u8>(), 1..300),
+                        0..20,
+                    ),
+                    any::<bool>(),
+                ),
+                1..4,
+            ),
+        )
+            .prop_map(|(dep, sets)| {
+                let mut out = Vec::new();
+                let mut seq = 1;
+                let n = sets.len();
+                for (i, (cols, rows, as_ok)) in sets.into_iter().enumerate() {
+                    let status = if i + 1 < n { 2 | MORE } else { 2 };
+                    let rows: Vec<Vec<u8>> = rows
+                        .into_iter()
+                        .map(|mut r| {
+                            // A text row never starts with 0xFF or (short) 0xFE.
+                            if r[0] >= 0xFB {
+                                r[0] = 0x01;
+                            }
+                            r
+                        })
+                        .collect();
+                    if as_ok {
+                        write_ok(
+                            &mut out,
+                            &mut seq,
+                            0,
+                            &OkP {
+                                status,
+                                ..Default::default()
+                            },
+                            b"",
+                        );
+                    } else {
+                        result_set(&mut out, &mut seq, cols, &rows, dep, status);
+                    }
+                }
+                (out, dep)
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn any_split_finds_the_end((bytes, dep) in arb_reply(), cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..8)) {
+            let mut points: Vec<usize> = cuts.iter().map(|c| c.index(bytes.len() + 1)).collect();
+            points.push(0);
+            points.push(bytes.len());
+            points.sort();
+            points.dedup();
+            let mut s = Scanner::new(Reply::Query, dep);
+            let mut last = Event::More;
+            for w in points.windows(2) {
+                let (used, ev) = s.feed(&bytes[w[0]..w[1]]).unwrap();
+                prop_assert_eq!(used, w[1] - w[0]);
+                last = ev;
+                if w[1] < bytes.len() {
+                    prop_assert_eq!(ev, Event::More);
+                }
+            }
+            prop_assert_eq!(last, Event::Done { error: false });
+        }
+
+        #[test]
+        fn never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200), kind in 0u8..6, dep in any::<bool>()) {
+            let reply = [Reply::Query, Reply::Execute { cursor: true }, Reply::Prepare, Reply::Fetch, Reply::FieldList, Reply::Single][kind as usize];
+            let mut s = Scanner::new(reply, dep);
+            let mut rest = &bytes[..];
+            while !rest.is_empty() {
+                match s.feed(rest) {
+                    Ok((used, Event::More)) => { rest = &rest[used..]; if used == 0 { break; } }
+                    Ok((used, Event::LocalInfile)) => { rest = &rest[used..]; s.after_infile(0); }
+                    _ => break,
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,710 @@
+//! Configuration: the TOML file (sections named after ProxySQL's admin tables) and the
+//! quick-start flags, validated into one immutable `Config`. Feeds every step ①–⑥.
+//!
+//! A bad file is reported as `FILE:LINE: [section] field `name`: what is wrong`, and nothing
+//! starts (exit code 2).
+
+use serde::{Deserialize, Deserializer};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How sessions are spread over threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum RuntimeKind {
+    /// One tokio runtime per worker thread; a session never leaves its worker.
+    #[default]
+    PerCore,
+    /// One work-stealing tokio runtime shared by all workers.
+    Steal,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ServerStatus {
+    #[default]
+    Online,
+    OfflineSoft,
+    OfflineHard,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxySection {
+    /// Addresses the client listener binds.
+    pub listen: Vec<String>,
+    /// Worker threads; default: the number of cores.
+    pub workers: Option<usize>,
+    pub runtime: RuntimeKind,
+    /// Version string in the greeting; default: the backend's own.
+    pub server_version: Option<String>,
+    /// Plugin announced in the greeting: mysql_native_password or caching_sha2_password.
+    pub default_auth_plugin: String,
+    /// Client connections accepted at once; more get ER_CON_COUNT_ERROR.
+    pub max_connections: usize,
+    pub connect_timeout_ms: u64,
+    /// Per-session reply buffer: stop reading the backend above `high`, resume below `low`.
+    pub buffer_high_watermark: usize,
+    pub buffer_low_watermark: usize,
+    /// Largest client packet accepted (bytes).
+    pub max_allowed_packet: usize,
+    /// On SIGTERM, how long in-flight statements may take to finish.
+    pub shutdown_timeout_ms: u64,
+    /// Accept the backend's own accounts (needs `[monitor]` credentials to read mysql.user).
+    pub backend_users: bool,
+    /// Hostgroup whose servers the backend's accounts are read from and routed to.
+    pub backend_users_hostgroup: u32,
+    /// Least time between two reloads of the backend's accounts.
+    pub backend_users_refresh_ms: u64,
+    // Reserved for the admin and HTTP issues; accepted now so one file serves every release.
+    pub admin_listen: Option<String>,
+    pub http_listen: Option<String>,
+    pub admin_credentials: Option<String>,
+    pub datadir: Option<PathBuf>,
+}
+
+impl Default for ProxySection {
+    fn default() -> Self {
+        ProxySection {
+            listen: vec!["127.0.0.1:6033".into()],
+            workers: None,
+            runtime: RuntimeKind::default(),
+            server_version: None,
+            default_auth_plugin: proto::auth::MYSQL_NATIVE_PASSWORD.into(),
+            max_connections: 10_000,
+            connect_timeout_ms: 5_000,
+            buffer_high_watermark: 1 << 20,
+            buffer_low_watermark: 256 << 10,
+            max_allowed_packet: 1 << 30,
+            shutdown_timeout_ms: 10_000,
+            backend_users: false,
+            backend_users_hostgroup: 0,
+            backend_users_refresh_ms: 1_000,
+            admin_listen: None,
+            http_listen: None,
+            admin_credentials: None,
+            datadir: None,
+        }
+    }
+}
+
+/// Client-side TLS. Without a certificate, a self-signed one is generated at start-up.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsSection {
+    pub enabled: bool,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    /// Optional PEM file of the RSA key used for caching_sha2_password without TLS; generated if absent.
+    pub rsa_key: Option<PathBuf>,
+}
+
+impl Default for TlsSection {
+    fn default() -> Self {
+        TlsSection {
+            enabled: true,
+            cert: None,
+            key: None,
+            rsa_key: None,
+        }
+    }
+}
+
+/// The account sluice uses for its own backend queries (reading mysql.user, health checks).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct MonitorSection {
+    pub username: String,
+    pub password: String,
+}
+
+/// A `[[mysql_servers]]` row (ProxySQL's mysql_servers columns).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerRow {
+    pub hostgroup_id: u32,
+    pub hostname: String,
+    #[serde(default = "default_port")]
+    pub port: u16,
+    #[serde(default)]
+    pub status: ServerStatus,
+    #[serde(default = "one")]
+    pub weight: u32,
+    #[serde(default = "default_server_max_connections")]
+    pub max_connections: u32,
+    #[serde(default, deserialize_with = "bool_or_int")]
+    pub use_ssl: bool,
+    /// PEM file of CA certificates to verify the server with; without it, the certificate is not verified.
+    #[serde(default)]
+    pub ssl_ca: Option<PathBuf>,
+    #[serde(default)]
+    pub comment: String,
+}
+
+/// A `[[mysql_users]]` row (ProxySQL's mysql_users columns).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserRow {
+    pub username: String,
+    /// Plain text, or the mysql_native_password hash `*` + 40 hex digits.
+    #[serde(default)]
+    pub password: String,
+    #[serde(default)]
+    pub default_hostgroup: u32,
+    #[serde(default)]
+    pub default_schema: Option<String>,
+    #[serde(default = "yes", deserialize_with = "bool_or_int")]
+    pub active: bool,
+    /// Log in to backends as someone else (plain-text password required).
+    #[serde(default)]
+    pub backend_username: Option<String>,
+    #[serde(default)]
+    pub backend_password: Option<String>,
+    #[serde(default)]
+    pub comment: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    #[serde(default)]
+    pub proxy: ProxySection,
+    #[serde(default)]
+    pub tls: TlsSection,
+    #[serde(default)]
+    pub monitor: Option<MonitorSection>,
+    #[serde(default)]
+    pub mysql_servers: Vec<ServerRow>,
+    #[serde(default)]
+    pub mysql_users: Vec<UserRow>,
+}
+
+fn default_port() -> u16 {
+    3306
+}
+fn one() -> u32 {
+    1
+}
+fn yes() -> bool {
+    true
+}
+fn default_server_max_connections() -> u32 {
+    1000
+}
+
+/// ProxySQL stores booleans as 0/1; accept both spellings.
+fn bool_or_int<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum B {
+        Bool(bool),
+        Int(i64),
+    }
+    match B::deserialize(d)? {
+        B::Bool(b) => Ok(b),
+        B::Int(0) => Ok(false),
+        B::Int(1) => Ok(true),
+        B::Int(n) => Err(serde::de::Error::custom(format!(
+            "expected 0 or 1 (or true/false), got {n}"
+        ))),
+    }
+}
+
+/// The validated configuration everything else reads.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub proxy: ProxySection,
+    pub listen: Vec<SocketAddr>,
+    pub workers: usize,
+    pub tls: TlsSection,
+    pub monitor: Option<MonitorSection>,
+    pub servers: Vec<ServerRow>,
+    pub users: Vec<UserRow>,
+}
+
+impl Config {
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.proxy.connect_timeout_ms)
+    }
+    pub fn shutdown_timeout(&self) -> Duration {
+        Duration::from_millis(self.proxy.shutdown_timeout_ms)
+    }
+}
+
+/// A configuration error, located in its file when there is one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: Option<PathBuf>,
+    pub line: Option<usize>,
+    /// `[section] field `name`` or `mysql_users[2].password`.
+    pub field: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.file, self.line) {
+            (Some(file), Some(line)) => write!(f, "{}:{}: ", file.display(), line)?,
+            (Some(file), None) => write!(f, "{}: ", file.display())?,
+            _ => {}
+        }
+        if !self.field.is_empty() {
+            write!(f, "{}: ", self.field)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A semantic problem found after parsing: (path to the field, message).
+struct Problem {
+    path: Vec<PathPart>,
+    message: String,
+}
+
+enum PathPart {
+    Key(&'static str),
+    Index(usize),
+}
+
+fn problem(path: Vec<PathPart>, message: impl Into<String>) -> Problem {
+    Problem {
+        path,
+        message: message.into(),
+    }
+}
+
+impl FileConfig {
+    pub fn parse(src: &str) -> Result<FileConfig, toml::de::Error> {
+        toml::from_str(src)
+    }
+
+    /// Checks what types cannot: references between rows, address syntax, hash syntax.
+    fn problems(&self) -> Vec<Problem> {
+        use PathPart::{Index, Key};
+        let mut out = Vec::new();
+        if self.proxy.listen.is_empty() {
+            out.push(problem(
+                vec![Key("proxy"), Key("listen")],
+                "at least one address is needed",
+            ));
+        }
+        for (i, a) in self.proxy.listen.iter().enumerate() {
+            if a.parse::<SocketAddr>().is_err() {
+                out.push(problem(
+                    vec![Key("proxy"), Key("listen"), Index(i)],
+                    format!("`{a}` is not an IP:port address"),
+                ));
+            }
+        }
+        if self.proxy.workers == Some(0) {
+            out.push(problem(
+                vec![Key("proxy"), Key("workers")],
+                "must be at least 1",
+            ));
+        }
+        let plugin = self.proxy.default_auth_plugin.as_str();
+        if plugin != proto::auth::MYSQL_NATIVE_PASSWORD
+            && plugin != proto::auth::CACHING_SHA2_PASSWORD
+        {
+            out.push(problem(
+                vec![Key("proxy"), Key("default_auth_plugin")],
+                format!(
+                    "`{plugin}` is not supported (mysql_native_password or caching_sha2_password)"
+                ),
+            ));
+        }
+        if self.proxy.buffer_low_watermark >= self.proxy.buffer_high_watermark
+            || self.proxy.buffer_high_watermark < 16 << 10
+        {
+            out.push(problem(
+                vec![Key("proxy"), Key("buffer_high_watermark")],
+                "must be at least 16384 and above buffer_low_watermark",
+            ));
+        }
+        if self.proxy.backend_users && self.monitor.as_ref().is_none_or(|m| m.username.is_empty()) {
+            out.push(problem(
+                vec![Key("proxy"), Key("backend_users")],
+                "needs a [monitor] section with a username to read the backend's accounts",
+            ));
+        }
+        if self.tls.cert.is_some() != self.tls.key.is_some() {
+            out.push(problem(
+                vec![
+                    Key("tls"),
+                    Key(if self.tls.cert.is_some() {
+                        "key"
+                    } else {
+                        "cert"
+                    }),
+                ],
+                "cert and key go together",
+            ));
+        }
+        if self.mysql_servers.is_empty() {
+            out.push(problem(
+                vec![Key("mysql_servers")],
+                "at least one [[mysql_servers]] row is needed",
+            ));
+        }
+        for (i, s) in self.mysql_servers.iter().enumerate() {
+            if s.hostname.trim().is_empty() {
+                out.push(problem(
+                    vec![Key("mysql_servers"), Index(i), Key("hostname")],
+                    "must not be empty",
+                ));
+            }
+            if s.port == 0 {
+                out.push(problem(
+                    vec![Key("mysql_servers"), Index(i), Key("port")],
+                    "must not be 0",
+                ));
+            }
+            let dup = self.mysql_servers[..i].iter().any(|o| {
+                o.hostgroup_id == s.hostgroup_id && o.hostname == s.hostname && o.port == s.port
+            });
+            if dup {
+                out.push(problem(
+                    vec![Key("mysql_servers"), Index(i), Key("hostname")],
+                    format!(
+                        "{}:{} is already in hostgroup {}",
+                        s.hostname, s.port, s.hostgroup_id
+                    ),
+                ));
+            }
+        }
+        if self.mysql_users.is_empty() && !self.proxy.backend_users {
+            out.push(problem(
+                vec![Key("mysql_users")],
+                "at least one [[mysql_users]] row is needed (or proxy.backend_users = true)",
+            ));
+        }
+        for (i, u) in self.mysql_users.iter().enumerate() {
+            let at = |k| vec![Key("mysql_users"), Index(i), Key(k)];
+            if u.username.is_empty() {
+                out.push(problem(at("username"), "must not be empty"));
+            }
+            if self.mysql_users[..i]
+                .iter()
+                .any(|o| o.username == u.username)
+            {
+                out.push(problem(
+                    at("username"),
+                    format!("user `{}` is defined twice", u.username),
+                ));
+            }
+            if u.password.starts_with('*')
+                && u.password.len() == 41
+                && proto::auth::parse_native_hash(&u.password).is_none()
+            {
+                out.push(problem(
+                    at("password"),
+                    "looks like a mysql_native_password hash but is not `*` + 40 hex digits",
+                ));
+            }
+            if !self
+                .mysql_servers
+                .iter()
+                .any(|s| s.hostgroup_id == u.default_hostgroup)
+                && !self.mysql_servers.is_empty()
+            {
+                out.push(problem(
+                    at("default_hostgroup"),
+                    format!(
+                        "hostgroup {} has no [[mysql_servers]] row",
+                        u.default_hostgroup
+                    ),
+                ));
+            }
+            if u.backend_password.is_some() && u.backend_username.is_none() {
+                out.push(problem(at("backend_password"), "needs backend_username"));
+            }
+            if u.backend_password
+                .as_deref()
+                .is_some_and(|p| proto::auth::parse_native_hash(p).is_some())
+            {
+                out.push(problem(
+                    at("backend_password"),
+                    "must be plain text: sluice logs in to the backend with it",
+                ));
+            }
+        }
+        if self.proxy.backend_users
+            && !self
+                .mysql_servers
+                .iter()
+                .any(|s| s.hostgroup_id == self.proxy.backend_users_hostgroup)
+        {
+            out.push(problem(
+                vec![Key("proxy"), Key("backend_users_hostgroup")],
+                format!(
+                    "hostgroup {} has no [[mysql_servers]] row",
+                    self.proxy.backend_users_hostgroup
+                ),
+            ));
+        }
+        out
+    }
+
+    /// Validates and resolves into a `Config`. `src` (the file text) is used to locate problems.
+    pub fn validate(self, file: Option<&Path>, src: Option<&str>) -> Result<Config, ConfigError> {
+        if let Some(p) = self.problems().into_iter().next() {
+            return Err(locate_problem(file, src, &p));
+        }
+        let listen = self
+            .proxy
+            .listen
+            .iter()
+            .filter_map(|a| a.parse().ok())
+            .collect();
+        let workers = self
+            .proxy
+            .workers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        Ok(Config {
+            listen,
+            workers,
+            tls: self.tls,
+            monitor: self.monitor,
+            servers: self.mysql_servers,
+            users: self.mysql_users,
+            proxy: self.proxy,
+        })
+    }
+}
+
+fn field_name(path: &[PathPart]) -> String {
+    let mut s = String::new();
+    for p in path {
+        match p {
+            PathPart::Key(k) => {
+                if !s.is_empty() {
+                    s.push('.');
+                }
+                s.push_str(k);
+            }
+            PathPart::Index(i) => s.push_str(&format!("[{i}]")),
+        }
+    }
+    s
+}
+
+fn locate_problem(file: Option<&Path>, src: Option<&str>, p: &Problem) -> ConfigError {
+    let line = src.and_then(|src| {
+        let doc = toml_edit::Document::parse(src).ok()?;
+        // Walk as far down the path as the document goes; report the deepest thing found.
+        let mut item = doc.as_item();
+        let mut span = None;
+        for part in &p.path {
+            let next = match part {
+                PathPart::Key(k) => item.get(k),
+                PathPart::Index(i) => item.get(*i),
+            };
+            match next {
+                Some(n) => {
+                    item = n;
+                    span = n.span().or(span);
+                }
+                None => break,
+            }
+        }
+        span.map(|r| line_of(src, r.start))
+    });
+    ConfigError {
+        file: file.map(Path::to_path_buf),
+        line,
+        field: field_name(&p.path),
+        message: p.message.clone(),
+    }
+}
+
+fn line_of(src: &str, offset: usize) -> usize {
+    src[..offset.min(src.len())]
+        .bytes()
+        .filter(|&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// Turns a TOML/serde error into `line` + `[section] field `name``.
+fn locate_parse_error(file: &Path, src: &str, e: &toml::de::Error) -> ConfigError {
+    let (line, field) = match e.span() {
+        Some(span) => {
+            let line = line_of(src, span.start);
+            let lines: Vec<&str> = src.lines().collect();
+            let text = lines.get(line - 1).copied().unwrap_or("");
+            let section = lines[..line.saturating_sub(1).min(lines.len())]
+                .iter()
+                .rev()
+                .map(|l| l.trim())
+                .find(|l| l.starts_with('['))
+                .unwrap_or("");
+            let key = text.split_once('=').map(|(k, _)| k.trim()).unwrap_or("");
+            let field = match (section.is_empty(), key.is_empty()) {
+                (_, true) => section.to_string(),
+                (true, false) => format!("field `{key}`"),
+                (false, false) => format!("{section} field `{key}`"),
+            };
+            (Some(line), field)
+        }
+        None => (None, String::new()),
+    };
+    ConfigError {
+        file: Some(file.to_path_buf()),
+        line,
+        field,
+        message: e.message().trim().to_string(),
+    }
+}
+
+/// Reads and validates a config file.
+pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
+    let src = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: Some(path.to_path_buf()),
+        line: None,
+        field: String::new(),
+        message: format!("cannot read: {e}"),
+    })?;
+    let parsed = FileConfig::parse(&src).map_err(|e| locate_parse_error(path, &src, &e))?;
+    parsed.validate(Some(path), Some(&src))
+}
+
+/// The quick-start form: one backend, one user who is both the client and the backend login.
+pub fn quick_start(
+    listen: Vec<String>,
+    backend: &str,
+    user: &str,
+    password: &str,
+) -> Result<Config, ConfigError> {
+    let err = |field: &str, message: String| ConfigError {
+        file: None,
+        line: None,
+        field: field.into(),
+        message,
+    };
+    let (host, port) = match backend.rsplit_once(':') {
+        Some((h, p)) => (
+            h.trim_matches(|c| c == '[' || c == ']'),
+            p.parse::<u16>()
+                .map_err(|_| err("--backend", format!("`{backend}`: bad port")))?,
+        ),
+        None => (backend, 3306),
+    };
+    let mut fc = FileConfig::default();
+    if !listen.is_empty() {
+        fc.proxy.listen = listen;
+    }
+    fc.mysql_servers.push(ServerRow {
+        hostgroup_id: 0,
+        hostname: host.to_string(),
+        port,
+        status: ServerStatus::Online,
+        weight: 1,
+        max_connections: default_server_max_connections(),
+        use_ssl: false,
+        ssl_ca: None,
+        comment: String::new(),
+    });
+    fc.mysql_users.push(UserRow {
+        username: user.to_string(),
+        password: password.to_string(),
+        default_hostgroup: 0,
+        default_schema: None,
+        active: true,
+        backend_username: None,
+        backend_password: None,
+        comment: String::new(),
+    });
+    fc.validate(None, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[proxy]
+listen = ["127.0.0.1:6033"]
+[[mysql_servers]]
+hostgroup_id = 0
+hostname = "127.0.0.1"
+port = 3306
+[[mysql_users]]
+username = "root"
+password = ""
+default_hostgroup = 0
+"#;
+
+    fn load(src: &str) -> Result<Config, ConfigError> {
+        let path = Path::new("sluice.toml");
+        let fc = FileConfig::parse(src).map_err(|e| locate_parse_error(path, src, &e))?;
+        fc.validate(Some(path), Some(src))
+    }
+
+    #[test]
+    fn issue_example_loads() {
+        let c = load(GOOD).unwrap();
+        assert_eq!(
+            c.listen,
+            vec!["127.0.0.1:6033".parse::<SocketAddr>().unwrap()]
+        );
+        assert_eq!(c.servers[0].weight, 1);
+        assert!(c.users[0].active);
+        assert!(c.workers >= 1);
+    }
+
+    #[test]
+    fn proxysql_style_ints_for_booleans() {
+        let src = GOOD
+            .replace("port = 3306", "port = 3306\nuse_ssl = 1")
+            .replace("default_hostgroup = 0", "default_hostgroup = 0\nactive = 0");
+        let c = load(&src).unwrap();
+        assert!(c.servers[0].use_ssl);
+        assert!(!c.users[0].active);
+        let e = load(&GOOD.replace("port = 3306", "port = 3306\nuse_ssl = 7")).unwrap_err();
+        assert_eq!(e.line, Some(7));
+    }
+
+    #[test]
+    fn unknown_field_names_file_line_and_field() {
+        let e = load(&GOOD.replace("hostgroup_id = 0", "hostgrup_id = 0")).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with("sluice.toml:5: [[mysql_servers]]"),
+            "{text}"
+        );
+        assert!(text.contains("hostgrup_id"), "{text}");
+    }
+
+    #[test]
+    fn wrong_type_names_the_field() {
+        let e = load(&GOOD.replace("port = 3306", "port = \"x\"")).unwrap_err();
+        assert_eq!(e.line, Some(7));
+        assert!(e.field.contains("`port`"), "{e}");
+    }
+
+    #[test]
+    fn semantic_problems_are_located() {
+        let e = load(&GOOD.replace("default_hostgroup = 0", "default_hostgroup = 5")).unwrap_err();
+        assert_eq!(e.line, Some(11), "{e}");
+        assert_eq!(e.field, "mysql_users[0].default_hostgroup");
+        assert!(e.message.contains("hostgroup 5"));
+        let e = load(&GOOD.replace("[\"127.0.0.1:6033\"]", "[\"localhost\"]")).unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (Some(3), "proxy.listen[0]"));
+        let e = load(&GOOD.replace("password = \"\"", "password = \"*12\"")).unwrap_err();
+        assert_eq!(e.field, "mysql_users[0].password");
+    }
+
+    #[test]
+    fn quick_start_builds_one_server_and_user() {
+        let c = quick_start(vec!["127.0.0.1:0".into()], "127.0.0.1:3307", "app", "pw").unwrap();
+        assert_eq!(
+            (c.servers[0].hostname.as_str(), c.servers[0].port),
+            ("127.0.0.1", 3307)
+        );
+        assert_eq!(c.users[0].username, "app");
+        assert!(quick_start(vec![], "127.0.0.1:x", "a", "").is_err());
+    }
+}

@@ -1,0 +1,215 @@
+//! ⑥ exec: sends a client's request to its backend and streams the reply back unchanged.
+//!
+//! Bytes are forwarded as they arrive; the `proto::response::Scanner` watches packet headers to
+//! find the reply's end. A bounded buffer with high/low watermarks sits between the two sockets:
+//! above the high watermark sluice stops reading the backend until the client has drained it
+//! below the low one, so a slow client costs at most the high watermark in memory.
+
+use crate::net::{Conn, Stream, READ_CHUNK};
+use bytes::Buf;
+use proto::response::{Event, Reply, Scanner};
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::task::Poll;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+#[derive(Debug, Clone, Copy)]
+pub struct Watermarks {
+    pub high: usize,
+    pub low: usize,
+}
+
+/// How a forwarded request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub error: bool,
+    /// Server status flags of the last OK/EOF.
+    pub status: u16,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The backend closed or failed before its reply ended. `reply_seq` is the sequence id an
+    /// ERR packet must carry to end the reply cleanly, when the stream stopped between packets.
+    #[error("lost the backend connection during the reply")]
+    BackendLost { reply_seq: Option<u8> },
+    /// The backend sent something that is not a valid reply.
+    #[error("backend protocol error: {0}")]
+    BackendProtocol(proto::ProtoError),
+    /// The client closed or failed.
+    #[error("client connection lost")]
+    ClientLost,
+    #[error("client protocol error: {0}")]
+    ClientProtocol(String),
+}
+
+/// Sends `request` (whole packets, as the client framed them) and streams the reply.
+/// `reply: None` for commands the server never answers (COM_STMT_CLOSE, SEND_LONG_DATA).
+pub async fn forward(
+    client: &mut Conn,
+    backend: &mut Conn,
+    request: &[u8],
+    reply: Option<Reply>,
+    deprecate_eof: bool,
+    wm: Watermarks,
+    max_packet: usize,
+) -> Result<Outcome, ExecError> {
+    let request_seq = request.get(3).copied().unwrap_or(0);
+    if backend.write_all(request).await.is_err() {
+        return Err(ExecError::BackendLost {
+            reply_seq: Some(request_seq.wrapping_add(1)),
+        });
+    }
+    let Some(reply) = reply else {
+        return Ok(Outcome {
+            error: false,
+            status: 0,
+        });
+    };
+    let mut scanner = Scanner::new(reply, deprecate_eof);
+    loop {
+        match stream_reply(&mut client.stream, backend, &mut scanner, wm, request_seq).await? {
+            Event::Done { error } => {
+                return Ok(Outcome {
+                    error,
+                    status: scanner.status(),
+                })
+            }
+            Event::LocalInfile => {
+                let last = relay_infile(client, backend, max_packet).await?;
+                scanner.after_infile(last);
+            }
+            Event::More => {
+                unreachable!("stream_reply returns only at the reply's end or an infile request")
+            }
+        }
+    }
+}
+
+/// Relays the client's LOCAL INFILE data packets to the backend up to the empty packet that
+/// ends them; returns that packet's sequence id.
+async fn relay_infile(
+    client: &mut Conn,
+    backend: &mut Conn,
+    max_packet: usize,
+) -> Result<u8, ExecError> {
+    loop {
+        let frame = match client.read_frame(max_packet).await {
+            Ok(Some(f)) => f,
+            Ok(None) | Err(_) => return Err(ExecError::ClientLost),
+        };
+        let res = backend.write_all(&client.rbuf[..frame.wire_len]).await;
+        client.consume(frame.wire_len);
+        if res.is_err() {
+            return Err(ExecError::BackendLost { reply_seq: None });
+        }
+        if frame.payload_len == 0 {
+            return Ok(frame.last_seq);
+        }
+    }
+}
+
+/// Streams reply bytes from `backend` to `client` until the scanner reports the end of the
+/// reply or a LOCAL INFILE request. Reading and writing overlap; the buffer is bounded.
+async fn stream_reply(
+    client: &mut Stream,
+    backend: &mut Conn,
+    scanner: &mut Scanner,
+    wm: Watermarks,
+    request_seq: u8,
+) -> Result<Event, ExecError> {
+    let Conn {
+        stream: bstream,
+        rbuf: buf,
+    } = backend;
+    // buf[..scanned] belongs to this reply and waits to be written; buf[scanned..] is unscanned.
+    let mut scanned = 0usize;
+    let mut event = Event::More;
+    let mut reading = true;
+    let result = poll_fn(|cx| loop {
+        if event == Event::More && scanned < buf.len() {
+            match scanner.feed(&buf[scanned..]) {
+                Ok((used, ev)) => {
+                    scanned += used;
+                    event = ev;
+                    if ev != Event::More && scanned < buf.len() {
+                        return Poll::Ready(Err(ExecError::BackendProtocol(
+                            proto::ProtoError::Unexpected("bytes after the end of a reply"),
+                        )));
+                    }
+                }
+                Err(e) => return Poll::Ready(Err(ExecError::BackendProtocol(e))),
+            }
+        }
+        let mut progress = false;
+        if scanned > 0 {
+            match Pin::new(&mut *client).poll_write(cx, &buf[..scanned]) {
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
+                    return Poll::Ready(Err(ExecError::ClientLost))
+                }
+                Poll::Ready(Ok(n)) => {
+                    buf.advance(n);
+                    scanned -= n;
+                    progress = true;
+                }
+                Poll::Pending => {}
+            }
+        }
+        if event != Event::More && scanned == 0 {
+            return match Pin::new(&mut *client).poll_flush(cx) {
+                Poll::Ready(Ok(())) => Poll::Ready(Ok(event)),
+                Poll::Ready(Err(_)) => Poll::Ready(Err(ExecError::ClientLost)),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+        if event == Event::More {
+            if buf.len() >= wm.high {
+                reading = false;
+            } else if buf.len() <= wm.low {
+                reading = true;
+            }
+            if reading {
+                let spare = buf.capacity() - buf.len();
+                if spare < READ_CHUNK / 4 {
+                    buf.reserve((wm.high - buf.len()).clamp(READ_CHUNK / 4, 4 * READ_CHUNK));
+                }
+                match tokio_util::io::poll_read_buf(Pin::new(&mut *bstream), cx, buf) {
+                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
+                        // Everything scanned up to a packet boundary may still go to the client.
+                        let reply_seq = if scanner.at_packet_boundary() {
+                            Some(
+                                if scanner.packets() == 0 {
+                                    request_seq
+                                } else {
+                                    scanner.last_seq()
+                                }
+                                .wrapping_add(1),
+                            )
+                        } else {
+                            None
+                        };
+                        return Poll::Ready(Err(ExecError::BackendLost { reply_seq }));
+                    }
+                    Poll::Ready(Ok(_)) => progress = true,
+                    Poll::Pending => {}
+                }
+            }
+        }
+        if !progress {
+            return Poll::Pending;
+        }
+    })
+    .await;
+    if let Err(ExecError::BackendLost { reply_seq: Some(_) }) = &result {
+        // Whole packets already received still reach the client before the error.
+        let whole = scanned.min(buf.len());
+        if client.write_all(&buf[..whole]).await.is_err() {
+            return Err(ExecError::ClientLost);
+        }
+        buf.clear();
+    }
+    if buf.is_empty() && buf.capacity() > 256 << 10 {
+        *buf = bytes::BytesMut::new();
+    }
+    result
+}

@@ -1,0 +1,79 @@
+//! Side path: sluice's own look at the backends — the greeting profile at start-up and the
+//! backend's accounts for `backend_users` (read with the `[monitor]` login).
+
+use crate::pool::{self, Credential};
+use crate::server::Shared;
+use std::time::Duration;
+
+/// Reads one backend's greeting at start-up so the first clients are greeted like the server
+/// (version, capabilities, collation). Best effort: a backend that is down is reported later.
+pub fn probe_profile(shared: &Shared) {
+    let Some(server) = shared.hostgroups.servers().first() else {
+        return;
+    };
+    let addr = format!("{}:{}", server.hostname, server.port);
+    let greeting = (|| -> Option<proto::handshake::ServerGreeting> {
+        use std::io::Read;
+        let sa = std::net::ToSocketAddrs::to_socket_addrs(&addr)
+            .ok()?
+            .next()?;
+        let mut s = std::net::TcpStream::connect_timeout(&sa, Duration::from_secs(1)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        let mut header = [0u8; 4];
+        s.read_exact(&mut header).ok()?;
+        let (len, _) = proto::frame::header(&header)?;
+        let mut payload = vec![0; len.min(1024)];
+        s.read_exact(&mut payload).ok()?;
+        proto::handshake::parse_greeting(&payload).ok()
+    })();
+    match greeting {
+        Some(g) => shared.learn_profile(&g),
+        None => tracing::warn!(
+            "backend {addr} did not answer at start-up; greeting clients with defaults"
+        ),
+    }
+}
+
+/// Reads (user, host, plugin, native hash) rows from mysql.user with the monitor login.
+pub async fn load_accounts(
+    shared: &Shared,
+) -> anyhow::Result<Vec<(String, String, String, String)>> {
+    let monitor = shared.config.monitor.clone().unwrap_or_default();
+    let hostgroup = shared.users.backend.as_ref().map_or(0, |b| b.hostgroup());
+    let server = shared
+        .hostgroups
+        .pick(hostgroup)
+        .ok_or_else(|| anyhow::anyhow!("hostgroup {hostgroup} has no ONLINE server"))?;
+    let credential = if monitor.password.is_empty() {
+        Credential::Empty
+    } else {
+        Credential::Plain(monitor.password.clone())
+    };
+    let params = pool::ConnectParams {
+        server,
+        username: &monitor.username,
+        credential: &credential,
+        database: None,
+        collation: 45,
+        capabilities: pool::backend::passthrough_capabilities(),
+        attrs: &[],
+        timeout: shared.config.connect_timeout(),
+    };
+    let (mut conn, _) = pool::connect(&params).await?;
+    let rows = conn
+        .query("SELECT User, Host, plugin, IF(authentication_string = '', Password, authentication_string) FROM mysql.user")
+        .await;
+    conn.quit().await;
+    Ok(rows?
+        .into_iter()
+        .filter_map(|r| {
+            let mut it = r.into_iter();
+            Some((
+                it.next()??,
+                it.next()??,
+                it.next()?.unwrap_or_default(),
+                it.next()?.unwrap_or_default(),
+            ))
+        })
+        .collect())
+}

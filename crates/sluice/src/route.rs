@@ -1,0 +1,92 @@
+//! ④ route: from a hostgroup to one of its servers (ONLINE only, chosen by weight).
+
+use crate::config::{Config, ServerStatus};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A backend server as the data path uses it.
+#[derive(Clone)]
+pub struct Server {
+    pub hostgroup: u32,
+    pub hostname: String,
+    pub port: u16,
+    /// `host:port`, the name in every message about this server.
+    pub name: String,
+    pub weight: u32,
+    pub status: ServerStatus,
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (hostgroup {})", self.name, self.hostgroup)
+    }
+}
+
+/// Servers grouped by hostgroup.
+pub struct Hostgroups {
+    servers: Vec<Server>,
+    /// Spreads picks among equal weights without shared state per query: each pick reads
+    /// a per-call counter; contention is only at connect time.
+    next: AtomicU64,
+}
+
+impl Hostgroups {
+    pub fn from_config(config: &Config) -> anyhow::Result<Hostgroups> {
+        let mut servers = Vec::new();
+        for s in &config.servers {
+            let tls = if s.use_ssl {
+                Some(crate::tls::client_config(s.ssl_ca.as_deref())?)
+            } else {
+                None
+            };
+            servers.push(Server {
+                hostgroup: s.hostgroup_id,
+                hostname: s.hostname.clone(),
+                port: s.port,
+                name: format!("{}:{}", s.hostname, s.port),
+                weight: s.weight,
+                status: s.status,
+                tls,
+            });
+        }
+        Ok(Hostgroups {
+            servers,
+            next: AtomicU64::new(0),
+        })
+    }
+
+    /// An ONLINE server of `hostgroup`, chosen by weight. `None` when none is ONLINE.
+    pub fn pick(&self, hostgroup: u32) -> Option<&Server> {
+        let online = || {
+            self.servers
+                .iter()
+                .filter(|s| s.hostgroup == hostgroup && s.status == ServerStatus::Online)
+        };
+        let total: u64 = online().map(|s| s.weight.max(1) as u64).sum();
+        if total == 0 {
+            return None;
+        }
+        let mut ticket = self
+            .next
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            % total;
+        for s in online() {
+            let w = s.weight.max(1) as u64;
+            if ticket < w {
+                return Some(s);
+            }
+            ticket -= w;
+        }
+        None
+    }
+
+    pub fn servers(&self) -> &[Server] {
+        &self.servers
+    }
+
+    pub fn find(&self, name: &str) -> Option<&Server> {
+        self.servers.iter().find(|s| s.name == name)
+    }
+}

@@ -1,0 +1,500 @@
+//! ② session: owns one client connection for its whole life. After login, the command loop
+//! reads like the data path: read a command → (rules, issue 3) → route → exec, with KILL,
+//! COM_CHANGE_USER and unsupported commands answered here.
+
+mod auth;
+mod kill;
+
+use crate::exec::{self, ExecError, Watermarks};
+use crate::pool::{self, Backend, BackendError, Credential};
+use crate::registry::SessionHandle;
+use crate::server::Shared;
+use crate::users::User;
+use proto::command::*;
+use proto::errors::*;
+use proto::response::Reply;
+use proto::CapabilityFlags;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tracing::debug;
+
+pub use auth::offered_capabilities;
+
+/// A logged-in client and the backend connection serving it.
+struct Session {
+    shared: Arc<Shared>,
+    id: u32,
+    peer: SocketAddr,
+    client: crate::net::Conn,
+    capabilities: CapabilityFlags,
+    nonce: [u8; 20],
+    user: User,
+    /// How sluice logs in to backends for this client: (username, credential).
+    backend_login: (String, Credential),
+    collation: u8,
+    attrs: Vec<(String, String)>,
+    backend: Backend,
+    handle: Arc<SessionHandle>,
+    /// Scratch space for packets sluice writes itself.
+    out: Vec<u8>,
+}
+
+/// Serves one client connection until it ends. Never panics on client input; every error ends
+/// this session only.
+pub async fn run(shared: Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAddr) {
+    crate::net::tune(&tcp);
+    let id = shared.registry.next_id();
+    if shared
+        .clients
+        .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
+        >= shared.config.proxy.max_connections
+    {
+        let mut out = Vec::new();
+        proto::packet::write_err(
+            &mut out,
+            &mut 0,
+            ER_CON_COUNT_ERROR,
+            SQLSTATE_CONN_COUNT,
+            "Too many connections",
+        );
+        let mut conn = crate::net::Conn::new(crate::net::Stream::Tcp(tcp));
+        let _ = conn.write_all(&out).await;
+    } else {
+        match start(&shared, tcp, peer, id).await {
+            Ok(mut session) => {
+                session.command_loop().await;
+                session.shared.registry.unregister(id);
+                session.backend.quit().await;
+            }
+            Err(e) => debug!(id, %peer, "login ended: {e}"),
+        }
+    }
+    shared
+        .clients
+        .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+}
+
+async fn start(
+    shared: &Arc<Shared>,
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    id: u32,
+) -> Result<Session, String> {
+    let login = auth::login(shared, tcp, peer, id)
+        .await
+        .map_err(|e| e.to_string())?;
+    let auth::Login {
+        mut client,
+        hello,
+        capabilities,
+        user,
+        credential,
+        nonce,
+        mut seq,
+    } = login;
+    let backend_login = user.backend_credential(credential);
+    let database = hello
+        .database
+        .clone()
+        .or_else(|| user.default_schema.clone());
+    let attrs = hello.attrs.clone();
+    let mut out = Vec::new();
+    let connected = connect_backend(
+        shared,
+        &user,
+        &backend_login,
+        database.as_deref(),
+        hello.collation,
+        capabilities,
+        &attrs,
+    )
+    .await;
+    match connected {
+        Ok((backend, ok)) => {
+            proto::handshake::write_raw(&mut out, &mut seq, &ok);
+            client.write_all(&out).await.map_err(|e| e.to_string())?;
+            out.clear();
+            let handle = shared.registry.register(id, &user.name);
+            handle.set_backend(&backend.server.name, backend.thread_id);
+            debug!(id, %peer, user = %user.name, backend = %backend.server.name, thread = backend.thread_id, tls = client.stream.is_tls(), "session started");
+            Ok(Session {
+                shared: shared.clone(),
+                id,
+                peer,
+                client,
+                capabilities,
+                nonce,
+                user,
+                backend_login,
+                collation: hello.collation,
+                attrs,
+                backend,
+                handle,
+                out,
+            })
+        }
+        Err(e) => {
+            write_backend_error(&mut out, &mut seq, &e);
+            let _ = client.write_all(&out).await;
+            Err(e.to_string())
+        }
+    }
+}
+
+/// Picks a server of the user's hostgroup and logs in to it.
+async fn connect_backend(
+    shared: &Shared,
+    user: &User,
+    login: &(String, Credential),
+    database: Option<&str>,
+    collation: u8,
+    capabilities: CapabilityFlags,
+    attrs: &[(String, String)],
+) -> Result<(Backend, Vec<u8>), BackendError> {
+    let Some(server) = shared.hostgroups.pick(user.default_hostgroup) else {
+        return Err(BackendError::Protocol {
+            server: format!("hostgroup {}", user.default_hostgroup),
+            what: "no ONLINE server in the hostgroup".into(),
+        });
+    };
+    let params = pool::ConnectParams {
+        server,
+        username: &login.0,
+        credential: &login.1,
+        database,
+        collation,
+        capabilities: capabilities - CapabilityFlags::CLIENT_SSL,
+        attrs,
+        timeout: shared.config.connect_timeout(),
+    };
+    let (backend, ok) = pool::connect(&params).await?;
+    shared.learn_profile(&backend.greeting);
+    Ok((backend, ok))
+}
+
+/// A backend error as the client sees it: the backend's own ERR when it refused, otherwise
+/// an error naming the server.
+fn write_backend_error(out: &mut Vec<u8>, seq: &mut u8, e: &BackendError) {
+    match e {
+        BackendError::Rejected {
+            code,
+            sqlstate,
+            message,
+            ..
+        } => proto::packet::write_err(out, seq, *code, sqlstate, message),
+        _ => proto::packet::write_err(
+            out,
+            seq,
+            CR_CONN_HOST_ERROR,
+            SQLSTATE_GENERAL,
+            &e.to_string(),
+        ),
+    }
+}
+
+/// How the reply to a command is shaped, or how sluice handles the command itself.
+enum Route {
+    Forward(Option<Reply>),
+    Quit,
+    Kill,
+    ChangeUser,
+    Unsupported,
+}
+
+fn route_command(cmd: u8, payload: &[u8]) -> Route {
+    match cmd {
+        COM_QUERY | COM_PROCESS_INFO => Route::Forward(Some(Reply::Query)),
+        COM_STMT_EXECUTE => {
+            let cursor = payload
+                .get(5)
+                .is_some_and(|f| f & CURSOR_TYPE_READ_ONLY != 0);
+            Route::Forward(Some(Reply::Execute { cursor }))
+        }
+        COM_STMT_PREPARE => Route::Forward(Some(Reply::Prepare)),
+        COM_STMT_FETCH => Route::Forward(Some(Reply::Fetch)),
+        COM_FIELD_LIST => Route::Forward(Some(Reply::FieldList)),
+        COM_STMT_CLOSE | COM_STMT_SEND_LONG_DATA => Route::Forward(None),
+        COM_PING | COM_INIT_DB | COM_STATISTICS | COM_STMT_RESET | COM_SET_OPTION
+        | COM_RESET_CONNECTION | COM_DEBUG | COM_REFRESH | COM_SHUTDOWN | COM_CREATE_DB
+        | COM_DROP_DB => Route::Forward(Some(Reply::Single)),
+        COM_QUIT => Route::Quit,
+        COM_PROCESS_KILL => Route::Kill,
+        COM_CHANGE_USER => Route::ChangeUser,
+        _ => Route::Unsupported,
+    }
+}
+
+impl Session {
+    fn max_packet(&self) -> usize {
+        self.shared.config.proxy.max_allowed_packet
+    }
+
+    fn watermarks(&self) -> Watermarks {
+        Watermarks {
+            high: self.shared.config.proxy.buffer_high_watermark,
+            low: self.shared.config.proxy.buffer_low_watermark,
+        }
+    }
+
+    async fn command_loop(&mut self) {
+        loop {
+            let read = tokio::select! {
+                biased;
+                _ = self.handle.killed() => return,
+                _ = self.shared.shutdown.cancelled() => return,
+                r = self.client.read_frame(self.max_packet()) => r,
+            };
+            let frame = match read {
+                Ok(Some(f)) => f,
+                Ok(None) => return,
+                Err(e) => {
+                    if e.kind() == std::io::ErrorKind::InvalidData {
+                        let msg = "Got a packet bigger than 'max_allowed_packet' bytes";
+                        self.reply_err(1, ER_NET_PACKET_TOO_LARGE, b"08S01", msg)
+                            .await;
+                    }
+                    return;
+                }
+            };
+            // The first chunk's payload is enough to decide; split packets (≥ 16 MiB) only
+            // ever continue a COM_QUERY or COM_STMT_* payload.
+            let first_len = proto::frame::header(&self.client.rbuf).map_or(0, |(l, _)| l);
+            let payload = &self.client.rbuf[4..4 + first_len];
+            let Some(&cmd) = payload.first() else {
+                self.client.consume(frame.wire_len);
+                self.reply_err(
+                    1,
+                    ER_UNKNOWN_COM_ERROR,
+                    SQLSTATE_UNKNOWN_COM,
+                    "Unknown command",
+                )
+                .await;
+                continue;
+            };
+            let seq = frame.last_seq.wrapping_add(1);
+            if cmd == COM_QUERY {
+                if let Some(k) = sql::classify::parse_kill(&payload[1..]) {
+                    self.client.consume(frame.wire_len);
+                    if !self.kill(k.id, k.scope, k.hard, seq).await {
+                        return;
+                    }
+                    continue;
+                }
+            }
+            let rewritten = match cmd {
+                COM_QUERY | COM_STMT_PREPARE if frame.chunks == 1 => {
+                    sql::classify::rewrite_connection_id(&payload[1..], self.id)
+                }
+                _ => None,
+            };
+            match route_command(cmd, payload) {
+                Route::Forward(reply) => {
+                    let request = match rewritten {
+                        Some(sql) => {
+                            self.client.consume(frame.wire_len);
+                            let mut buf = Vec::with_capacity(sql.len() + 5);
+                            let mut s = frame.first_seq;
+                            proto::frame::write_packet(
+                                &mut buf,
+                                &mut s,
+                                &[&[cmd][..], &sql].concat(),
+                            );
+                            bytes::BytesMut::from(&buf[..])
+                        }
+                        None => self.client.rbuf.split_to(frame.wire_len),
+                    };
+                    if !self.forward(&request, reply).await {
+                        return;
+                    }
+                }
+                Route::Quit => return,
+                Route::Kill => {
+                    let id = payload
+                        .get(1..5)
+                        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                    self.client.consume(frame.wire_len);
+                    match id {
+                        Some(id) => {
+                            if !self
+                                .kill(id as u64, sql::classify::KillScope::Connection, None, seq)
+                                .await
+                            {
+                                return;
+                            }
+                        }
+                        None => {
+                            self.reply_err(
+                                seq,
+                                ER_UNKNOWN_COM_ERROR,
+                                SQLSTATE_UNKNOWN_COM,
+                                "Malformed COM_PROCESS_KILL",
+                            )
+                            .await
+                        }
+                    }
+                }
+                Route::ChangeUser => {
+                    let payload = frame.payload(&self.client.rbuf).into_owned();
+                    self.client.consume(frame.wire_len);
+                    if !self.change_user(&payload, seq).await {
+                        return;
+                    }
+                }
+                Route::Unsupported => {
+                    self.client.consume(frame.wire_len);
+                    debug!(
+                        id = self.id,
+                        command = proto::command::name(cmd),
+                        "unsupported command"
+                    );
+                    self.reply_err(
+                        seq,
+                        ER_UNKNOWN_COM_ERROR,
+                        SQLSTATE_UNKNOWN_COM,
+                        "Unknown command",
+                    )
+                    .await;
+                }
+            }
+        }
+    }
+
+    /// Forwards one request and streams its reply. False when the session must end.
+    async fn forward(&mut self, request: &[u8], reply: Option<Reply>) -> bool {
+        let deprecate_eof = self.backend.deprecate_eof();
+        let wm = self.watermarks();
+        let max = self.max_packet();
+        match exec::forward(
+            &mut self.client,
+            &mut self.backend.conn,
+            request,
+            reply,
+            deprecate_eof,
+            wm,
+            max,
+        )
+        .await
+        {
+            Ok(_) => true,
+            Err(e @ (ExecError::BackendLost { .. } | ExecError::BackendProtocol(_)))
+                if !self.handle.is_killed() =>
+            {
+                let reply_seq = match e {
+                    ExecError::BackendLost { reply_seq } => reply_seq,
+                    _ => None,
+                };
+                debug!(id = self.id, backend = %self.backend.server.name, "backend lost during a reply");
+                if let Some(seq) = reply_seq {
+                    let msg = format!(
+                        "Lost connection to backend server '{}' during query",
+                        self.backend.server.name
+                    );
+                    self.reply_err(seq, CR_SERVER_LOST, SQLSTATE_GENERAL, &msg)
+                        .await;
+                }
+                false
+            }
+            Err(e) => {
+                debug!(id = self.id, "session ends: {e}");
+                false
+            }
+        }
+    }
+
+    async fn reply_err(&mut self, mut seq: u8, code: u16, sqlstate: &[u8; 5], msg: &str) {
+        self.out.clear();
+        proto::packet::write_err(&mut self.out, &mut seq, code, sqlstate, msg);
+        let _ = self.client.write_all(&self.out).await;
+    }
+
+    async fn reply_ok(&mut self, mut seq: u8) -> bool {
+        self.out.clear();
+        let ok = proto::packet::Ok {
+            status: proto::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits(),
+            ..Default::default()
+        };
+        proto::packet::write_ok(&mut self.out, &mut seq, proto::packet::OK_HEADER, &ok, b"");
+        self.client.write_all(&self.out).await.is_ok()
+    }
+
+    /// COM_CHANGE_USER: verify the new login, open a backend connection for it, replace the old
+    /// one (the new session starts clean, as on the server). False when the session must end.
+    async fn change_user(&mut self, payload: &[u8], mut seq: u8) -> bool {
+        let cu = match proto::handshake::parse_change_user(payload, self.capabilities) {
+            Ok(cu) => cu,
+            Err(_) => {
+                self.reply_err(
+                    seq,
+                    ER_UNKNOWN_COM_ERROR,
+                    SQLSTATE_UNKNOWN_COM,
+                    "Malformed COM_CHANGE_USER",
+                )
+                .await;
+                return true;
+            }
+        };
+        let plugin = cu
+            .auth_plugin
+            .clone()
+            .unwrap_or_else(|| proto::auth::MYSQL_NATIVE_PASSWORD.into());
+        let attempt = auth::Attempt {
+            user: &cu.user,
+            plugin: &plugin,
+            reply: &cu.auth_response,
+            nonce: &self.nonce,
+            can_switch: self
+                .capabilities
+                .contains(CapabilityFlags::CLIENT_PLUGIN_AUTH),
+            peer: self.peer,
+        };
+        let (user, credential) =
+            match auth::authenticate(&self.shared, &mut self.client, &mut seq, attempt).await {
+                Ok(Ok(v)) => v,
+                Ok(Err(denied)) => {
+                    self.reply_err(seq, ER_ACCESS_DENIED_ERROR, SQLSTATE_ACCESS_DENIED, &denied)
+                        .await;
+                    return true;
+                }
+                Err(_) => return false,
+            };
+        let login = user.backend_credential(credential);
+        let collation = cu.collation.map_or(self.collation, |c| c as u8);
+        let attrs = if cu.attrs.is_empty() {
+            self.attrs.clone()
+        } else {
+            cu.attrs.clone()
+        };
+        let database = cu.database.clone().or_else(|| user.default_schema.clone());
+        match connect_backend(
+            &self.shared,
+            &user,
+            &login,
+            database.as_deref(),
+            collation,
+            self.capabilities,
+            &attrs,
+        )
+        .await
+        {
+            Ok((backend, ok)) => {
+                let old = std::mem::replace(&mut self.backend, backend);
+                old.quit().await;
+                self.handle
+                    .set_backend(&self.backend.server.name, self.backend.thread_id);
+                self.user = user;
+                self.backend_login = login;
+                self.collation = collation;
+                self.attrs = attrs;
+                self.out.clear();
+                proto::handshake::write_raw(&mut self.out, &mut seq, &ok);
+                self.client.write_all(&self.out).await.is_ok()
+            }
+            Err(e) => {
+                self.out.clear();
+                write_backend_error(&mut self.out, &mut seq, &e);
+                let _ = self.client.write_all(&self.out).await;
+                true
+            }
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! Statement facts the session acts on before forwarding: KILL statements (sluice maps the
+//! session id the client knows to the backend's thread) and CONNECTION_ID() calls (answered
+//! with the session id sluice announced, so the id stays stable whatever backend serves it).
+
+use crate::lexer::{code_tokens, Kind};
+
+fn eq_ignore_case(a: &[u8], b: &str) -> bool {
+    a.eq_ignore_ascii_case(b.as_bytes())
+}
+
+/// The first keyword of a statement, comments skipped (`b""` if none).
+pub fn first_keyword(sql: &[u8]) -> &[u8] {
+    code_tokens(sql)
+        .next()
+        .filter(|t| t.kind == Kind::Word)
+        .map(|t| t.text(sql))
+        .unwrap_or(b"")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillScope {
+    Connection,
+    Query,
+}
+
+/// `KILL [HARD | SOFT] [CONNECTION | QUERY] <id>` with a numeric id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kill {
+    pub scope: KillScope,
+    /// `Some(true)` for HARD, `Some(false)` for SOFT.
+    pub hard: Option<bool>,
+    pub id: u64,
+}
+
+/// Parses a KILL of a thread id. Other forms (`KILL USER u`, `KILL QUERY ID n`) return `None`
+/// and go to the backend unchanged.
+pub fn parse_kill(sql: &[u8]) -> Option<Kill> {
+    let mut toks = code_tokens(sql).peekable();
+    let t = toks.next()?;
+    if !eq_ignore_case(t.text(sql), "KILL") {
+        return None;
+    }
+    let mut hard = None;
+    let mut scope = KillScope::Connection;
+    let mut t = toks.next()?;
+    if t.kind == Kind::Word
+        && (eq_ignore_case(t.text(sql), "HARD") || eq_ignore_case(t.text(sql), "SOFT"))
+    {
+        hard = Some(eq_ignore_case(t.text(sql), "HARD"));
+        t = toks.next()?;
+    }
+    if t.kind == Kind::Word && eq_ignore_case(t.text(sql), "CONNECTION") {
+        t = toks.next()?;
+    } else if t.kind == Kind::Word && eq_ignore_case(t.text(sql), "QUERY") {
+        scope = KillScope::Query;
+        t = toks.next()?;
+    }
+    if t.kind != Kind::Number {
+        return None;
+    }
+    let id = std::str::from_utf8(t.text(sql)).ok()?.parse().ok()?;
+    // Only an optional semicolon may follow.
+    match toks.next() {
+        None => {}
+        Some(s) if s.kind == Kind::Punct && s.text(sql) == b";" && toks.next().is_none() => {}
+        _ => return None,
+    }
+    Some(Kill { scope, hard, id })
+}
+
+/// Statement kinds whose text may be rewritten: not DDL that stores the text (a procedure or
+/// view body must keep calling CONNECTION_ID() itself).
+fn rewritable(first: &[u8]) -> bool {
+    [
+        "SELECT", "DO", "SET", "INSERT", "UPDATE", "DELETE", "REPLACE", "KILL", "WITH", "VALUES",
+        "CALL", "EXECUTE",
+    ]
+    .iter()
+    .any(|k| eq_ignore_case(first, k))
+}
+
+/// Replaces each `CONNECTION_ID()` call with the literal `id`. A call that is a whole select
+/// item keeps its column name through an alias. `None` when there is nothing to replace
+/// (the common case, found without allocating).
+pub fn rewrite_connection_id(sql: &[u8], id: u32) -> Option<Vec<u8>> {
+    // Cheap pre-check: no "connection_id" anywhere, nothing to do.
+    if !sql
+        .windows(13)
+        .any(|w| w.eq_ignore_ascii_case(b"connection_id"))
+    {
+        return None;
+    }
+    if !rewritable(first_keyword(sql)) {
+        return None;
+    }
+    let toks: Vec<_> = code_tokens(sql).collect();
+    let mut out = Vec::with_capacity(sql.len() + 32);
+    let mut copied = 0;
+    let mut i = 0;
+    let mut changed = false;
+    while i < toks.len() {
+        let t = toks[i];
+        let is_call = t.kind == Kind::Word
+            && eq_ignore_case(t.text(sql), "CONNECTION_ID")
+            && toks.get(i + 1).is_some_and(|p| p.text(sql) == b"(")
+            && toks.get(i + 2).is_some_and(|p| p.text(sql) == b")");
+        if !is_call {
+            i += 1;
+            continue;
+        }
+        let close = toks[i + 2];
+        let prev = i.checked_sub(1).map(|p| toks[p].text(sql));
+        let next = toks.get(i + 3).map(|n| n.text(sql));
+        let select_item = prev.is_some_and(|p| eq_ignore_case(p, "SELECT") || p == b",")
+            && next.is_none_or(|n| {
+                n == b","
+                    || n == b";"
+                    || eq_ignore_case(n, "FROM")
+                    || eq_ignore_case(n, "INTO")
+                    || eq_ignore_case(n, "UNION")
+            });
+        out.extend_from_slice(&sql[copied..t.start]);
+        out.extend_from_slice(id.to_string().as_bytes());
+        if select_item {
+            out.extend_from_slice(b" AS `");
+            out.extend_from_slice(&sql[t.start..close.end]);
+            out.push(b'`');
+        }
+        copied = close.end;
+        changed = true;
+        i += 3;
+    }
+    if !changed {
+        return None;
+    }
+    out.extend_from_slice(&sql[copied..]);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kill_forms() {
+        let k = |s: &str| parse_kill(s.as_bytes());
+        assert_eq!(
+            k("KILL 5"),
+            Some(Kill {
+                scope: KillScope::Connection,
+                hard: None,
+                id: 5
+            })
+        );
+        assert_eq!(
+            k("kill connection 7;"),
+            Some(Kill {
+                scope: KillScope::Connection,
+                hard: None,
+                id: 7
+            })
+        );
+        assert_eq!(
+            k("/* x */ KILL QUERY 9"),
+            Some(Kill {
+                scope: KillScope::Query,
+                hard: None,
+                id: 9
+            })
+        );
+        assert_eq!(
+            k("KILL HARD QUERY 9"),
+            Some(Kill {
+                scope: KillScope::Query,
+                hard: Some(true),
+                id: 9
+            })
+        );
+        assert_eq!(
+            k("KILL SOFT 3"),
+            Some(Kill {
+                scope: KillScope::Connection,
+                hard: Some(false),
+                id: 3
+            })
+        );
+        assert_eq!(k("KILL USER bob"), None);
+        assert_eq!(k("KILL QUERY ID 4"), None);
+        assert_eq!(k("KILL 5 6"), None);
+        assert_eq!(k("SELECT 5"), None);
+        assert_eq!(k("KILL"), None);
+    }
+
+    #[test]
+    fn connection_id_rewrites() {
+        let r = |s: &str| {
+            rewrite_connection_id(s.as_bytes(), 42).map(|v| String::from_utf8(v).unwrap())
+        };
+        assert_eq!(
+            r("SELECT CONNECTION_ID()").as_deref(),
+            Some("SELECT 42 AS `CONNECTION_ID()`")
+        );
+        assert_eq!(
+            r("select connection_id(), 1").as_deref(),
+            Some("select 42 AS `connection_id()`, 1")
+        );
+        assert_eq!(
+            r("SELECT * FROM t WHERE id = CONNECTION_ID()").as_deref(),
+            Some("SELECT * FROM t WHERE id = 42")
+        );
+        assert_eq!(
+            r("SELECT CONNECTION_ID() AS me").as_deref(),
+            Some("SELECT 42 AS me")
+        );
+        assert_eq!(r("KILL CONNECTION_ID()").as_deref(), Some("KILL 42"));
+        assert_eq!(r("SELECT 'CONNECTION_ID()'"), None);
+        assert_eq!(r("SELECT `connection_id`"), None);
+        assert_eq!(r("CREATE PROCEDURE p() SELECT CONNECTION_ID()"), None);
+        assert_eq!(r("SELECT 1"), None);
+    }
+
+    #[test]
+    fn first_keyword_skips_comments() {
+        assert_eq!(first_keyword(b"/* hi */ -- x\n select 1"), b"select");
+        assert_eq!(first_keyword(b"  "), b"");
+    }
+}
