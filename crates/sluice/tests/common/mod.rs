@@ -1,0 +1,185 @@
+//! Shared test harness: sluice in-process in front of a private MariaDB (from testkit), option
+//! builders for mysql_async, and a raw protocol client for what drivers cannot send.
+#![allow(dead_code)]
+
+use sluice::config::{self, Config};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+use testkit::MariaDb;
+
+/// sluice running in this process; shut down on drop.
+pub struct Proxy {
+    server: Option<sluice::Server>,
+    pub port: u16,
+}
+
+impl Proxy {
+    pub fn start(config: Config) -> Proxy {
+        let server = sluice::Server::start(config).expect("sluice starts");
+        let port = server.local_addr().port();
+        Proxy {
+            server: Some(server),
+            port,
+        }
+    }
+
+    /// Quick-start config: root with an empty password, in front of `db`.
+    pub fn quick(db: &MariaDb) -> Proxy {
+        Proxy::start(quick_config(db))
+    }
+
+    pub fn shared(&self) -> &sluice::server::Shared {
+        &self.server.as_ref().expect("running").shared
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown();
+        }
+    }
+}
+
+pub fn quick_config(db: &MariaDb) -> Config {
+    let mut c = config::quick_start(vec!["127.0.0.1:0".into()], &db.addr(), "root", "")
+        .expect("valid quick-start config");
+    c.workers = 2;
+    c
+}
+
+/// A config from TOML text, with `{BACKEND_PORT}` replaced.
+pub fn toml_config(text: &str, db: &MariaDb) -> Config {
+    let text = text.replace("{BACKEND_PORT}", &db.port().to_string());
+    let fc = config::FileConfig::parse(&text).expect("test TOML parses");
+    fc.validate(None, Some(&text)).expect("test TOML is valid")
+}
+
+pub fn opts(port: u16, user: &str, password: &str) -> mysql_async::OptsBuilder {
+    mysql_async::OptsBuilder::default()
+        .ip_or_hostname("127.0.0.1")
+        .tcp_port(port)
+        .user(Some(user))
+        .pass(Some(password))
+        .db_name(Some("test"))
+        .prefer_socket(false)
+}
+
+pub async fn connect(port: u16) -> mysql_async::Conn {
+    mysql_async::Conn::new(opts(port, "root", ""))
+        .await
+        .expect("connects")
+}
+
+/// A unique name for tables and users, so tests can share one backend.
+pub fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Speaks the protocol by hand (mysql_native_password, no TLS) to send what no driver sends.
+pub struct RawClient {
+    pub stream: TcpStream,
+    pub connection_id: u32,
+}
+
+impl RawClient {
+    pub fn connect(port: u16, user: &str, password: &str) -> RawClient {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("tcp connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut c = RawClient {
+            stream,
+            connection_id: 0,
+        };
+        let (_, greeting) = c.read_packet().expect("greeting");
+        let g = proto::handshake::parse_greeting(&greeting).expect("valid greeting");
+        c.connection_id = g.connection_id;
+        let caps = proto::CapabilityFlags::CLIENT_PROTOCOL_41
+            | proto::CapabilityFlags::CLIENT_SECURE_CONNECTION
+            | proto::CapabilityFlags::CLIENT_PLUGIN_AUTH
+            | proto::CapabilityFlags::CLIENT_MULTI_RESULTS
+            | proto::CapabilityFlags::CLIENT_DEPRECATE_EOF;
+        let reply = if password.is_empty() {
+            vec![]
+        } else {
+            proto::auth::native_scramble(&proto::auth::native_stage1(password.as_bytes()), &g.nonce)
+                .to_vec()
+        };
+        let hello = proto::handshake::ClientHello {
+            capabilities: caps,
+            max_packet: 1 << 30,
+            collation: 45,
+            user: user.into(),
+            auth_response: reply,
+            database: None,
+            auth_plugin: Some("mysql_native_password".into()),
+            attrs: vec![],
+        };
+        let mut out = Vec::new();
+        proto::handshake::write_client_hello(&mut out, &mut 1, &hello);
+        c.stream.write_all(&out).unwrap();
+        let (_, ok) = c.read_packet().expect("login reply");
+        assert_eq!(ok[0], 0, "login OK, got {ok:?}");
+        c
+    }
+
+    pub fn send(&mut self, payload: &[u8]) {
+        let mut out = Vec::new();
+        proto::frame::write_packet(&mut out, &mut 0, payload);
+        self.stream.write_all(&out).unwrap();
+    }
+
+    /// One packet: (sequence id, payload). Joins split packets.
+    pub fn read_packet(&mut self) -> std::io::Result<(u8, Vec<u8>)> {
+        let mut payload = Vec::new();
+        loop {
+            let mut h = [0u8; 4];
+            self.stream.read_exact(&mut h)?;
+            let (len, seq) = proto::frame::header(&h).unwrap();
+            let start = payload.len();
+            payload.resize(start + len, 0);
+            self.stream.read_exact(&mut payload[start..])?;
+            if len < proto::frame::MAX_CHUNK {
+                return Ok((seq, payload));
+            }
+        }
+    }
+
+    /// Reads a whole reply with the proxy's own scanner; returns its bytes.
+    pub fn read_reply(&mut self, reply: proto::response::Reply) -> std::io::Result<Vec<u8>> {
+        let mut scanner = proto::response::Scanner::new(reply, true);
+        let mut all = Vec::new();
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = self.stream.read(&mut buf)?;
+            if n == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "closed",
+                ));
+            }
+            all.extend_from_slice(&buf[..n]);
+            match scanner.feed(&buf[..n]) {
+                Ok((_, proto::response::Event::Done { .. })) => return Ok(all),
+                Ok(_) => {}
+                Err(e) => return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
+            }
+        }
+    }
+}
+
+/// The error code of a mysql_async error from the server, if it is one.
+pub fn server_code(e: &mysql_async::Error) -> Option<u16> {
+    match e {
+        mysql_async::Error::Server(s) => Some(s.code),
+        _ => None,
+    }
+}
