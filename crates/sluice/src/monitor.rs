@@ -55,7 +55,7 @@ pub async fn load_accounts(
         credential: &credential,
         database: None,
         collation: 45,
-        capabilities: pool::backend::passthrough_capabilities(),
+        capabilities: pool::backend::internal_capabilities(),
         attrs: &[],
         timeout: shared.config.connect_timeout(),
     };

@@ -202,6 +202,19 @@ pub fn passthrough_capabilities() -> CapabilityFlags {
         | C::CLIENT_DEPRECATE_EOF
 }
 
+/// Capabilities of sluice's own backend connections (monitor queries, KILL): no client quirks
+/// such as CLIENT_NO_SCHEMA, which would forbid `db.table` names.
+pub fn internal_capabilities() -> CapabilityFlags {
+    use CapabilityFlags as C;
+    passthrough_capabilities()
+        - (C::CLIENT_NO_SCHEMA
+            | C::CLIENT_ODBC
+            | C::CLIENT_LOCAL_FILES
+            | C::CLIENT_IGNORE_SPACE
+            | C::CLIENT_FOUND_ROWS
+            | C::CLIENT_INTERACTIVE)
+}
+
 /// The reply to an auth request for `plugin`, or `None` when the credential cannot produce one.
 fn auth_reply(plugin: &str, cred: &Credential, nonce: &[u8], tls: bool) -> Option<Vec<u8>> {
     match (plugin, cred) {

@@ -49,7 +49,7 @@ impl Session {
             credential: &self.backend_login.1,
             database: None,
             collation: self.collation,
-            capabilities: crate::pool::backend::passthrough_capabilities(),
+            capabilities: crate::pool::backend::internal_capabilities(),
             attrs: &[],
             timeout: self.shared.config.connect_timeout(),
         };

@@ -16,6 +16,7 @@ pub struct Proxy {
 
 impl Proxy {
     pub fn start(config: Config) -> Proxy {
+        init_logs();
         let server = sluice::Server::start(config).expect("sluice starts");
         let port = server.local_addr().port();
         Proxy {
@@ -182,4 +183,15 @@ pub fn server_code(e: &mysql_async::Error) -> Option<u16> {
         mysql_async::Error::Server(s) => Some(s.code),
         _ => None,
     }
+}
+
+/// sluice's logs in test output (SLUICE_LOG=debug to see more).
+pub fn init_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_test_writer()
+        .try_init();
 }
