@@ -132,23 +132,11 @@ mod tests {
     fn native_hash_of_known_password() {
         // SELECT PASSWORD('password') on MariaDB.
         let stage2 = native_stage2(&native_stage1(b"password"));
-        assert_eq!(
-            format_native_hash(&stage2),
-            "*2470C0C06DEE42FD1618BB99005ADCA2EC9D1E19"
-        );
-        assert_eq!(
-            parse_native_hash("*2470C0C06DEE42FD1618BB99005ADCA2EC9D1E19"),
-            Some(stage2)
-        );
-        assert_eq!(
-            parse_native_hash("2470C0C06DEE42FD1618BB99005ADCA2EC9D1E19"),
-            None
-        );
+        assert_eq!(format_native_hash(&stage2), "*2470C0C06DEE42FD1618BB99005ADCA2EC9D1E19");
+        assert_eq!(parse_native_hash("*2470C0C06DEE42FD1618BB99005ADCA2EC9D1E19"), Some(stage2));
+        assert_eq!(parse_native_hash("2470C0C06DEE42FD1618BB99005ADCA2EC9D1E19"), None);
         assert_eq!(parse_native_hash("*2470"), None);
-        assert_eq!(
-            parse_native_hash("*ZZ70C0C06DEE42FD1618BB99005ADCA2EC9D1E19"),
-            None
-        );
+        assert_eq!(parse_native_hash("*ZZ70C0C06DEE42FD1618BB99005ADCA2EC9D1E19"), None);
     }
 
     #[test]
@@ -156,16 +144,10 @@ mod tests {
         let nonce = make_nonce([0x55; 20]);
         let stage1 = native_stage1(b"secret");
         let reply = native_scramble(&stage1, &nonce);
-        assert_eq!(
-            native_verify(&native_stage2(&stage1), &nonce, &reply),
-            Some(stage1)
-        );
+        assert_eq!(native_verify(&native_stage2(&stage1), &nonce, &reply), Some(stage1));
         let wrong = native_scramble(&native_stage1(b"Secret"), &nonce);
         assert_eq!(native_verify(&native_stage2(&stage1), &nonce, &wrong), None);
-        assert_eq!(
-            native_verify(&native_stage2(&stage1), &nonce, &reply[..19]),
-            None
-        );
+        assert_eq!(native_verify(&native_stage2(&stage1), &nonce, &reply[..19]), None);
     }
 
     #[test]
@@ -189,9 +171,7 @@ mod tests {
 
     #[test]
     fn nonce_is_valid() {
-        let n = make_nonce([
-            0, 0x80, 0xFF, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
-        ]);
+        let n = make_nonce([0, 0x80, 0xFF, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]);
         assert!(n.iter().all(|&b| b != 0 && b < 0x80));
     }
 }

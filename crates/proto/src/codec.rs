@@ -9,10 +9,7 @@ pub fn read_lenenc(buf: &[u8]) -> Option<(u64, usize)> {
     let first = *buf.first()?;
     match first {
         0..=0xFA => Some((first as u64, 1)),
-        0xFC => Some((
-            u16::from_le_bytes(buf.get(1..3)?.try_into().ok()?) as u64,
-            3,
-        )),
+        0xFC => Some((u16::from_le_bytes(buf.get(1..3)?.try_into().ok()?) as u64, 3)),
         0xFD => {
             let b = buf.get(1..4)?;
             Some((b[0] as u64 | (b[1] as u64) << 8 | (b[2] as u64) << 16, 4))

@@ -14,10 +14,7 @@ pub const MAX_CHUNK: usize = 0xFF_FFFF;
 #[inline]
 pub fn header(buf: &[u8]) -> Option<(usize, u8)> {
     let h = buf.get(..HEADER_LEN)?;
-    Some((
-        h[0] as usize | (h[1] as usize) << 8 | (h[2] as usize) << 16,
-        h[3],
-    ))
+    Some((h[0] as usize | (h[1] as usize) << 8 | (h[2] as usize) << 16, h[3]))
 }
 
 #[inline]
@@ -77,10 +74,7 @@ pub fn frame(buf: &[u8], max_payload: usize) -> Result<Option<Frame>, ProtoError
         }
         payload += len;
         if payload > max_payload {
-            return Err(ProtoError::TooLarge {
-                size: payload,
-                limit: max_payload,
-            });
+            return Err(ProtoError::TooLarge { size: payload, limit: max_payload });
         }
         if buf.len() < pos + HEADER_LEN + len {
             return Ok(None);
@@ -88,13 +82,7 @@ pub fn frame(buf: &[u8], max_payload: usize) -> Result<Option<Frame>, ProtoError
         pos += HEADER_LEN + len;
         chunks += 1;
         if len < MAX_CHUNK {
-            return Ok(Some(Frame {
-                wire_len: pos,
-                payload_len: payload,
-                first_seq,
-                last_seq: seq,
-                chunks,
-            }));
+            return Ok(Some(Frame { wire_len: pos, payload_len: payload, first_seq, last_seq: seq, chunks }));
         }
     }
 }
@@ -158,16 +146,7 @@ mod tests {
     fn com_ping_frame() {
         let buf = [0x01, 0x00, 0x00, 0x00, 0x0E, 0xAA];
         let f = frame(&buf, 1 << 30).unwrap().unwrap();
-        assert_eq!(
-            f,
-            Frame {
-                wire_len: 5,
-                payload_len: 1,
-                first_seq: 0,
-                last_seq: 0,
-                chunks: 1
-            }
-        );
+        assert_eq!(f, Frame { wire_len: 5, payload_len: 1, first_seq: 0, last_seq: 0, chunks: 1 });
         assert_eq!(f.single_payload(&buf), Some(&[0x0E][..]));
         assert_eq!(frame(&buf[..4], 1 << 30), Ok(None));
     }
@@ -189,10 +168,7 @@ mod tests {
     #[test]
     fn too_large_is_rejected_before_buffering() {
         let buf = [0xFF, 0xFF, 0xFF, 0x00];
-        assert!(matches!(
-            frame(&buf, 1024),
-            Err(ProtoError::TooLarge { .. })
-        ));
+        assert!(matches!(frame(&buf, 1024), Err(ProtoError::TooLarge { .. })));
     }
 
     #[test]
@@ -204,10 +180,7 @@ mod tests {
         b.finish(&mut out, &mut seq);
         assert_eq!(seq, 5);
         let f = frame(&out[1..], usize::MAX).unwrap().unwrap();
-        assert_eq!(
-            (f.first_seq, f.last_seq, f.payload_len),
-            (3, 4, MAX_CHUNK + 10)
-        );
+        assert_eq!((f.first_seq, f.last_seq, f.payload_len), (3, 4, MAX_CHUNK + 10));
     }
 
     proptest! {

@@ -22,6 +22,8 @@ pub struct Greeting<'a> {
     pub collation: u8,
     pub status: u16,
     pub auth_plugin: &'a str,
+    /// MariaDB extended capabilities; sent only when CLIENT_LONG_PASSWORD (CLIENT_MYSQL) is off.
+    pub mariadb_caps: u32,
 }
 
 pub fn write_greeting(out: &mut Vec<u8>, g: &Greeting<'_>) {
@@ -38,6 +40,9 @@ pub fn write_greeting(out: &mut Vec<u8>, g: &Greeting<'_>) {
         StatusFlags::from_bits_truncate(g.status),
         Some(g.auth_plugin.as_bytes()),
     )
+    .with_mariadb_ext_capabilities(mysql_common::constants::MariadbCapabilities::from_bits_truncate(
+        if g.capabilities.contains(CapabilityFlags::CLIENT_LONG_PASSWORD) { 0 } else { g.mariadb_caps },
+    ))
     .serialize(out);
     let mut seq = 0;
     b.finish(out, &mut seq);
@@ -53,17 +58,15 @@ pub struct ServerGreeting {
     pub collation: u8,
     pub status: u16,
     pub auth_plugin: String,
+    /// MariaDB extended capabilities (0 for MySQL servers).
+    pub mariadb_caps: u32,
 }
 
 pub fn parse_greeting(payload: &[u8]) -> Result<ServerGreeting, ProtoError> {
     if payload.first() != Some(&10) {
-        return Err(ProtoError::Malformed(
-            "greeting (protocol version is not 10)",
-        ));
+        return Err(ProtoError::Malformed("greeting (protocol version is not 10)"));
     }
-    let p: HandshakePacket<'_> = ParseBuf(payload)
-        .parse(())
-        .map_err(|_| ProtoError::Malformed("greeting"))?;
+    let p: HandshakePacket<'_> = ParseBuf(payload).parse(()).map_err(|_| ProtoError::Malformed("greeting"))?;
     let mut nonce = p.nonce();
     nonce.truncate(20);
     Ok(ServerGreeting {
@@ -73,19 +76,18 @@ pub fn parse_greeting(payload: &[u8]) -> Result<ServerGreeting, ProtoError> {
         capabilities: p.capabilities(),
         collation: p.default_collation(),
         status: p.status_flags().bits(),
-        auth_plugin: p
-            .auth_plugin_name_str()
-            .map(|s| s.into_owned())
-            .unwrap_or_default(),
+        auth_plugin: p.auth_plugin_name_str().map(|s| s.into_owned()).unwrap_or_default(),
+        mariadb_caps: if p.capabilities().contains(CapabilityFlags::CLIENT_LONG_PASSWORD) {
+            0
+        } else {
+            p.mariadb_ext_capabilities().bits()
+        },
     })
 }
 
 /// An SSLRequest is the first 32 bytes of a HandshakeResponse41 with CLIENT_SSL set, alone.
 pub fn is_ssl_request(payload: &[u8]) -> bool {
-    payload.len() == 32
-        && u32::from_le_bytes([payload[0], payload[1], payload[2], payload[3]])
-            & CapabilityFlags::CLIENT_SSL.bits()
-            != 0
+    payload.len() == 32 && u32::from_le_bytes([payload[0], payload[1], payload[2], payload[3]]) & CapabilityFlags::CLIENT_SSL.bits() != 0
 }
 
 /// The client's HandshakeResponse41 (or the backend one sluice writes).
@@ -99,6 +101,8 @@ pub struct ClientHello {
     pub database: Option<String>,
     pub auth_plugin: Option<String>,
     pub attrs: Vec<(String, String)>,
+    /// MariaDB extended capabilities (bytes 28..32), when the client is MariaDB-aware.
+    pub mariadb_caps: u32,
 }
 
 pub fn parse_client_hello(payload: &[u8]) -> Result<ClientHello, ProtoError> {
@@ -107,18 +111,10 @@ pub fn parse_client_hello(payload: &[u8]) -> Result<ClientHello, ProtoError> {
     }
     let caps = u32::from_le_bytes([payload[0], payload[1], payload[2], payload[3]]);
     if caps & CapabilityFlags::CLIENT_PROTOCOL_41.bits() == 0 {
-        return Err(ProtoError::Malformed(
-            "handshake response (pre-4.1 protocol is not supported)",
-        ));
+        return Err(ProtoError::Malformed("handshake response (pre-4.1 protocol is not supported)"));
     }
-    let r: HandshakeResponse<'_> = ParseBuf(payload)
-        .parse(())
-        .map_err(|_| ProtoError::Malformed("handshake response"))?;
-    let mut attrs: Vec<(String, String)> = r
-        .connect_attributes()
-        .unwrap_or_default()
-        .into_iter()
-        .collect();
+    let r: HandshakeResponse<'_> = ParseBuf(payload).parse(()).map_err(|_| ProtoError::Malformed("handshake response"))?;
+    let mut attrs: Vec<(String, String)> = r.connect_attributes().unwrap_or_default().into_iter().collect();
     attrs.sort();
     Ok(ClientHello {
         capabilities: r.capabilities(),
@@ -126,55 +122,41 @@ pub fn parse_client_hello(payload: &[u8]) -> Result<ClientHello, ProtoError> {
         collation: r.collation(),
         user: String::from_utf8_lossy(r.user()).into_owned(),
         auth_response: r.scramble_buf().to_vec(),
-        database: r
-            .db_name()
-            .map(|d| String::from_utf8_lossy(d).into_owned())
-            .filter(|d| !d.is_empty()),
-        auth_plugin: r
-            .auth_plugin()
-            .map(|p| String::from_utf8_lossy(p.as_bytes()).into_owned()),
+        database: r.db_name().map(|d| String::from_utf8_lossy(d).into_owned()).filter(|d| !d.is_empty()),
+        auth_plugin: r.auth_plugin().map(|p| String::from_utf8_lossy(p.as_bytes()).into_owned()),
         attrs,
+        mariadb_caps: if caps & CapabilityFlags::CLIENT_LONG_PASSWORD.bits() != 0 {
+            0
+        } else {
+            u32::from_le_bytes([payload[28], payload[29], payload[30], payload[31]])
+        },
     })
 }
 
 /// Writes the first 32 bytes of a HandshakeResponse41 (the SSLRequest, when alone).
-fn write_hello_head(out: &mut Vec<u8>, caps: CapabilityFlags, max_packet: u32, collation: u8) {
+fn write_hello_head(out: &mut Vec<u8>, caps: CapabilityFlags, max_packet: u32, collation: u8, mariadb_caps: u32) {
     out.extend_from_slice(&caps.bits().to_le_bytes());
     out.extend_from_slice(&max_packet.to_le_bytes());
     out.push(collation);
-    out.extend_from_slice(&[0; 23]);
+    out.extend_from_slice(&[0; 19]);
+    let ext = if caps.contains(CapabilityFlags::CLIENT_LONG_PASSWORD) { 0 } else { mariadb_caps };
+    out.extend_from_slice(&ext.to_le_bytes());
 }
 
 pub fn write_ssl_request(out: &mut Vec<u8>, seq: &mut u8, hello: &ClientHello) {
     let b = PacketBuilder::begin(out);
-    write_hello_head(
-        out,
-        hello.capabilities | CapabilityFlags::CLIENT_SSL,
-        hello.max_packet,
-        hello.collation,
-    );
+    write_hello_head(out, hello.capabilities | CapabilityFlags::CLIENT_SSL, hello.max_packet, hello.collation, hello.mariadb_caps);
     b.finish(out, seq);
 }
 
 /// Writes a HandshakeResponse41. Capability bits that the fields contradict are fixed up.
 pub fn write_client_hello(out: &mut Vec<u8>, seq: &mut u8, hello: &ClientHello) {
-    let mut caps = hello.capabilities
-        | CapabilityFlags::CLIENT_PROTOCOL_41
-        | CapabilityFlags::CLIENT_SECURE_CONNECTION;
-    caps.set(
-        CapabilityFlags::CLIENT_CONNECT_WITH_DB,
-        hello.database.is_some(),
-    );
-    caps.set(
-        CapabilityFlags::CLIENT_PLUGIN_AUTH,
-        hello.auth_plugin.is_some(),
-    );
-    caps.set(
-        CapabilityFlags::CLIENT_CONNECT_ATTRS,
-        !hello.attrs.is_empty(),
-    );
+    let mut caps = hello.capabilities | CapabilityFlags::CLIENT_PROTOCOL_41 | CapabilityFlags::CLIENT_SECURE_CONNECTION;
+    caps.set(CapabilityFlags::CLIENT_CONNECT_WITH_DB, hello.database.is_some());
+    caps.set(CapabilityFlags::CLIENT_PLUGIN_AUTH, hello.auth_plugin.is_some());
+    caps.set(CapabilityFlags::CLIENT_CONNECT_ATTRS, !hello.attrs.is_empty());
     let b = PacketBuilder::begin(out);
-    write_hello_head(out, caps, hello.max_packet, hello.collation);
+    write_hello_head(out, caps, hello.max_packet, hello.collation, hello.mariadb_caps);
     out.extend_from_slice(hello.user.as_bytes());
     out.push(0);
     if caps.contains(CapabilityFlags::CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA) {
@@ -254,10 +236,7 @@ pub struct ChangeUser {
     pub attrs: Vec<(String, String)>,
 }
 
-pub fn parse_change_user(
-    payload: &[u8],
-    client_caps: CapabilityFlags,
-) -> Result<ChangeUser, ProtoError> {
+pub fn parse_change_user(payload: &[u8], client_caps: CapabilityFlags) -> Result<ChangeUser, ProtoError> {
     use crate::codec::{read_lenenc, read_lenenc_str, read_null_str};
     let bad = ProtoError::Malformed("COM_CHANGE_USER");
     if payload.first() != Some(&crate::command::COM_CHANGE_USER) {
@@ -300,10 +279,7 @@ pub fn parse_change_user(
                     let Some((v, vn)) = read_lenenc_str(&a[kn..]) else {
                         break;
                     };
-                    out.attrs.push((
-                        String::from_utf8_lossy(k).into_owned(),
-                        String::from_utf8_lossy(v).into_owned(),
-                    ));
+                    out.attrs.push((String::from_utf8_lossy(k).into_owned(), String::from_utf8_lossy(v).into_owned()));
                     a = &a[kn + vn..];
                 }
             }
@@ -319,11 +295,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn payload(out: &[u8]) -> Vec<u8> {
-        frame(out, usize::MAX)
-            .unwrap()
-            .unwrap()
-            .payload(out)
-            .into_owned()
+        frame(out, usize::MAX).unwrap().unwrap().payload(out).into_owned()
     }
 
     #[test]
@@ -339,6 +311,7 @@ mod tests {
             collation: 45,
             status: 2,
             auth_plugin: "mysql_native_password",
+            mariadb_caps: 0b10100,
         };
         let mut out = Vec::new();
         write_greeting(&mut out, &g);
@@ -352,6 +325,7 @@ mod tests {
         assert_eq!(s.auth_plugin, "mysql_native_password");
         assert_eq!((s.collation, s.status), (45, 2));
         assert!(s.capabilities.contains(CapabilityFlags::CLIENT_SSL));
+        assert_eq!(s.mariadb_caps, 0b10100, "no CLIENT_MYSQL bit: extended capabilities travel");
         assert!(parse_greeting(&p[..10]).is_err());
         assert!(parse_greeting(&[9]).is_err());
     }
@@ -370,15 +344,14 @@ mod tests {
             database: Some("shop".into()),
             auth_plugin: Some("mysql_native_password".into()),
             attrs: vec![("_client_name".into(), "test".into())],
+            mariadb_caps: 0b100,
         };
         let mut out = Vec::new();
         let mut seq = 1;
         write_client_hello(&mut out, &mut seq, &hello);
         assert_eq!(out[3], 1);
         let mut back = parse_client_hello(&payload(&out)).unwrap();
-        assert!(back.capabilities.contains(
-            CapabilityFlags::CLIENT_CONNECT_WITH_DB | CapabilityFlags::CLIENT_CONNECT_ATTRS
-        ));
+        assert!(back.capabilities.contains(CapabilityFlags::CLIENT_CONNECT_WITH_DB | CapabilityFlags::CLIENT_CONNECT_ATTRS));
         back.capabilities = hello.capabilities;
         let mut expect = hello.clone();
         expect.capabilities = hello.capabilities;
@@ -387,12 +360,7 @@ mod tests {
 
     #[test]
     fn ssl_request_byte_vector() {
-        let hello = ClientHello {
-            capabilities: CapabilityFlags::CLIENT_PROTOCOL_41,
-            max_packet: 16,
-            collation: 33,
-            ..Default::default()
-        };
+        let hello = ClientHello { capabilities: CapabilityFlags::CLIENT_PROTOCOL_41, max_packet: 16, collation: 33, ..Default::default() };
         let mut out = Vec::new();
         let mut seq = 1;
         write_ssl_request(&mut out, &mut seq, &hello);
@@ -405,12 +373,7 @@ mod tests {
     fn auth_switch_byte_vector() {
         let mut out = Vec::new();
         let mut seq = 2;
-        write_auth_switch(
-            &mut out,
-            &mut seq,
-            "mysql_native_password",
-            b"0123456789abcdefghij",
-        );
+        write_auth_switch(&mut out, &mut seq, "mysql_native_password", b"0123456789abcdefghij");
         assert_eq!(&out[4..5], &[0xFE]);
         let (plugin, nonce) = parse_auth_switch(&out[4..]).unwrap();
         assert_eq!(plugin, "mysql_native_password");
@@ -420,9 +383,7 @@ mod tests {
 
     #[test]
     fn change_user_byte_vector() {
-        let caps = CapabilityFlags::CLIENT_PROTOCOL_41
-            | CapabilityFlags::CLIENT_SECURE_CONNECTION
-            | CapabilityFlags::CLIENT_PLUGIN_AUTH;
+        let caps = CapabilityFlags::CLIENT_PROTOCOL_41 | CapabilityFlags::CLIENT_SECURE_CONNECTION | CapabilityFlags::CLIENT_PLUGIN_AUTH;
         let mut p = vec![0x11];
         p.extend_from_slice(b"bob\0");
         p.push(3);
@@ -431,10 +392,7 @@ mod tests {
         p.extend_from_slice(&[45, 0]);
         p.extend_from_slice(b"mysql_native_password\0");
         let c = parse_change_user(&p, caps).unwrap();
-        assert_eq!(
-            (c.user.as_str(), &c.auth_response[..], c.database.as_deref()),
-            ("bob", &b"xyz"[..], Some("db1"))
-        );
+        assert_eq!((c.user.as_str(), &c.auth_response[..], c.database.as_deref()), ("bob", &b"xyz"[..], Some("db1")));
         assert_eq!(c.collation, Some(45));
         assert_eq!(c.auth_plugin.as_deref(), Some("mysql_native_password"));
         assert!(parse_change_user(&p[..6], caps).is_err());

@@ -43,10 +43,7 @@ pub fn parse_ok(payload: &[u8]) -> Result<Ok, ProtoError> {
 /// Reads an old-style EOF packet: (warnings, status).
 pub fn parse_eof(payload: &[u8]) -> Result<(u16, u16), ProtoError> {
     match payload {
-        [EOF_HEADER, w0, w1, s0, s1, ..] if payload.len() < 9 => Ok((
-            u16::from_le_bytes([*w0, *w1]),
-            u16::from_le_bytes([*s0, *s1]),
-        )),
+        [EOF_HEADER, w0, w1, s0, s1, ..] if payload.len() < 9 => Ok((u16::from_le_bytes([*w0, *w1]), u16::from_le_bytes([*s0, *s1]))),
         [EOF_HEADER] => Ok((0, 0)),
         _ => Err(ProtoError::Malformed("EOF")),
     }
@@ -79,17 +76,9 @@ pub fn parse_err(payload: &[u8]) -> Result<Err<'_>, ProtoError> {
     if rest.first() == Some(&b'#') && rest.len() >= 6 {
         let mut sqlstate = [0; 5];
         sqlstate.copy_from_slice(&rest[1..6]);
-        Ok(Err {
-            code,
-            sqlstate,
-            message: &rest[6..],
-        })
+        Ok(Err { code, sqlstate, message: &rest[6..] })
     } else {
-        Ok(Err {
-            code,
-            sqlstate: *b"HY000",
-            message: rest,
-        })
+        Ok(Err { code, sqlstate: *b"HY000", message: rest })
     }
 }
 
@@ -137,15 +126,7 @@ mod tests {
     fn ok_byte_vector() {
         // OK: 1 row affected, last insert id 2, autocommit, 0 warnings (from the MySQL manual).
         let p = [0x00, 0x01, 0x02, 0x02, 0x00, 0x00, 0x00];
-        assert_eq!(
-            parse_ok(&p),
-            Ok(Ok {
-                affected_rows: 1,
-                last_insert_id: 2,
-                status: 2,
-                warnings: 0
-            })
-        );
+        assert_eq!(parse_ok(&p), Ok(Ok { affected_rows: 1, last_insert_id: 2, status: 2, warnings: 0 }));
         let mut out = Vec::new();
         let mut seq = 1;
         write_ok(&mut out, &mut seq, OK_HEADER, &parse_ok(&p).unwrap(), b"");
@@ -159,10 +140,7 @@ mod tests {
     fn err_byte_vector() {
         let p = b"\xff\x15\x04#28000Access denied";
         let e = parse_err(p).unwrap();
-        assert_eq!(
-            (e.code, &e.sqlstate, e.message),
-            (1045, b"28000", &b"Access denied"[..])
-        );
+        assert_eq!((e.code, &e.sqlstate, e.message), (1045, b"28000", &b"Access denied"[..]));
         let mut out = Vec::new();
         let mut seq = 2;
         write_err(&mut out, &mut seq, 1045, b"28000", "Access denied");
@@ -180,10 +158,7 @@ mod tests {
         let mut seq = 5;
         write_eof(&mut out, &mut seq, 1, 0x22);
         assert_eq!(out, [5, 0, 0, 5, 0xFE, 0x01, 0x00, 0x22, 0x00]);
-        assert_eq!(
-            terminator_status(&[0xFE, 0, 0, 0x0A, 0, 0, 0], true),
-            Ok(0x0A)
-        );
+        assert_eq!(terminator_status(&[0xFE, 0, 0, 0x0A, 0, 0, 0], true), Ok(0x0A));
         assert!(parse_eof(&[0xFE; 10]).is_err());
     }
 

@@ -7,9 +7,7 @@
 
 use crate::codec::read_lenenc;
 use crate::frame::{HEADER_LEN, MAX_CHUNK};
-use crate::packet::{
-    parse_ok, terminator_status, EOF_HEADER, ERR_HEADER, LOCAL_INFILE_HEADER, OK_HEADER,
-};
+use crate::packet::{parse_ok, terminator_status, EOF_HEADER, ERR_HEADER, LOCAL_INFILE_HEADER, OK_HEADER};
 use crate::{ProtoError, StatusFlags};
 
 /// The shape of reply a command gets.
@@ -70,10 +68,19 @@ enum State {
 /// Bytes of a packet's start kept to classify it (the longest thing read is an OK header).
 const PREFIX: usize = 24;
 
+/// MariaDB extended capabilities that change the shape of replies.
+pub const MARIADB_CLIENT_PROGRESS: u32 = 1 << 0;
+pub const MARIADB_CLIENT_CACHE_METADATA: u32 = 1 << 4;
+
 #[derive(Debug, Clone)]
 pub struct Scanner {
     reply: Reply,
     deprecate_eof: bool,
+    /// MARIADB_CLIENT_CACHE_METADATA: an execute's column count is followed by a
+    /// "metadata follows" byte, and the definitions are skipped when it is 0.
+    cache_metadata: bool,
+    /// MARIADB_CLIENT_PROGRESS: ERR packets with code 0xFFFF are progress reports, not errors.
+    progress: bool,
     state: State,
     header: [u8; HEADER_LEN],
     header_len: usize,
@@ -103,6 +110,8 @@ impl Scanner {
         Scanner {
             reply,
             deprecate_eof,
+            cache_metadata: false,
+            progress: false,
             state,
             header: [0; HEADER_LEN],
             header_len: 0,
@@ -116,6 +125,13 @@ impl Scanner {
             warnings: 0,
             packets: 0,
         }
+    }
+
+    /// Applies the MariaDB extended capabilities negotiated on the connection.
+    pub fn with_mariadb_capabilities(mut self, caps: u32) -> Self {
+        self.cache_metadata = caps & MARIADB_CLIENT_CACHE_METADATA != 0;
+        self.progress = caps & MARIADB_CLIENT_PROGRESS != 0;
+        self
     }
 
     /// Resumes after the client's LOCAL INFILE data: the server's OK or ERR comes next.
@@ -163,16 +179,13 @@ impl Scanner {
             }
             if self.header_len < HEADER_LEN {
                 let take = (HEADER_LEN - self.header_len).min(data.len() - i);
-                self.header[self.header_len..self.header_len + take]
-                    .copy_from_slice(&data[i..i + take]);
+                self.header[self.header_len..self.header_len + take].copy_from_slice(&data[i..i + take]);
                 self.header_len += take;
                 i += take;
                 if self.header_len < HEADER_LEN {
                     break;
                 }
-                let len = self.header[0] as usize
-                    | (self.header[1] as usize) << 8
-                    | (self.header[2] as usize) << 16;
+                let len = self.header[0] as usize | (self.header[1] as usize) << 8 | (self.header[2] as usize) << 16;
                 self.last_seq = self.header[3];
                 self.remaining = len;
                 if !self.continuation {
@@ -183,16 +196,13 @@ impl Scanner {
             let take = self.remaining.min(data.len() - i);
             if !self.continuation && self.prefix_len < PREFIX {
                 let keep = take.min(PREFIX - self.prefix_len);
-                self.prefix[self.prefix_len..self.prefix_len + keep]
-                    .copy_from_slice(&data[i..i + keep]);
+                self.prefix[self.prefix_len..self.prefix_len + keep].copy_from_slice(&data[i..i + keep]);
                 self.prefix_len += keep;
             }
             i += take;
             self.remaining -= take;
             if self.remaining == 0 {
-                let chunk_len = self.header[0] as usize
-                    | (self.header[1] as usize) << 8
-                    | (self.header[2] as usize) << 16;
+                let chunk_len = self.header[0] as usize | (self.header[1] as usize) << 8 | (self.header[2] as usize) << 16;
                 self.header_len = 0;
                 if chunk_len == MAX_CHUNK {
                     self.continuation = true;
@@ -214,6 +224,10 @@ impl Scanner {
         let first = p.first().copied();
         let len = self.first_len;
         let is_err = first == Some(ERR_HEADER);
+        if is_err && self.progress && p.get(1..3) == Some(&[0xFF, 0xFF]) {
+            // A progress report (MariaDB): informational, the reply goes on.
+            return Ok(Event::More);
+        }
         // 0xFE opens a terminator unless the packet is 16 MiB or more (a row whose first value is huge).
         let is_terminator = first == Some(EOF_HEADER) && len < MAX_CHUNK;
         let done = |s: &mut Self, error| {
@@ -232,15 +246,21 @@ impl Scanner {
                         self.warnings = ok.warnings;
                         self.more_results_or_done()
                     }
-                    Some(LOCAL_INFILE_HEADER) if self.reply == Reply::Query => {
-                        Ok(Event::LocalInfile)
-                    }
+                    Some(LOCAL_INFILE_HEADER) if self.reply == Reply::Query => Ok(Event::LocalInfile),
                     _ => {
-                        let (n, _) = read_lenenc(p).ok_or(ProtoError::Malformed("column count"))?;
+                        let (n, used) = read_lenenc(p).ok_or(ProtoError::Malformed("column count"))?;
                         if n == 0 {
                             return Err(ProtoError::Malformed("column count"));
                         }
-                        self.state = State::Columns { left: n };
+                        let metadata_skipped =
+                            self.cache_metadata && matches!(self.reply, Reply::Execute { .. }) && p.get(used) == Some(&0);
+                        self.state = if !metadata_skipped {
+                            State::Columns { left: n }
+                        } else if self.deprecate_eof {
+                            State::Rows
+                        } else {
+                            State::ColumnsEof
+                        };
                         Ok(Event::More)
                     }
                 }
@@ -299,19 +319,13 @@ impl Scanner {
                 self.state = match (params, columns) {
                     (0, 0) => return done(self, false),
                     (0, c) => State::PrepColumns { left: c },
-                    (n, c) => State::Params {
-                        left: n,
-                        columns: c,
-                    },
+                    (n, c) => State::Params { left: n, columns: c },
                 };
                 Ok(Event::More)
             }
             State::Params { left, columns } => {
                 self.state = if left > 1 {
-                    State::Params {
-                        left: left - 1,
-                        columns,
-                    }
+                    State::Params { left: left - 1, columns }
                 } else if !self.deprecate_eof {
                     State::ParamsEof { columns }
                 } else if columns > 0 {
@@ -388,21 +402,10 @@ mod tests {
     const MORE: u16 = 0x0008;
 
     /// Appends a text result set: column count, definitions, optional EOF, rows, terminator.
-    fn result_set(
-        out: &mut Vec<u8>,
-        seq: &mut u8,
-        cols: usize,
-        rows: &[Vec<u8>],
-        deprecate_eof: bool,
-        status: u16,
-    ) {
+    fn result_set(out: &mut Vec<u8>, seq: &mut u8, cols: usize, rows: &[Vec<u8>], deprecate_eof: bool, status: u16) {
         write_packet(out, seq, &[cols as u8]);
         for _ in 0..cols {
-            write_packet(
-                out,
-                seq,
-                b"\x03def\x00\x00\x00\x01a\x00\x0c\x21\x00\x0b\x00\x00\x00\x03\x00\x00\x00\x00\x00",
-            );
+            write_packet(out, seq, b"\x03def\x00\x00\x00\x01a\x00\x0c\x21\x00\x0b\x00\x00\x00\x03\x00\x00\x00\x00\x00");
         }
         if !deprecate_eof {
             write_eof(out, seq, 0, 2);
@@ -411,16 +414,7 @@ mod tests {
             write_packet(out, seq, r);
         }
         if deprecate_eof {
-            write_ok(
-                out,
-                seq,
-                0xFE,
-                &OkP {
-                    status,
-                    ..Default::default()
-                },
-                b"",
-            );
+            write_ok(out, seq, 0xFE, &OkP { status, ..Default::default() }, b"");
         } else {
             write_eof(out, seq, 0, status);
         }
@@ -434,22 +428,9 @@ mod tests {
     fn ok_reply() {
         let mut out = Vec::new();
         let mut seq = 1;
-        write_ok(
-            &mut out,
-            &mut seq,
-            0,
-            &OkP {
-                affected_rows: 3,
-                status: 3,
-                ..Default::default()
-            },
-            b"",
-        );
+        write_ok(&mut out, &mut seq, 0, &OkP { affected_rows: 3, status: 3, ..Default::default() }, b"");
         let mut s = Scanner::new(Reply::Query, true);
-        assert_eq!(
-            scan_all(&mut s, &out),
-            (out.len(), Event::Done { error: false })
-        );
+        assert_eq!(scan_all(&mut s, &out), (out.len(), Event::Done { error: false }));
         assert_eq!(s.status(), 3);
         assert!(s.is_done());
     }
@@ -460,10 +441,7 @@ mod tests {
         let mut seq = 1;
         write_err(&mut out, &mut seq, 1064, b"42000", "syntax");
         let mut s = Scanner::new(Reply::Query, false);
-        assert_eq!(
-            scan_all(&mut s, &out),
-            (out.len(), Event::Done { error: true })
-        );
+        assert_eq!(scan_all(&mut s, &out), (out.len(), Event::Done { error: true }));
     }
 
     #[test]
@@ -471,20 +449,9 @@ mod tests {
         for dep in [false, true] {
             let mut out = Vec::new();
             let mut seq = 1;
-            result_set(
-                &mut out,
-                &mut seq,
-                2,
-                &[b"\x011\x012".to_vec(), vec![0xFB, 0xFB]],
-                dep,
-                2,
-            );
+            result_set(&mut out, &mut seq, 2, &[b"\x011\x012".to_vec(), vec![0xFB, 0xFB]], dep, 2);
             let mut s = Scanner::new(Reply::Query, dep);
-            assert_eq!(
-                scan_all(&mut s, &out),
-                (out.len(), Event::Done { error: false }),
-                "deprecate_eof={dep}"
-            );
+            assert_eq!(scan_all(&mut s, &out), (out.len(), Event::Done { error: false }), "deprecate_eof={dep}");
         }
     }
 
@@ -493,33 +460,11 @@ mod tests {
         let mut out = Vec::new();
         let mut seq = 1;
         result_set(&mut out, &mut seq, 1, &[b"\x01x".to_vec()], false, 2 | MORE);
-        write_ok(
-            &mut out,
-            &mut seq,
-            0,
-            &OkP {
-                affected_rows: 1,
-                status: 2 | MORE,
-                ..Default::default()
-            },
-            b"",
-        );
+        write_ok(&mut out, &mut seq, 0, &OkP { affected_rows: 1, status: 2 | MORE, ..Default::default() }, b"");
         result_set(&mut out, &mut seq, 1, &[], false, 2 | MORE);
-        write_ok(
-            &mut out,
-            &mut seq,
-            0,
-            &OkP {
-                status: 2,
-                ..Default::default()
-            },
-            b"",
-        );
+        write_ok(&mut out, &mut seq, 0, &OkP { status: 2, ..Default::default() }, b"");
         let mut s = Scanner::new(Reply::Query, false);
-        assert_eq!(
-            scan_all(&mut s, &out),
-            (out.len(), Event::Done { error: false })
-        );
+        assert_eq!(scan_all(&mut s, &out), (out.len(), Event::Done { error: false }));
     }
 
     #[test]
@@ -530,46 +475,22 @@ mod tests {
         write_packet(&mut out, &mut seq, b"\x03def");
         write_eof(&mut out, &mut seq, 0, 2);
         write_packet(&mut out, &mut seq, b"\x01x");
-        write_err(
-            &mut out,
-            &mut seq,
-            1317,
-            b"70100",
-            "Query execution was interrupted",
-        );
+        write_err(&mut out, &mut seq, 1317, b"70100", "Query execution was interrupted");
         let mut s = Scanner::new(Reply::Query, false);
-        assert_eq!(
-            scan_all(&mut s, &out),
-            (out.len(), Event::Done { error: true })
-        );
+        assert_eq!(scan_all(&mut s, &out), (out.len(), Event::Done { error: true }));
     }
 
     #[test]
     fn local_infile_round() {
         let mut s = Scanner::new(Reply::Query, true);
-        let req = [
-            9, 0, 0, 1, 0xFB, b'/', b't', b'm', b'p', b'/', b'x', b'.', b'c',
-        ];
+        let req = [9, 0, 0, 1, 0xFB, b'/', b't', b'm', b'p', b'/', b'x', b'.', b'c'];
         assert_eq!(s.feed(&req).unwrap(), (req.len(), Event::LocalInfile));
         // The client sent data with seq 2 and the empty packet with seq 3; the server answers seq 4.
         s.after_infile(3);
         let mut out = Vec::new();
         let mut seq = 4;
-        write_ok(
-            &mut out,
-            &mut seq,
-            0,
-            &OkP {
-                affected_rows: 10,
-                status: 2,
-                ..Default::default()
-            },
-            b"",
-        );
-        assert_eq!(
-            s.feed(&out).unwrap(),
-            (out.len(), Event::Done { error: false })
-        );
+        write_ok(&mut out, &mut seq, 0, &OkP { affected_rows: 10, status: 2, ..Default::default() }, b"");
+        assert_eq!(s.feed(&out).unwrap(), (out.len(), Event::Done { error: false }));
         // Execute never treats 0xFB as an infile request: it is a column count prefix there.
         let mut e = Scanner::new(Reply::Execute { cursor: false }, true);
         assert!(e.feed(&req).is_err());
@@ -595,11 +516,7 @@ mod tests {
                     }
                 }
                 let mut s = Scanner::new(Reply::Prepare, dep);
-                assert_eq!(
-                    s.feed(&out).unwrap(),
-                    (out.len(), Event::Done { error: false }),
-                    "{dep} {params} {cols}"
-                );
+                assert_eq!(s.feed(&out).unwrap(), (out.len(), Event::Done { error: false }), "{dep} {params} {cols}");
             }
         }
     }
@@ -612,21 +529,41 @@ mod tests {
         write_packet(&mut out, &mut seq, b"\x03def");
         write_eof(&mut out, &mut seq, 0, 2 | 0x40);
         let mut s = Scanner::new(Reply::Execute { cursor: true }, false);
-        assert_eq!(
-            s.feed(&out).unwrap(),
-            (out.len(), Event::Done { error: false })
-        );
+        assert_eq!(s.feed(&out).unwrap(), (out.len(), Event::Done { error: false }));
         // Then COM_STMT_FETCH: binary rows and an EOF with LAST_ROW_SENT.
         let mut out = Vec::new();
         let mut seq = 1;
         write_packet(&mut out, &mut seq, &[0x00, 0x00, 0x01]);
         write_eof(&mut out, &mut seq, 0, 2 | 0x80);
         let mut f = Scanner::new(Reply::Fetch, false);
-        assert_eq!(
-            f.feed(&out).unwrap(),
-            (out.len(), Event::Done { error: false })
-        );
+        assert_eq!(f.feed(&out).unwrap(), (out.len(), Event::Done { error: false }));
         assert_eq!(f.status() & 0x80, 0x80);
+    }
+
+    #[test]
+    fn mariadb_metadata_skipping_and_progress_reports() {
+        for dep in [false, true] {
+            let mut out = Vec::new();
+            let mut seq = 1;
+            // Progress report, then a column count of 2 with "metadata follows" = 0.
+            write_packet(&mut out, &mut seq, &[0xFF, 0xFF, 0xFF, 1, 1, 0, 0, 0, 0, 0]);
+            write_packet(&mut out, &mut seq, &[2, 0]);
+            if !dep {
+                write_eof(&mut out, &mut seq, 0, 2);
+            }
+            write_packet(&mut out, &mut seq, &[0x00, 0x00, 1, 2]);
+            if dep {
+                write_ok(&mut out, &mut seq, 0xFE, &OkP { status: 2, ..Default::default() }, b"");
+            } else {
+                write_eof(&mut out, &mut seq, 0, 2);
+            }
+            let mut s = Scanner::new(Reply::Execute { cursor: false }, dep)
+                .with_mariadb_capabilities(MARIADB_CLIENT_CACHE_METADATA | MARIADB_CLIENT_PROGRESS);
+            assert_eq!(s.feed(&out).unwrap(), (out.len(), Event::Done { error: false }), "deprecate_eof={dep}");
+            // Without the capabilities the same bytes end at the "error".
+            let mut plain = Scanner::new(Reply::Execute { cursor: false }, dep);
+            assert_eq!(plain.feed(&out).unwrap().1, Event::Done { error: true });
+        }
     }
 
     #[test]
@@ -636,18 +573,12 @@ mod tests {
         write_packet(&mut out, &mut seq, b"\x03def\x04test");
         write_eof(&mut out, &mut seq, 0, 2);
         let mut s = Scanner::new(Reply::FieldList, false);
-        assert_eq!(
-            s.feed(&out).unwrap(),
-            (out.len(), Event::Done { error: false })
-        );
+        assert_eq!(s.feed(&out).unwrap(), (out.len(), Event::Done { error: false }));
         let mut out = Vec::new();
         let mut seq = 1;
         write_packet(&mut out, &mut seq, b"Uptime: 5  Threads: 1");
         let mut s = Scanner::new(Reply::Single, true);
-        assert_eq!(
-            s.feed(&out).unwrap(),
-            (out.len(), Event::Done { error: false })
-        );
+        assert_eq!(s.feed(&out).unwrap(), (out.len(), Event::Done { error: false }));
     }
 
     #[test]
@@ -660,10 +591,7 @@ mod tests {
         let mut seq = 1;
         result_set(&mut out, &mut seq, 1, &[row], true, 2);
         let mut s = Scanner::new(Reply::Query, true);
-        assert_eq!(
-            s.feed(&out).unwrap(),
-            (out.len(), Event::Done { error: false })
-        );
+        assert_eq!(s.feed(&out).unwrap(), (out.len(), Event::Done { error: false }));
     }
 
     #[test]
@@ -682,14 +610,7 @@ mod tests {
         (
             any::<bool>(),
             proptest::collection::vec(
-                (
-                    1usize..4,
-                    proptest::collection::vec(
-                        proptest::collection::vec(any::<u8>(), 1..300),
-                        0..20,
-                    ),
-                    any::<bool>(),
-                ),
+                (1usize..4, proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..300), 0..20), any::<bool>()),
                 1..4,
             ),
         )
@@ -710,16 +631,7 @@ mod tests {
                         })
                         .collect();
                     if as_ok {
-                        write_ok(
-                            &mut out,
-                            &mut seq,
-                            0,
-                            &OkP {
-                                status,
-                                ..Default::default()
-                            },
-                            b"",
-                        );
+                        write_ok(&mut out, &mut seq, 0, &OkP { status, ..Default::default() }, b"");
                     } else {
                         result_set(&mut out, &mut seq, cols, &rows, dep, status);
                     }

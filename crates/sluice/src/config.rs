@@ -102,12 +102,7 @@ pub struct TlsSection {
 
 impl Default for TlsSection {
     fn default() -> Self {
-        TlsSection {
-            enabled: true,
-            cert: None,
-            key: None,
-            rsa_key: None,
-        }
+        TlsSection { enabled: true, cert: None, key: None, rsa_key: None }
     }
 }
 
@@ -205,9 +200,7 @@ fn bool_or_int<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
         B::Bool(b) => Ok(b),
         B::Int(0) => Ok(false),
         B::Int(1) => Ok(true),
-        B::Int(n) => Err(serde::de::Error::custom(format!(
-            "expected 0 or 1 (or true/false), got {n}"
-        ))),
+        B::Int(n) => Err(serde::de::Error::custom(format!("expected 0 or 1 (or true/false), got {n}"))),
     }
 }
 
@@ -270,10 +263,7 @@ enum PathPart {
 }
 
 fn problem(path: Vec<PathPart>, message: impl Into<String>) -> Problem {
-    Problem {
-        path,
-        message: message.into(),
-    }
+    Problem { path, message: message.into() }
 }
 
 impl FileConfig {
@@ -286,43 +276,25 @@ impl FileConfig {
         use PathPart::{Index, Key};
         let mut out = Vec::new();
         if self.proxy.listen.is_empty() {
-            out.push(problem(
-                vec![Key("proxy"), Key("listen")],
-                "at least one address is needed",
-            ));
+            out.push(problem(vec![Key("proxy"), Key("listen")], "at least one address is needed"));
         }
         for (i, a) in self.proxy.listen.iter().enumerate() {
             if a.parse::<SocketAddr>().is_err() {
-                out.push(problem(
-                    vec![Key("proxy"), Key("listen"), Index(i)],
-                    format!("`{a}` is not an IP:port address"),
-                ));
+                out.push(problem(vec![Key("proxy"), Key("listen"), Index(i)], format!("`{a}` is not an IP:port address")));
             }
         }
         if self.proxy.workers == Some(0) {
-            out.push(problem(
-                vec![Key("proxy"), Key("workers")],
-                "must be at least 1",
-            ));
+            out.push(problem(vec![Key("proxy"), Key("workers")], "must be at least 1"));
         }
         let plugin = self.proxy.default_auth_plugin.as_str();
-        if plugin != proto::auth::MYSQL_NATIVE_PASSWORD
-            && plugin != proto::auth::CACHING_SHA2_PASSWORD
-        {
+        if plugin != proto::auth::MYSQL_NATIVE_PASSWORD && plugin != proto::auth::CACHING_SHA2_PASSWORD {
             out.push(problem(
                 vec![Key("proxy"), Key("default_auth_plugin")],
-                format!(
-                    "`{plugin}` is not supported (mysql_native_password or caching_sha2_password)"
-                ),
+                format!("`{plugin}` is not supported (mysql_native_password or caching_sha2_password)"),
             ));
         }
-        if self.proxy.buffer_low_watermark >= self.proxy.buffer_high_watermark
-            || self.proxy.buffer_high_watermark < 16 << 10
-        {
-            out.push(problem(
-                vec![Key("proxy"), Key("buffer_high_watermark")],
-                "must be at least 16384 and above buffer_low_watermark",
-            ));
+        if self.proxy.buffer_low_watermark >= self.proxy.buffer_high_watermark || self.proxy.buffer_high_watermark < 16 << 10 {
+            out.push(problem(vec![Key("proxy"), Key("buffer_high_watermark")], "must be at least 16384 and above buffer_low_watermark"));
         }
         if self.proxy.backend_users && self.monitor.as_ref().is_none_or(|m| m.username.is_empty()) {
             out.push(problem(
@@ -331,118 +303,55 @@ impl FileConfig {
             ));
         }
         if self.tls.cert.is_some() != self.tls.key.is_some() {
-            out.push(problem(
-                vec![
-                    Key("tls"),
-                    Key(if self.tls.cert.is_some() {
-                        "key"
-                    } else {
-                        "cert"
-                    }),
-                ],
-                "cert and key go together",
-            ));
+            out.push(problem(vec![Key("tls"), Key(if self.tls.cert.is_some() { "key" } else { "cert" })], "cert and key go together"));
         }
         if self.mysql_servers.is_empty() {
-            out.push(problem(
-                vec![Key("mysql_servers")],
-                "at least one [[mysql_servers]] row is needed",
-            ));
+            out.push(problem(vec![Key("mysql_servers")], "at least one [[mysql_servers]] row is needed"));
         }
         for (i, s) in self.mysql_servers.iter().enumerate() {
             if s.hostname.trim().is_empty() {
-                out.push(problem(
-                    vec![Key("mysql_servers"), Index(i), Key("hostname")],
-                    "must not be empty",
-                ));
+                out.push(problem(vec![Key("mysql_servers"), Index(i), Key("hostname")], "must not be empty"));
             }
             if s.port == 0 {
-                out.push(problem(
-                    vec![Key("mysql_servers"), Index(i), Key("port")],
-                    "must not be 0",
-                ));
+                out.push(problem(vec![Key("mysql_servers"), Index(i), Key("port")], "must not be 0"));
             }
-            let dup = self.mysql_servers[..i].iter().any(|o| {
-                o.hostgroup_id == s.hostgroup_id && o.hostname == s.hostname && o.port == s.port
-            });
+            let dup =
+                self.mysql_servers[..i].iter().any(|o| o.hostgroup_id == s.hostgroup_id && o.hostname == s.hostname && o.port == s.port);
             if dup {
                 out.push(problem(
                     vec![Key("mysql_servers"), Index(i), Key("hostname")],
-                    format!(
-                        "{}:{} is already in hostgroup {}",
-                        s.hostname, s.port, s.hostgroup_id
-                    ),
+                    format!("{}:{} is already in hostgroup {}", s.hostname, s.port, s.hostgroup_id),
                 ));
             }
         }
         if self.mysql_users.is_empty() && !self.proxy.backend_users {
-            out.push(problem(
-                vec![Key("mysql_users")],
-                "at least one [[mysql_users]] row is needed (or proxy.backend_users = true)",
-            ));
+            out.push(problem(vec![Key("mysql_users")], "at least one [[mysql_users]] row is needed (or proxy.backend_users = true)"));
         }
         for (i, u) in self.mysql_users.iter().enumerate() {
             let at = |k| vec![Key("mysql_users"), Index(i), Key(k)];
             if u.username.is_empty() {
                 out.push(problem(at("username"), "must not be empty"));
             }
-            if self.mysql_users[..i]
-                .iter()
-                .any(|o| o.username == u.username)
-            {
-                out.push(problem(
-                    at("username"),
-                    format!("user `{}` is defined twice", u.username),
-                ));
+            if self.mysql_users[..i].iter().any(|o| o.username == u.username) {
+                out.push(problem(at("username"), format!("user `{}` is defined twice", u.username)));
             }
-            if u.password.starts_with('*')
-                && u.password.len() == 41
-                && proto::auth::parse_native_hash(&u.password).is_none()
-            {
-                out.push(problem(
-                    at("password"),
-                    "looks like a mysql_native_password hash but is not `*` + 40 hex digits",
-                ));
+            if u.password.starts_with('*') && u.password.len() == 41 && proto::auth::parse_native_hash(&u.password).is_none() {
+                out.push(problem(at("password"), "looks like a mysql_native_password hash but is not `*` + 40 hex digits"));
             }
-            if !self
-                .mysql_servers
-                .iter()
-                .any(|s| s.hostgroup_id == u.default_hostgroup)
-                && !self.mysql_servers.is_empty()
-            {
-                out.push(problem(
-                    at("default_hostgroup"),
-                    format!(
-                        "hostgroup {} has no [[mysql_servers]] row",
-                        u.default_hostgroup
-                    ),
-                ));
+            if !self.mysql_servers.iter().any(|s| s.hostgroup_id == u.default_hostgroup) && !self.mysql_servers.is_empty() {
+                out.push(problem(at("default_hostgroup"), format!("hostgroup {} has no [[mysql_servers]] row", u.default_hostgroup)));
             }
             if u.backend_password.is_some() && u.backend_username.is_none() {
                 out.push(problem(at("backend_password"), "needs backend_username"));
             }
-            if u.backend_password
-                .as_deref()
-                .is_some_and(|p| proto::auth::parse_native_hash(p).is_some())
-            {
-                out.push(problem(
-                    at("backend_password"),
-                    "must be plain text: sluice logs in to the backend with it",
-                ));
+            if u.backend_password.as_deref().is_some_and(|p| proto::auth::parse_native_hash(p).is_some()) {
+                out.push(problem(at("backend_password"), "must be plain text: sluice logs in to the backend with it"));
             }
         }
-        if self.proxy.backend_users
-            && !self
-                .mysql_servers
-                .iter()
-                .any(|s| s.hostgroup_id == self.proxy.backend_users_hostgroup)
-        {
+        if self.proxy.backend_users && !self.mysql_servers.iter().any(|s| s.hostgroup_id == self.proxy.backend_users_hostgroup) {
             out.push(problem(
                 vec![Key("proxy"), Key("backend_users_hostgroup")],
-                format!(
-                    "hostgroup {} has no [[mysql_servers]] row",
-                    self.proxy.backend_users_hostgroup
-                ),
+                format!("hostgroup {} has no [[mysql_servers]] row", self.proxy.backend_users_hostgroup),
             ));
         }
         out
@@ -453,16 +362,8 @@ impl FileConfig {
         if let Some(p) = self.problems().into_iter().next() {
             return Err(locate_problem(file, src, &p));
         }
-        let listen = self
-            .proxy
-            .listen
-            .iter()
-            .filter_map(|a| a.parse().ok())
-            .collect();
-        let workers = self
-            .proxy
-            .workers
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let listen = self.proxy.listen.iter().filter_map(|a| a.parse().ok()).collect();
+        let workers = self.proxy.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         Ok(Config {
             listen,
             workers,
@@ -512,20 +413,11 @@ fn locate_problem(file: Option<&Path>, src: Option<&str>, p: &Problem) -> Config
         }
         span.map(|r| line_of(src, r.start))
     });
-    ConfigError {
-        file: file.map(Path::to_path_buf),
-        line,
-        field: field_name(&p.path),
-        message: p.message.clone(),
-    }
+    ConfigError { file: file.map(Path::to_path_buf), line, field: field_name(&p.path), message: p.message.clone() }
 }
 
 fn line_of(src: &str, offset: usize) -> usize {
-    src[..offset.min(src.len())]
-        .bytes()
-        .filter(|&b| b == b'\n')
-        .count()
-        + 1
+    src[..offset.min(src.len())].bytes().filter(|&b| b == b'\n').count() + 1
 }
 
 /// Turns a TOML/serde error into `line` + `[section] field `name``.
@@ -535,12 +427,8 @@ fn locate_parse_error(file: &Path, src: &str, e: &toml::de::Error) -> ConfigErro
             let line = line_of(src, span.start);
             let lines: Vec<&str> = src.lines().collect();
             let text = lines.get(line - 1).copied().unwrap_or("");
-            let section = lines[..line.saturating_sub(1).min(lines.len())]
-                .iter()
-                .rev()
-                .map(|l| l.trim())
-                .find(|l| l.starts_with('['))
-                .unwrap_or("");
+            let section =
+                lines[..line.saturating_sub(1).min(lines.len())].iter().rev().map(|l| l.trim()).find(|l| l.starts_with('[')).unwrap_or("");
             let key = text.split_once('=').map(|(k, _)| k.trim()).unwrap_or("");
             let field = match (section.is_empty(), key.is_empty()) {
                 (_, true) => section.to_string(),
@@ -551,12 +439,7 @@ fn locate_parse_error(file: &Path, src: &str, e: &toml::de::Error) -> ConfigErro
         }
         None => (None, String::new()),
     };
-    ConfigError {
-        file: Some(file.to_path_buf()),
-        line,
-        field,
-        message: e.message().trim().to_string(),
-    }
+    ConfigError { file: Some(file.to_path_buf()), line, field, message: e.message().trim().to_string() }
 }
 
 /// Reads and validates a config file.
@@ -572,24 +455,12 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
 }
 
 /// The quick-start form: one backend, one user who is both the client and the backend login.
-pub fn quick_start(
-    listen: Vec<String>,
-    backend: &str,
-    user: &str,
-    password: &str,
-) -> Result<Config, ConfigError> {
-    let err = |field: &str, message: String| ConfigError {
-        file: None,
-        line: None,
-        field: field.into(),
-        message,
-    };
+pub fn quick_start(listen: Vec<String>, backend: &str, user: &str, password: &str) -> Result<Config, ConfigError> {
+    let err = |field: &str, message: String| ConfigError { file: None, line: None, field: field.into(), message };
     let (host, port) = match backend.rsplit_once(':') {
-        Some((h, p)) => (
-            h.trim_matches(|c| c == '[' || c == ']'),
-            p.parse::<u16>()
-                .map_err(|_| err("--backend", format!("`{backend}`: bad port")))?,
-        ),
+        Some((h, p)) => {
+            (h.trim_matches(|c| c == '[' || c == ']'), p.parse::<u16>().map_err(|_| err("--backend", format!("`{backend}`: bad port")))?)
+        }
         None => (backend, 3306),
     };
     let mut fc = FileConfig::default();
@@ -646,10 +517,7 @@ default_hostgroup = 0
     #[test]
     fn issue_example_loads() {
         let c = load(GOOD).unwrap();
-        assert_eq!(
-            c.listen,
-            vec!["127.0.0.1:6033".parse::<SocketAddr>().unwrap()]
-        );
+        assert_eq!(c.listen, vec!["127.0.0.1:6033".parse::<SocketAddr>().unwrap()]);
         assert_eq!(c.servers[0].weight, 1);
         assert!(c.users[0].active);
         assert!(c.workers >= 1);
@@ -657,24 +525,20 @@ default_hostgroup = 0
 
     #[test]
     fn proxysql_style_ints_for_booleans() {
-        let src = GOOD
-            .replace("port = 3306", "port = 3306\nuse_ssl = 1")
-            .replace("default_hostgroup = 0", "default_hostgroup = 0\nactive = 0");
+        let src =
+            GOOD.replace("port = 3306", "port = 3306\nuse_ssl = 1").replace("default_hostgroup = 0", "default_hostgroup = 0\nactive = 0");
         let c = load(&src).unwrap();
         assert!(c.servers[0].use_ssl);
         assert!(!c.users[0].active);
         let e = load(&GOOD.replace("port = 3306", "port = 3306\nuse_ssl = 7")).unwrap_err();
-        assert_eq!(e.line, Some(7));
+        assert_eq!(e.line, Some(8));
     }
 
     #[test]
     fn unknown_field_names_file_line_and_field() {
         let e = load(&GOOD.replace("hostgroup_id = 0", "hostgrup_id = 0")).unwrap_err();
         let text = e.to_string();
-        assert!(
-            text.starts_with("sluice.toml:5: [[mysql_servers]]"),
-            "{text}"
-        );
+        assert!(text.starts_with("sluice.toml:5: [[mysql_servers]]"), "{text}");
         assert!(text.contains("hostgrup_id"), "{text}");
     }
 
@@ -693,17 +557,14 @@ default_hostgroup = 0
         assert!(e.message.contains("hostgroup 5"));
         let e = load(&GOOD.replace("[\"127.0.0.1:6033\"]", "[\"localhost\"]")).unwrap_err();
         assert_eq!((e.line, e.field.as_str()), (Some(3), "proxy.listen[0]"));
-        let e = load(&GOOD.replace("password = \"\"", "password = \"*12\"")).unwrap_err();
+        let e = load(&GOOD.replace("password = \"\"", &format!("password = \"*{}\"", "Z".repeat(40)))).unwrap_err();
         assert_eq!(e.field, "mysql_users[0].password");
     }
 
     #[test]
     fn quick_start_builds_one_server_and_user() {
         let c = quick_start(vec!["127.0.0.1:0".into()], "127.0.0.1:3307", "app", "pw").unwrap();
-        assert_eq!(
-            (c.servers[0].hostname.as_str(), c.servers[0].port),
-            ("127.0.0.1", 3307)
-        );
+        assert_eq!((c.servers[0].hostname.as_str(), c.servers[0].port), ("127.0.0.1", 3307));
         assert_eq!(c.users[0].username, "app");
         assert!(quick_start(vec![], "127.0.0.1:x", "a", "").is_err());
     }

@@ -6,11 +6,7 @@ use std::net::SocketAddr;
 use tokio_util::sync::CancellationToken;
 
 pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    let domain = if addr.is_ipv4() {
-        socket2::Domain::IPV4
-    } else {
-        socket2::Domain::IPV6
-    };
+    let domain = if addr.is_ipv4() { socket2::Domain::IPV4 } else { socket2::Domain::IPV6 };
     let sock = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
     sock.set_reuse_address(true)?;
     sock.bind(&addr.into())?;
@@ -25,18 +21,8 @@ pub async fn accept_all(
     shutdown: &CancellationToken,
     hand_off: impl Fn(tokio::net::TcpStream, SocketAddr),
 ) {
-    let listeners: Vec<tokio::net::TcpListener> = listeners
-        .into_iter()
-        .filter_map(|l| tokio::net::TcpListener::from_std(l).ok())
-        .collect();
-    let accept_any = || {
-        futures_select_all(
-            listeners
-                .iter()
-                .map(|l| Box::pin(l.accept()))
-                .collect::<Vec<_>>(),
-        )
-    };
+    let listeners: Vec<tokio::net::TcpListener> = listeners.into_iter().filter_map(|l| tokio::net::TcpListener::from_std(l).ok()).collect();
+    let accept_any = || futures_select_all(listeners.iter().map(|l| Box::pin(l.accept())).collect::<Vec<_>>());
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,

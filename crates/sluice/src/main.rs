@@ -6,11 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "sluice",
-    version,
-    about = "A MySQL/MariaDB-protocol database proxy"
-)]
+#[command(name = "sluice", version, about = "A MySQL/MariaDB-protocol database proxy")]
 struct Args {
     /// TOML configuration file.
     #[arg(long, short = 'c')]
@@ -41,20 +37,12 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
     let loaded = match (&args.config, &args.backend) {
         (Some(path), _) => config::load_file(path),
-        (None, Some(backend)) => config::quick_start(
-            args.listen.clone(),
-            backend,
-            args.user.as_deref().unwrap_or("root"),
-            &args.password,
-        ),
+        (None, Some(backend)) => config::quick_start(args.listen.clone(), backend, args.user.as_deref().unwrap_or("root"), &args.password),
         (None, None) => {
             eprintln!("sluice: give --config FILE, or --backend HOST:PORT --user NAME [--password PW] [--listen ADDR]");
             return ExitCode::from(2);
@@ -96,19 +84,13 @@ fn main() -> ExitCode {
 }
 
 fn wait_for_signal() {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(_) => return,
     };
     rt.block_on(async {
         use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
+        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
             return;
         };
         tokio::select! {

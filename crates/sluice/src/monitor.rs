@@ -14,9 +14,7 @@ pub fn probe_profile(shared: &Shared) {
     let addr = format!("{}:{}", server.hostname, server.port);
     let greeting = (|| -> Option<proto::handshake::ServerGreeting> {
         use std::io::Read;
-        let sa = std::net::ToSocketAddrs::to_socket_addrs(&addr)
-            .ok()?
-            .next()?;
+        let sa = std::net::ToSocketAddrs::to_socket_addrs(&addr).ok()?.next()?;
         let mut s = std::net::TcpStream::connect_timeout(&sa, Duration::from_secs(1)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
         let mut header = [0u8; 4];
@@ -28,27 +26,16 @@ pub fn probe_profile(shared: &Shared) {
     })();
     match greeting {
         Some(g) => shared.learn_profile(&g),
-        None => tracing::warn!(
-            "backend {addr} did not answer at start-up; greeting clients with defaults"
-        ),
+        None => tracing::warn!("backend {addr} did not answer at start-up; greeting clients with defaults"),
     }
 }
 
 /// Reads (user, host, plugin, native hash) rows from mysql.user with the monitor login.
-pub async fn load_accounts(
-    shared: &Shared,
-) -> anyhow::Result<Vec<(String, String, String, String)>> {
+pub async fn load_accounts(shared: &Shared) -> anyhow::Result<Vec<(String, String, String, String)>> {
     let monitor = shared.config.monitor.clone().unwrap_or_default();
     let hostgroup = shared.users.backend.as_ref().map_or(0, |b| b.hostgroup());
-    let server = shared
-        .hostgroups
-        .pick(hostgroup)
-        .ok_or_else(|| anyhow::anyhow!("hostgroup {hostgroup} has no ONLINE server"))?;
-    let credential = if monitor.password.is_empty() {
-        Credential::Empty
-    } else {
-        Credential::Plain(monitor.password.clone())
-    };
+    let server = shared.hostgroups.pick(hostgroup).ok_or_else(|| anyhow::anyhow!("hostgroup {hostgroup} has no ONLINE server"))?;
+    let credential = if monitor.password.is_empty() { Credential::Empty } else { Credential::Plain(monitor.password.clone()) };
     let params = pool::ConnectParams {
         server,
         username: &monitor.username,
@@ -57,23 +44,18 @@ pub async fn load_accounts(
         collation: 45,
         capabilities: pool::backend::internal_capabilities(),
         attrs: &[],
+        mariadb_caps: 0,
         timeout: shared.config.connect_timeout(),
     };
     let (mut conn, _) = pool::connect(&params).await?;
-    let rows = conn
-        .query("SELECT User, Host, plugin, IF(authentication_string = '', Password, authentication_string) FROM mysql.user")
-        .await;
+    let rows =
+        conn.query("SELECT User, Host, plugin, IF(authentication_string = '', Password, authentication_string) FROM mysql.user").await;
     conn.quit().await;
     Ok(rows?
         .into_iter()
         .filter_map(|r| {
             let mut it = r.into_iter();
-            Some((
-                it.next()??,
-                it.next()??,
-                it.next()?.unwrap_or_default(),
-                it.next()?.unwrap_or_default(),
-            ))
+            Some((it.next()??, it.next()??, it.next()?.unwrap_or_default(), it.next()?.unwrap_or_default()))
         })
         .collect())
 }

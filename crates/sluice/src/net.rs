@@ -51,28 +51,16 @@ macro_rules! delegate {
 }
 
 impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         delegate!(self, s => Pin::new(s).poll_read(cx, buf))
     }
 }
 
 impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         delegate!(self, s => Pin::new(s).poll_write(cx, buf))
     }
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
+    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
         delegate!(self, s => Pin::new(s).poll_write_vectored(cx, bufs))
     }
     fn is_write_vectored(&self) -> bool {
@@ -103,10 +91,7 @@ pub struct Conn {
 
 impl Conn {
     pub fn new(stream: Stream) -> Self {
-        Conn {
-            stream,
-            rbuf: BytesMut::new(),
-        }
+        Conn { stream, rbuf: BytesMut::new() }
     }
 
     /// Reads until a whole logical packet is at the front of `rbuf`; `Ok(None)` on a clean EOF
@@ -125,10 +110,7 @@ impl Conn {
                 return if self.rbuf.is_empty() {
                     Ok(None)
                 } else {
-                    Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "connection closed inside a packet",
-                    ))
+                    Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed inside a packet"))
                 };
             }
         }
@@ -144,19 +126,13 @@ impl Conn {
 
     /// Reads one packet with exact-size reads, leaving nothing buffered: used before a TLS
     /// upgrade, whose first bytes must reach the TLS layer untouched.
-    pub async fn read_packet_unbuffered(
-        &mut self,
-        max_payload: usize,
-    ) -> io::Result<(u8, Vec<u8>)> {
+    pub async fn read_packet_unbuffered(&mut self, max_payload: usize) -> io::Result<(u8, Vec<u8>)> {
         debug_assert!(self.rbuf.is_empty());
         let mut header = [0u8; 4];
         self.stream.read_exact(&mut header).await?;
         let (len, seq) = frame::header(&header).unwrap_or((0, 0));
         if len > max_payload || len >= frame::MAX_CHUNK {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "handshake packet too large",
-            ));
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "handshake packet too large"));
         }
         let mut payload = vec![0; len];
         self.stream.read_exact(&mut payload).await?;
@@ -165,10 +141,7 @@ impl Conn {
 
     /// Reads one packet (joined if split) and returns (sequence id of its last chunk, payload).
     pub async fn read_packet(&mut self, max_payload: usize) -> io::Result<(u8, Vec<u8>)> {
-        let f = self
-            .read_frame(max_payload)
-            .await?
-            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed"))?;
+        let f = self.read_frame(max_payload).await?.ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed"))?;
         let payload = f.payload(&self.rbuf).into_owned();
         self.consume(f.wire_len);
         Ok((f.last_seq, payload))

@@ -51,10 +51,7 @@ pub struct Registry {
 
 impl Default for Registry {
     fn default() -> Self {
-        Registry {
-            next_id: AtomicU32::new(1),
-            sessions: Mutex::new(HashMap::new()),
-        }
+        Registry { next_id: AtomicU32::new(1), sessions: Mutex::new(HashMap::new()) }
     }
 }
 
@@ -96,10 +93,7 @@ impl Registry {
         if let Some(h) = u32::try_from(id).ok().and_then(|id| sessions.get(&id)) {
             return Some(h.clone());
         }
-        sessions
-            .values()
-            .find(|h| h.backend().is_some_and(|(_, t)| t as u64 == id))
-            .cloned()
+        sessions.values().find(|h| h.backend().is_some_and(|(_, t)| t as u64 == id)).cloned()
     }
 
     pub fn len(&self) -> usize {

@@ -35,11 +35,7 @@ impl Hostgroups {
     pub fn from_config(config: &Config) -> anyhow::Result<Hostgroups> {
         let mut servers = Vec::new();
         for s in &config.servers {
-            let tls = if s.use_ssl {
-                Some(crate::tls::client_config(s.ssl_ca.as_deref())?)
-            } else {
-                None
-            };
+            let tls = if s.use_ssl { Some(crate::tls::client_config(s.ssl_ca.as_deref())?) } else { None };
             servers.push(Server {
                 hostgroup: s.hostgroup_id,
                 hostname: s.hostname.clone(),
@@ -50,28 +46,17 @@ impl Hostgroups {
                 tls,
             });
         }
-        Ok(Hostgroups {
-            servers,
-            next: AtomicU64::new(0),
-        })
+        Ok(Hostgroups { servers, next: AtomicU64::new(0) })
     }
 
     /// An ONLINE server of `hostgroup`, chosen by weight. `None` when none is ONLINE.
     pub fn pick(&self, hostgroup: u32) -> Option<&Server> {
-        let online = || {
-            self.servers
-                .iter()
-                .filter(|s| s.hostgroup == hostgroup && s.status == ServerStatus::Online)
-        };
+        let online = || self.servers.iter().filter(|s| s.hostgroup == hostgroup && s.status == ServerStatus::Online);
         let total: u64 = online().map(|s| s.weight.max(1) as u64).sum();
         if total == 0 {
             return None;
         }
-        let mut ticket = self
-            .next
-            .fetch_add(1, Ordering::Relaxed)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            % total;
+        let mut ticket = self.next.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37_79B9_7F4A_7C15) % total;
         for s in online() {
             let w = s.weight.max(1) as u64;
             if ticket < w {

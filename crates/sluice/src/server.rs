@@ -21,6 +21,7 @@ use tokio_util::task::TaskTracker;
 pub struct Profile {
     pub server_version: String,
     pub capabilities: CapabilityFlags,
+    pub mariadb_caps: u32,
     pub collation: u8,
 }
 
@@ -29,6 +30,7 @@ impl Default for Profile {
         Profile {
             server_version: "5.5.5-10.11.0-MariaDB-sluice".into(),
             capabilities: crate::pool::backend::passthrough_capabilities(),
+            mariadb_caps: 0,
             collation: 45,
         }
     }
@@ -55,14 +57,16 @@ impl Shared {
 
     /// Keeps the greeting in line with what backends actually say (checked at connect only).
     pub fn learn_profile(&self, g: &ServerGreeting) {
-        let changed = self.profile.read().is_ok_and(|p| {
-            p.server_version != g.server_version || p.capabilities != g.capabilities
-        });
+        let changed = self
+            .profile
+            .read()
+            .is_ok_and(|p| p.server_version != g.server_version || p.capabilities != g.capabilities || p.mariadb_caps != g.mariadb_caps);
         if changed {
             if let Ok(mut p) = self.profile.write() {
                 *p = Profile {
                     server_version: g.server_version.clone(),
                     capabilities: g.capabilities,
+                    mariadb_caps: g.mariadb_caps,
                     collation: g.collation,
                 };
             }
@@ -112,10 +116,7 @@ impl Server {
     pub fn start(config: Config) -> anyhow::Result<Server> {
         let hostgroups = Hostgroups::from_config(&config)?;
         let tls = if config.tls.enabled {
-            Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(
-                config.tls.cert.as_deref(),
-                config.tls.key.as_deref(),
-            )?))
+            Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(config.tls.cert.as_deref(), config.tls.key.as_deref())?))
         } else {
             None
         };
@@ -125,10 +126,7 @@ impl Server {
             .iter()
             .map(|a| listener::bind(*a).map_err(|e| anyhow::anyhow!("cannot listen on {a}: {e}")))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let addrs = listeners
-            .iter()
-            .map(|l| l.local_addr())
-            .collect::<Result<Vec<_>, _>>()?;
+        let addrs = listeners.iter().map(|l| l.local_addr()).collect::<Result<Vec<_>, _>>()?;
         let shared = Arc::new(Shared {
             hostgroups,
             users,
@@ -146,11 +144,7 @@ impl Server {
             RuntimeKind::Steal => start_stealing(&shared, listeners)?,
         };
         tracing::info!(listen = ?addrs, workers = shared.config.workers, runtime = ?shared.config.proxy.runtime, "sluice started");
-        Ok(Server {
-            shared,
-            addrs,
-            threads,
-        })
+        Ok(Server { shared, addrs, threads })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -171,10 +165,7 @@ impl Server {
     }
 }
 
-fn runtime_thread(
-    name: String,
-    f: impl FnOnce() + Send + 'static,
-) -> anyhow::Result<JoinHandle<()>> {
+fn runtime_thread(name: String, f: impl FnOnce() + Send + 'static) -> anyhow::Result<JoinHandle<()>> {
     Ok(std::thread::Builder::new().name(name).spawn(f)?)
 }
 
@@ -186,15 +177,11 @@ async fn drain(tracker: TaskTracker, shared: &Shared) {
 
 /// One current-thread runtime per worker; the acceptor hands each connection to the next
 /// worker, where its session stays for its whole life.
-fn start_per_core(
-    shared: &Arc<Shared>,
-    listeners: Vec<std::net::TcpListener>,
-) -> anyhow::Result<Vec<JoinHandle<()>>> {
+fn start_per_core(shared: &Arc<Shared>, listeners: Vec<std::net::TcpListener>) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let mut threads = Vec::new();
     let mut senders = Vec::new();
     for w in 0..shared.config.workers {
-        let (tx, mut rx) =
-            tokio::sync::mpsc::unbounded_channel::<(std::net::TcpStream, SocketAddr)>();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(std::net::TcpStream, SocketAddr)>();
         senders.push(tx);
         let shared = shared.clone();
         threads.push(runtime_thread(format!("sluice-worker-{w}"), move || {
@@ -222,10 +209,7 @@ fn start_per_core(
     }
     let shared = shared.clone();
     threads.push(runtime_thread("sluice-acceptor".into(), move || {
-        let rt = match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
+        let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(rt) => rt,
             Err(e) => return tracing::error!("acceptor: cannot build runtime: {e}"),
         };
@@ -244,10 +228,7 @@ fn start_per_core(
 }
 
 /// One multi-threaded work-stealing runtime with `workers` threads.
-fn start_stealing(
-    shared: &Arc<Shared>,
-    listeners: Vec<std::net::TcpListener>,
-) -> anyhow::Result<Vec<JoinHandle<()>>> {
+fn start_stealing(shared: &Arc<Shared>, listeners: Vec<std::net::TcpListener>) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(shared.config.workers)
         .thread_name("sluice-worker")

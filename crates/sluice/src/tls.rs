@@ -14,19 +14,14 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// The acceptor for clients that send an SSLRequest.
-pub fn server_config(
-    cert: Option<&Path>,
-    key: Option<&Path>,
-) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+pub fn server_config(cert: Option<&Path>, key: Option<&Path>) -> anyhow::Result<Arc<rustls::ServerConfig>> {
     let (chain, key) = match (cert, key) {
         (Some(cert), Some(key)) => {
-            let chain: Vec<CertificateDer<'static>> =
-                rustls_pemfile::certs(&mut std::io::BufReader::new(
-                    std::fs::File::open(cert)
-                        .with_context(|| format!("tls.cert {}", cert.display()))?,
-                ))
-                .collect::<Result<_, _>>()
-                .with_context(|| format!("tls.cert {}: not PEM certificates", cert.display()))?;
+            let chain: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut std::io::BufReader::new(
+                std::fs::File::open(cert).with_context(|| format!("tls.cert {}", cert.display()))?,
+            ))
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("tls.cert {}: not PEM certificates", cert.display()))?;
             if chain.is_empty() {
                 return Err(anyhow!("tls.cert {}: no certificate found", cert.display()));
             }
@@ -51,22 +46,15 @@ pub fn server_config(
 fn self_signed() -> anyhow::Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
     let key = rcgen::KeyPair::generate()?;
     let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()])?;
-    params.distinguished_name.push(
-        rcgen::DnType::CommonName,
-        "sluice auto-generated server certificate",
-    );
+    params.distinguished_name.push(rcgen::DnType::CommonName, "sluice auto-generated server certificate");
     let cert = params.self_signed(&key)?;
-    Ok((
-        vec![cert.der().clone()],
-        PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-    ))
+    Ok((vec![cert.der().clone()], PrivateKeyDer::Pkcs8(key.serialize_der().into())))
 }
 
 /// TLS towards a backend: verified against `ca` when given, otherwise encrypted without
 /// verification (MySQL's `--ssl-mode=REQUIRED`).
 pub fn client_config(ca: Option<&Path>) -> anyhow::Result<Arc<rustls::ClientConfig>> {
-    let builder = rustls::ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?;
+    let builder = rustls::ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
     let config = match ca {
         Some(ca) => {
             let mut roots = rustls::RootCertStore::empty();
@@ -77,10 +65,7 @@ pub fn client_config(ca: Option<&Path>) -> anyhow::Result<Arc<rustls::ClientConf
             }
             builder.with_root_certificates(roots).with_no_client_auth()
         }
-        None => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerify))
-            .with_no_client_auth(),
+        None => builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerify)).with_no_client_auth(),
     };
     Ok(Arc::new(config))
 }
@@ -116,9 +101,7 @@ impl ServerCertVerifier for NoVerify {
         Ok(HandshakeSignatureValid::assertion())
     }
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        provider()
-            .signature_verification_algorithms
-            .supported_schemes()
+        provider().signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -131,26 +114,17 @@ pub struct RsaKeys {
 
 impl RsaKeys {
     pub fn generate() -> anyhow::Result<RsaKeys> {
-        let private =
-            aws_lc_rs::rsa::PrivateDecryptingKey::generate(aws_lc_rs::rsa::KeySize::Rsa2048)
-                .map_err(|_| anyhow!("RSA key generation failed"))?;
+        let private = aws_lc_rs::rsa::PrivateDecryptingKey::generate(aws_lc_rs::rsa::KeySize::Rsa2048)
+            .map_err(|_| anyhow!("RSA key generation failed"))?;
         Self::from_private(private)
     }
 
     pub fn load(path: &Path) -> anyhow::Result<RsaKeys> {
-        let key =
-            rustls_pemfile::private_key(&mut std::io::BufReader::new(std::fs::File::open(path)?))?
-                .ok_or_else(|| anyhow!("tls.rsa_key {}: no private key found", path.display()))?;
+        let key = rustls_pemfile::private_key(&mut std::io::BufReader::new(std::fs::File::open(path)?))?
+            .ok_or_else(|| anyhow!("tls.rsa_key {}: no private key found", path.display()))?;
         let private = match key {
-            PrivateKeyDer::Pkcs8(der) => {
-                aws_lc_rs::rsa::PrivateDecryptingKey::from_pkcs8(der.secret_pkcs8_der())
-            }
-            _ => {
-                return Err(anyhow!(
-                    "tls.rsa_key {}: expected a PKCS#8 RSA key",
-                    path.display()
-                ))
-            }
+            PrivateKeyDer::Pkcs8(der) => aws_lc_rs::rsa::PrivateDecryptingKey::from_pkcs8(der.secret_pkcs8_der()),
+            _ => return Err(anyhow!("tls.rsa_key {}: expected a PKCS#8 RSA key", path.display())),
         }
         .map_err(|_| anyhow!("tls.rsa_key {}: not an RSA key", path.display()))?;
         Self::from_private(private)
@@ -158,15 +132,9 @@ impl RsaKeys {
 
     fn from_private(private: aws_lc_rs::rsa::PrivateDecryptingKey) -> anyhow::Result<RsaKeys> {
         use aws_lc_rs::encoding::AsDer;
-        let der = private
-            .public_key()
-            .as_der()
-            .map_err(|_| anyhow!("RSA public key encoding failed"))?;
+        let der = private.public_key().as_der().map_err(|_| anyhow!("RSA public key encoding failed"))?;
         let public_pem = pem_encode("PUBLIC KEY", der.as_ref());
-        Ok(RsaKeys {
-            private,
-            public_pem,
-        })
+        Ok(RsaKeys { private, public_pem })
     }
 
     /// RSA-OAEP (SHA-1) decryption, as MySQL clients encrypt the password.
@@ -174,9 +142,7 @@ impl RsaKeys {
         use aws_lc_rs::rsa::{OaepPrivateDecryptingKey, OAEP_SHA1_MGF1SHA1};
         let key = OaepPrivateDecryptingKey::new(self.private.clone()).ok()?;
         let mut out = vec![0; key.min_output_size()];
-        let plain = key
-            .decrypt(&OAEP_SHA1_MGF1SHA1, ciphertext, &mut out, None)
-            .ok()?;
+        let plain = key.decrypt(&OAEP_SHA1_MGF1SHA1, ciphertext, &mut out, None).ok()?;
         Some(plain.to_vec())
     }
 }
@@ -185,9 +151,7 @@ fn pem_encode(label: &str, der: &[u8]) -> Vec<u8> {
     const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut b64 = Vec::with_capacity(der.len() * 4 / 3 + 4);
     for chunk in der.chunks(3) {
-        let n = (chunk[0] as u32) << 16
-            | (*chunk.get(1).unwrap_or(&0) as u32) << 8
-            | *chunk.get(2).unwrap_or(&0) as u32;
+        let n = (chunk[0] as u32) << 16 | (*chunk.get(1).unwrap_or(&0) as u32) << 8 | *chunk.get(2).unwrap_or(&0) as u32;
         for i in 0..4 {
             if i <= chunk.len() {
                 b64.push(B64[(n >> (18 - 6 * i)) as usize & 63]);
@@ -228,12 +192,9 @@ mod tests {
         let text = std::str::from_utf8(pem).unwrap();
         let b64: String = text.lines().filter(|l| !l.starts_with("-----")).collect();
         let der = base64_decode(&b64);
-        let key =
-            OaepPublicEncryptingKey::new(PublicEncryptingKey::from_der(&der).unwrap()).unwrap();
+        let key = OaepPublicEncryptingKey::new(PublicEncryptingKey::from_der(&der).unwrap()).unwrap();
         let mut out = vec![0; key.ciphertext_size()];
-        key.encrypt(&OAEP_SHA1_MGF1SHA1, data, &mut out, None)
-            .unwrap()
-            .to_vec()
+        key.encrypt(&OAEP_SHA1_MGF1SHA1, data, &mut out, None).unwrap().to_vec()
     }
 
     fn base64_decode(s: &str) -> Vec<u8> {

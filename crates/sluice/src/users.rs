@@ -17,14 +17,8 @@ use std::time::{Duration, Instant};
 #[derive(Clone)]
 pub enum Secret {
     Empty,
-    Plain {
-        password: String,
-        stage2: [u8; 20],
-        sha2: [u8; 32],
-    },
-    NativeHash {
-        stage2: [u8; 20],
-    },
+    Plain { password: String, stage2: [u8; 20], sha2: [u8; 32] },
+    NativeHash { stage2: [u8; 20] },
 }
 
 impl Secret {
@@ -46,13 +40,10 @@ impl Secret {
     pub fn verify_native(&self, nonce: &[u8], reply: &[u8]) -> Option<Credential> {
         match self {
             Secret::Empty => reply.is_empty().then_some(Credential::Empty),
-            Secret::Plain {
-                password, stage2, ..
-            } => auth::native_verify(stage2, nonce, reply)
-                .map(|_| Credential::Plain(password.clone())),
-            Secret::NativeHash { stage2 } => {
-                auth::native_verify(stage2, nonce, reply).map(Credential::Stage1)
+            Secret::Plain { password, stage2, .. } => {
+                auth::native_verify(stage2, nonce, reply).map(|_| Credential::Plain(password.clone()))
             }
+            Secret::NativeHash { stage2 } => auth::native_verify(stage2, nonce, reply).map(Credential::Stage1),
         }
     }
 
@@ -62,10 +53,7 @@ impl Secret {
     pub fn verify_sha2_fast(&self, nonce: &[u8], reply: &[u8]) -> Result<Option<Credential>, ()> {
         match self {
             Secret::Empty => Ok(reply.is_empty().then_some(Credential::Empty)),
-            Secret::Plain { password, sha2, .. } => {
-                Ok(auth::sha2_verify(sha2, nonce, reply)
-                    .then(|| Credential::Plain(password.clone())))
-            }
+            Secret::Plain { password, sha2, .. } => Ok(auth::sha2_verify(sha2, nonce, reply).then(|| Credential::Plain(password.clone()))),
             Secret::NativeHash { .. } => Err(()),
         }
     }
@@ -74,9 +62,7 @@ impl Secret {
     pub fn verify_plain(&self, given: &[u8]) -> Option<Credential> {
         match self {
             Secret::Empty => given.is_empty().then_some(Credential::Empty),
-            Secret::Plain { password, .. } => {
-                (password.as_bytes() == given).then(|| Credential::Plain(password.clone()))
-            }
+            Secret::Plain { password, .. } => (password.as_bytes() == given).then(|| Credential::Plain(password.clone())),
             Secret::NativeHash { stage2 } => {
                 let s1 = auth::native_stage1(given);
                 (auth::native_stage2(&s1) == *stage2).then_some(Credential::Stage1(s1))
@@ -108,10 +94,7 @@ impl User {
             secret: Secret::from_config(&row.password),
             default_hostgroup: row.default_hostgroup,
             default_schema: row.default_schema.clone().filter(|s| !s.is_empty()),
-            backend_login: row
-                .backend_username
-                .clone()
-                .map(|u| (u, row.backend_password.clone().unwrap_or_default())),
+            backend_login: row.backend_username.clone().map(|u| (u, row.backend_password.clone().unwrap_or_default())),
             from_backend: false,
         }
     }
@@ -150,22 +133,14 @@ pub struct Users {
 
 impl Users {
     pub fn from_config(config: &Config) -> Users {
-        let configured = config
-            .users
-            .iter()
-            .filter(|u| u.active)
-            .map(|u| (u.username.clone(), User::from_row(u)))
-            .collect();
+        let configured = config.users.iter().filter(|u| u.active).map(|u| (u.username.clone(), User::from_row(u))).collect();
         let backend = config.proxy.backend_users.then(|| BackendAccounts {
             accounts: RwLock::new(Arc::new(HashMap::new())),
             last_load: tokio::sync::Mutex::new(None),
             refresh: Duration::from_millis(config.proxy.backend_users_refresh_ms),
             hostgroup: config.proxy.backend_users_hostgroup,
         });
-        Users {
-            configured,
-            backend,
-        }
+        Users { configured, backend }
     }
 
     pub fn configured(&self, name: &str) -> Option<&User> {
@@ -200,10 +175,7 @@ impl BackendAccounts {
     }
 
     /// Reloads unless the last load was less than `refresh` ago. Returns whether it loaded.
-    pub async fn reload(
-        &self,
-        load: impl std::future::Future<Output = anyhow::Result<Vec<(String, String, String, String)>>>,
-    ) -> bool {
+    pub async fn reload(&self, load: impl std::future::Future<Output = anyhow::Result<Vec<(String, String, String, String)>>>) -> bool {
         let mut last = self.last_load.lock().await;
         if last.is_some_and(|t| t.elapsed() < self.refresh) {
             return false;
@@ -244,14 +216,8 @@ fn host_matches(pattern: &str, client: IpAddr) -> bool {
         return client.is_loopback();
     }
     if let Some((net, mask)) = pattern.split_once('/') {
-        return match (
-            net.parse::<std::net::Ipv4Addr>(),
-            mask.parse::<std::net::Ipv4Addr>(),
-            client,
-        ) {
-            (Ok(n), Ok(m), IpAddr::V4(c)) => {
-                u32::from(c) & u32::from(m) == u32::from(n) & u32::from(m)
-            }
+        return match (net.parse::<std::net::Ipv4Addr>(), mask.parse::<std::net::Ipv4Addr>(), client) {
+            (Ok(n), Ok(m), IpAddr::V4(c)) => u32::from(c) & u32::from(m) == u32::from(n) & u32::from(m),
             _ => false,
         };
     }
@@ -270,10 +236,7 @@ fn like(p: &[u8], s: &[u8]) -> bool {
 
 /// More specific host patterns win, as in MySQL's account ordering.
 fn specificity(host: &str) -> (bool, usize) {
-    (
-        !host.contains(['%', '_']),
-        host.len() - host.matches(['%', '_']).count(),
-    )
+    (!host.contains(['%', '_']), host.len() - host.matches(['%', '_']).count())
 }
 
 #[cfg(test)]
@@ -296,32 +259,15 @@ mod tests {
     fn secrets_verify_and_derive_backend_credentials() {
         let nonce = auth::make_nonce([7; 20]);
         let reply = auth::native_scramble(&auth::native_stage1(b"pw"), &nonce);
-        let hashed = Secret::from_config(&auth::format_native_hash(&auth::native_stage2(
-            &auth::native_stage1(b"pw"),
-        )));
-        assert_eq!(
-            hashed.verify_native(&nonce, &reply),
-            Some(Credential::Stage1(auth::native_stage1(b"pw")))
-        );
+        let hashed = Secret::from_config(&auth::format_native_hash(&auth::native_stage2(&auth::native_stage1(b"pw"))));
+        assert_eq!(hashed.verify_native(&nonce, &reply), Some(Credential::Stage1(auth::native_stage1(b"pw"))));
         assert_eq!(hashed.verify_native(&nonce, &[0; 20]), None);
-        assert_eq!(
-            hashed.verify_plain(b"pw"),
-            Some(Credential::Stage1(auth::native_stage1(b"pw")))
-        );
+        assert_eq!(hashed.verify_plain(b"pw"), Some(Credential::Stage1(auth::native_stage1(b"pw"))));
         assert!(hashed.verify_sha2_fast(&nonce, &[0; 32]).is_err());
         let plain = Secret::from_config("pw");
-        assert_eq!(
-            plain.verify_native(&nonce, &reply),
-            Some(Credential::Plain("pw".into()))
-        );
-        assert_eq!(
-            plain.verify_sha2_fast(&nonce, &auth::sha2_scramble(b"pw", &nonce)),
-            Ok(Some(Credential::Plain("pw".into())))
-        );
-        assert_eq!(
-            Secret::from_config("").verify_native(&nonce, &[]),
-            Some(Credential::Empty)
-        );
+        assert_eq!(plain.verify_native(&nonce, &reply), Some(Credential::Plain("pw".into())));
+        assert_eq!(plain.verify_sha2_fast(&nonce, &auth::sha2_scramble(b"pw", &nonce)), Ok(Some(Credential::Plain("pw".into()))));
+        assert_eq!(Secret::from_config("").verify_native(&nonce, &[]), Some(Credential::Empty));
         assert_eq!(Secret::from_config("").verify_native(&nonce, &reply), None);
     }
 }

@@ -12,30 +12,14 @@ use std::time::{Duration, Instant};
 use testkit::shared;
 
 /// Rows and column metadata of a query, for comparing two endpoints.
-async fn snapshot(
-    conn: &mut mysql_async::Conn,
-    sql: &str,
-    binary: bool,
-) -> (Vec<Vec<Value>>, Vec<String>) {
-    let rows: Vec<Row> = if binary {
-        conn.exec(sql, ()).await.unwrap()
-    } else {
-        conn.query(sql).await.unwrap()
-    };
+async fn snapshot(conn: &mut mysql_async::Conn, sql: &str, binary: bool) -> (Vec<Vec<Value>>, Vec<String>) {
+    let rows: Vec<Row> = if binary { conn.exec(sql, ()).await.unwrap() } else { conn.query(sql).await.unwrap() };
     let cols = rows
         .first()
         .map(|r| {
             r.columns_ref()
                 .iter()
-                .map(|c| {
-                    format!(
-                        "{}:{:?}:{:?}:{}",
-                        c.name_str(),
-                        c.column_type(),
-                        c.flags(),
-                        c.column_length()
-                    )
-                })
+                .map(|c| format!("{}:{:?}:{:?}:{}", c.name_str(), c.column_type(), c.flags(), c.column_length()))
                 .collect()
         })
         .unwrap_or_default();
@@ -69,23 +53,11 @@ async fn text_and_binary_results_match_direct() {
         assert_eq!(a.0.len(), 2);
     }
     // Parameters of every type round-trip through the binary protocol.
-    let row: Row = through
-        .exec_first(
-            "SELECT ?, ?, ?, ?, ?",
-            (42i64, 2.5f64, "text", vec![0u8, 1, 2], Value::NULL),
-        )
-        .await
-        .unwrap()
-        .unwrap();
+    let row: Row =
+        through.exec_first("SELECT ?, ?, ?, ?, ?", (42i64, 2.5f64, "text", vec![0u8, 1, 2], Value::NULL)).await.unwrap().unwrap();
     assert_eq!(
         row.unwrap(),
-        vec![
-            Value::Int(42),
-            Value::Double(2.5),
-            Value::Bytes(b"text".to_vec()),
-            Value::Bytes(vec![0, 1, 2]),
-            Value::NULL
-        ]
+        vec![Value::Int(42), Value::Double(2.5), Value::Bytes(b"text".to_vec()), Value::Bytes(vec![0, 1, 2]), Value::NULL]
     );
     direct.query_drop(format!("DROP TABLE {t}")).await.unwrap();
 }
@@ -97,15 +69,8 @@ async fn multi_statements_multi_results_warnings_and_out_params() {
     let mut c = connect(proxy.port).await;
     let p = unique("proc");
     let t = unique("ms");
-    c.query_drop(format!("CREATE TABLE {t} (a INT)"))
-        .await
-        .unwrap();
-    let mut r = c
-        .query_iter(format!(
-            "SELECT 1; INSERT INTO {t} VALUES (1),(2); SELECT 2, 3"
-        ))
-        .await
-        .unwrap();
+    c.query_drop(format!("CREATE TABLE {t} (a INT)")).await.unwrap();
+    let mut r = c.query_iter(format!("SELECT 1; INSERT INTO {t} VALUES (1),(2); SELECT 2, 3")).await.unwrap();
     let first: Vec<u8> = r.collect().await.unwrap();
     assert_eq!(first, vec![1]);
     let second: Vec<Row> = r.collect().await.unwrap();
@@ -128,10 +93,7 @@ async fn multi_statements_multi_results_warnings_and_out_params() {
     let out: Option<i64> = c.query_first("SELECT @out").await.unwrap();
     assert_eq!(out, Some(50));
     // Binary protocol CALL with an OUT parameter (SERVER_PS_OUT_PARAMS result set).
-    let mut r = c
-        .exec_iter(format!("CALL {p}(?, ?)"), (7, Value::NULL))
-        .await
-        .unwrap();
+    let mut r = c.exec_iter(format!("CALL {p}(?, ?)"), (7, Value::NULL)).await.unwrap();
     let a: Vec<i64> = r.collect().await.unwrap();
     let b: Vec<(i64, String)> = r.collect().await.unwrap();
     let outs: Vec<Row> = r.collect().await.unwrap();
@@ -144,10 +106,7 @@ async fn multi_statements_multi_results_warnings_and_out_params() {
     assert_eq!(v, Some(Value::NULL));
     assert_eq!(c.get_warnings(), 1);
     let w: Vec<(String, u32, String)> = c.query("SHOW WARNINGS").await.unwrap();
-    assert_eq!(
-        w,
-        vec![("Warning".to_string(), 1365, "Division by 0".to_string())]
-    );
+    assert_eq!(w, vec![("Warning".to_string(), 1365, "Division by 0".to_string())]);
     // Errors carry the server's code, state and text.
     let e = c.query_drop("SELEKT 1").await.unwrap_err();
     assert_eq!(server_code(&e), Some(1064));
@@ -160,25 +119,17 @@ async fn session_commands_ping_reset_change_user() {
     let db = shared();
     let proxy = Proxy::quick(db);
     let user = unique("cu");
-    db.sql(&format!(
-        "CREATE USER '{user}'@'%' IDENTIFIED BY 'pw2'; GRANT SELECT ON test.* TO '{user}'@'%';"
-    ))
-    .unwrap();
+    db.sql(&format!("CREATE USER '{user}'@'%' IDENTIFIED BY 'pw2'; GRANT SELECT ON test.* TO '{user}'@'%';")).unwrap();
     // sluice accepts the user because it is in its config too (backend users have their own test).
     let mut cfg = quick_config(db);
-    let extra = sluice::config::quick_start(vec![], &db.addr(), &user, "pw2")
-        .unwrap()
-        .users
-        .remove(0);
+    let extra = sluice::config::quick_start(vec![], &db.addr(), &user, "pw2").unwrap().users.remove(0);
     cfg.users.push(extra);
     let proxy2 = Proxy::start(cfg);
     drop(proxy);
     let mut c = connect(proxy2.port).await;
     c.ping().await.unwrap();
     c.query_drop("SET @v = 1").await.unwrap();
-    c.query_drop("CREATE TEMPORARY TABLE tmp_reset (a INT)")
-        .await
-        .unwrap();
+    c.query_drop("CREATE TEMPORARY TABLE tmp_reset (a INT)").await.unwrap();
     assert!(c.reset().await.unwrap(), "COM_RESET_CONNECTION supported");
     let v: Option<Value> = c.query_first("SELECT @v").await.unwrap();
     assert_eq!(v, Some(Value::NULL));
@@ -192,27 +143,12 @@ async fn session_commands_ping_reset_change_user() {
     )
     .await
     .unwrap();
-    let who: String = c
-        .query_first("SELECT CURRENT_USER()")
-        .await
-        .unwrap()
-        .unwrap();
+    let who: String = c.query_first("SELECT CURRENT_USER()").await.unwrap().unwrap();
     assert_eq!(who, format!("{user}@%"));
-    let denied = c
-        .query_drop("CREATE TABLE test.nope (a INT)")
-        .await
-        .unwrap_err();
-    assert_eq!(
-        server_code(&denied),
-        Some(1142),
-        "the backend's privileges apply"
-    );
+    let denied = c.query_drop("CREATE TABLE test.nope (a INT)").await.unwrap_err();
+    assert_eq!(server_code(&denied), Some(1142), "the backend's privileges apply");
     let bad = c
-        .change_user(
-            mysql_async::ChangeUserOpts::default()
-                .with_user(Some(user.clone()))
-                .with_pass(Some("wrong".into())),
-        )
+        .change_user(mysql_async::ChangeUserOpts::default().with_user(Some(user.clone())).with_pass(Some("wrong".into())))
         .await
         .unwrap_err();
     assert_eq!(server_code(&bad), Some(1045));
@@ -226,20 +162,11 @@ async fn large_packets_both_directions() {
     let mut c = connect(proxy.port).await;
     let size = 40 << 20; // > 2 × 16 MiB: three chunks each way
     let big = "y".repeat(size);
-    let n: Option<u64> = c
-        .query_first(format!("SELECT LENGTH('{big}')"))
-        .await
-        .unwrap();
+    let n: Option<u64> = c.query_first(format!("SELECT LENGTH('{big}')")).await.unwrap();
     assert_eq!(n, Some(size as u64));
-    let n: Option<u64> = c
-        .exec_first("SELECT LENGTH(?)", (big.as_bytes(),))
-        .await
-        .unwrap();
+    let n: Option<u64> = c.exec_first("SELECT LENGTH(?)", (big.as_bytes(),)).await.unwrap();
     assert_eq!(n, Some(size as u64));
-    let back: Option<Vec<u8>> = c
-        .query_first(format!("SELECT REPEAT('z', {size})"))
-        .await
-        .unwrap();
+    let back: Option<Vec<u8>> = c.query_first(format!("SELECT REPEAT('z', {size})")).await.unwrap();
     assert_eq!(back.map(|b| b.len()), Some(size));
     // Exactly one full chunk: needs the empty trailing packet.
     let exact = proto::frame::MAX_CHUNK - 1; // payload = 1 command byte + text
@@ -263,44 +190,26 @@ async fn load_data_local_infile_round_trip() {
     std::fs::write(&path, &text).unwrap();
     let p = path.to_str().unwrap().to_string();
     let missing = dir.path().join("missing.csv").to_str().unwrap().to_string();
-    let o = opts(proxy.port, "root", "").local_infile_handler(Some(
-        mysql_async::WhiteListFsHandler::new(&[p.as_str(), missing.as_str()][..]),
-    ));
+    let o =
+        opts(proxy.port, "root", "").local_infile_handler(Some(mysql_async::WhiteListFsHandler::new(&[p.as_str(), missing.as_str()][..])));
     let mut c = mysql_async::Conn::new(o).await.unwrap();
     let t = unique("infile");
-    c.query_drop(format!("CREATE TABLE {t} (id INT, s VARCHAR(20))"))
-        .await
-        .unwrap();
-    c.query_drop(format!(
-        "LOAD DATA LOCAL INFILE '{p}' INTO TABLE {t} FIELDS TERMINATED BY ','"
-    ))
-    .await
-    .unwrap();
+    c.query_drop(format!("CREATE TABLE {t} (id INT, s VARCHAR(20))")).await.unwrap();
+    c.query_drop(format!("LOAD DATA LOCAL INFILE '{p}' INTO TABLE {t} FIELDS TERMINATED BY ','")).await.unwrap();
     assert_eq!(c.affected_rows(), 10_000);
-    let (n, s): (u64, String) = c
-        .query_first(format!("SELECT COUNT(*), MAX(s) FROM {t}"))
-        .await
-        .unwrap()
-        .unwrap();
+    let (n, s): (u64, String) = c.query_first(format!("SELECT COUNT(*), MAX(s) FROM {t}")).await.unwrap().unwrap();
     assert_eq!((n, s.as_str()), (10_000, "row 9999"));
     c.query_drop(format!("DROP TABLE {t}")).await.unwrap();
     // A file the client cannot open: whatever the driver then does to the session, it must
     // do the same through sluice as directly.
     let outcome = |port: u16| {
-        let o = opts(port, "root", "").local_infile_handler(Some(
-            mysql_async::WhiteListFsHandler::new(&[missing.as_str()][..]),
-        ));
+        let o = opts(port, "root", "").local_infile_handler(Some(mysql_async::WhiteListFsHandler::new(&[missing.as_str()][..])));
         let missing = missing.clone();
         async move {
             let mut c = mysql_async::Conn::new(o).await.unwrap();
             let t = unique("infile_missing");
-            c.query_drop(format!("CREATE TABLE {t} (id INT)"))
-                .await
-                .unwrap();
-            let failed = c
-                .query_drop(format!("LOAD DATA LOCAL INFILE '{missing}' INTO TABLE {t}"))
-                .await
-                .is_err();
+            c.query_drop(format!("CREATE TABLE {t} (id INT)")).await.unwrap();
+            let failed = c.query_drop(format!("LOAD DATA LOCAL INFILE '{missing}' INTO TABLE {t}")).await.is_err();
             let alive = c.ping().await.is_ok();
             let mut d = connect(port).await;
             d.query_drop(format!("DROP TABLE {t}")).await.unwrap();
@@ -318,11 +227,7 @@ async fn kill_query_and_connection_by_the_id_the_client_knows() {
     let proxy = Proxy::quick(db);
     let mut a = connect(proxy.port).await;
     let mut b = connect(proxy.port).await;
-    let id: u32 = a
-        .query_first("SELECT CONNECTION_ID()")
-        .await
-        .unwrap()
-        .unwrap();
+    let id: u32 = a.query_first("SELECT CONNECTION_ID()").await.unwrap().unwrap();
     assert_eq!(id, a.id(), "CONNECTION_ID() agrees with the greeting");
     let started = Instant::now();
     let sleeper = tokio::spawn(async move {
@@ -332,10 +237,7 @@ async fn kill_query_and_connection_by_the_id_the_client_knows() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     b.query_drop(format!("KILL QUERY {id}")).await.unwrap();
     let (mut a, r) = sleeper.await.unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "KILL QUERY interrupted the sleep"
-    );
+    assert!(started.elapsed() < Duration::from_secs(10), "KILL QUERY interrupted the sleep");
     // MariaDB ends an interrupted SLEEP with 1 (or the query with 1317): either way the session lives.
     match r {
         Ok(v) => assert_eq!(v, Some(1)),
@@ -366,12 +268,7 @@ fn unknown_and_malformed_commands_get_errors_and_the_session_goes_on() {
     let db = shared();
     let proxy = Proxy::quick(db);
     let mut raw = RawClient::connect(proxy.port, "root", "");
-    for payload in [
-        &[proto::command::COM_DAEMON][..],
-        &[proto::command::COM_BINLOG_DUMP, 0, 0][..],
-        &[0x7F][..],
-        &[][..],
-    ] {
+    for payload in [&[proto::command::COM_DAEMON][..], &[proto::command::COM_BINLOG_DUMP, 0, 0][..], &[0x7F][..], &[][..]] {
         raw.send(payload);
         let (seq, err) = raw.read_packet().unwrap();
         assert_eq!(seq, 1);
@@ -384,19 +281,12 @@ fn unknown_and_malformed_commands_get_errors_and_the_session_goes_on() {
     // COM_STATISTICS and COM_FIELD_LIST pass through.
     raw.send(&[proto::command::COM_STATISTICS]);
     let (_, stats) = raw.read_packet().unwrap();
-    assert!(
-        stats.starts_with(b"Uptime: "),
-        "{}",
-        String::from_utf8_lossy(&stats)
-    );
+    assert!(stats.starts_with(b"Uptime: "), "{}", String::from_utf8_lossy(&stats));
     raw.send(&[proto::command::COM_INIT_DB, b'm', b'y', b's', b'q', b'l']);
     assert_eq!(raw.read_packet().unwrap().1[0], 0);
     raw.send(b"\x04db\x00");
     let reply = raw.read_reply(Reply::FieldList).unwrap();
-    assert!(
-        reply.windows(4).any(|w| w == b"Host"),
-        "field list of mysql.db"
-    );
+    assert!(reply.windows(4).any(|w| w == b"Host"), "field list of mysql.db");
 }
 
 #[test]

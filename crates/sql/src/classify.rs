@@ -10,11 +10,7 @@ fn eq_ignore_case(a: &[u8], b: &str) -> bool {
 
 /// The first keyword of a statement, comments skipped (`b""` if none).
 pub fn first_keyword(sql: &[u8]) -> &[u8] {
-    code_tokens(sql)
-        .next()
-        .filter(|t| t.kind == Kind::Word)
-        .map(|t| t.text(sql))
-        .unwrap_or(b"")
+    code_tokens(sql).next().filter(|t| t.kind == Kind::Word).map(|t| t.text(sql)).unwrap_or(b"")
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,9 +39,7 @@ pub fn parse_kill(sql: &[u8]) -> Option<Kill> {
     let mut hard = None;
     let mut scope = KillScope::Connection;
     let mut t = toks.next()?;
-    if t.kind == Kind::Word
-        && (eq_ignore_case(t.text(sql), "HARD") || eq_ignore_case(t.text(sql), "SOFT"))
-    {
+    if t.kind == Kind::Word && (eq_ignore_case(t.text(sql), "HARD") || eq_ignore_case(t.text(sql), "SOFT")) {
         hard = Some(eq_ignore_case(t.text(sql), "HARD"));
         t = toks.next()?;
     }
@@ -71,12 +65,9 @@ pub fn parse_kill(sql: &[u8]) -> Option<Kill> {
 /// Statement kinds whose text may be rewritten: not DDL that stores the text (a procedure or
 /// view body must keep calling CONNECTION_ID() itself).
 fn rewritable(first: &[u8]) -> bool {
-    [
-        "SELECT", "DO", "SET", "INSERT", "UPDATE", "DELETE", "REPLACE", "KILL", "WITH", "VALUES",
-        "CALL", "EXECUTE",
-    ]
-    .iter()
-    .any(|k| eq_ignore_case(first, k))
+    ["SELECT", "DO", "SET", "INSERT", "UPDATE", "DELETE", "REPLACE", "KILL", "WITH", "VALUES", "CALL", "EXECUTE"]
+        .iter()
+        .any(|k| eq_ignore_case(first, k))
 }
 
 /// Replaces each `CONNECTION_ID()` call with the literal `id`. A call that is a whole select
@@ -84,10 +75,7 @@ fn rewritable(first: &[u8]) -> bool {
 /// (the common case, found without allocating).
 pub fn rewrite_connection_id(sql: &[u8], id: u32) -> Option<Vec<u8>> {
     // Cheap pre-check: no "connection_id" anywhere, nothing to do.
-    if !sql
-        .windows(13)
-        .any(|w| w.eq_ignore_ascii_case(b"connection_id"))
-    {
+    if !sql.windows(13).any(|w| w.eq_ignore_ascii_case(b"connection_id")) {
         return None;
     }
     if !rewritable(first_keyword(sql)) {
@@ -113,11 +101,7 @@ pub fn rewrite_connection_id(sql: &[u8], id: u32) -> Option<Vec<u8>> {
         let next = toks.get(i + 3).map(|n| n.text(sql));
         let select_item = prev.is_some_and(|p| eq_ignore_case(p, "SELECT") || p == b",")
             && next.is_none_or(|n| {
-                n == b","
-                    || n == b";"
-                    || eq_ignore_case(n, "FROM")
-                    || eq_ignore_case(n, "INTO")
-                    || eq_ignore_case(n, "UNION")
+                n == b"," || n == b";" || eq_ignore_case(n, "FROM") || eq_ignore_case(n, "INTO") || eq_ignore_case(n, "UNION")
             });
         out.extend_from_slice(&sql[copied..t.start]);
         out.extend_from_slice(id.to_string().as_bytes());
@@ -144,46 +128,11 @@ mod tests {
     #[test]
     fn kill_forms() {
         let k = |s: &str| parse_kill(s.as_bytes());
-        assert_eq!(
-            k("KILL 5"),
-            Some(Kill {
-                scope: KillScope::Connection,
-                hard: None,
-                id: 5
-            })
-        );
-        assert_eq!(
-            k("kill connection 7;"),
-            Some(Kill {
-                scope: KillScope::Connection,
-                hard: None,
-                id: 7
-            })
-        );
-        assert_eq!(
-            k("/* x */ KILL QUERY 9"),
-            Some(Kill {
-                scope: KillScope::Query,
-                hard: None,
-                id: 9
-            })
-        );
-        assert_eq!(
-            k("KILL HARD QUERY 9"),
-            Some(Kill {
-                scope: KillScope::Query,
-                hard: Some(true),
-                id: 9
-            })
-        );
-        assert_eq!(
-            k("KILL SOFT 3"),
-            Some(Kill {
-                scope: KillScope::Connection,
-                hard: Some(false),
-                id: 3
-            })
-        );
+        assert_eq!(k("KILL 5"), Some(Kill { scope: KillScope::Connection, hard: None, id: 5 }));
+        assert_eq!(k("kill connection 7;"), Some(Kill { scope: KillScope::Connection, hard: None, id: 7 }));
+        assert_eq!(k("/* x */ KILL QUERY 9"), Some(Kill { scope: KillScope::Query, hard: None, id: 9 }));
+        assert_eq!(k("KILL HARD QUERY 9"), Some(Kill { scope: KillScope::Query, hard: Some(true), id: 9 }));
+        assert_eq!(k("KILL SOFT 3"), Some(Kill { scope: KillScope::Connection, hard: Some(false), id: 3 }));
         assert_eq!(k("KILL USER bob"), None);
         assert_eq!(k("KILL QUERY ID 4"), None);
         assert_eq!(k("KILL 5 6"), None);
@@ -193,25 +142,11 @@ mod tests {
 
     #[test]
     fn connection_id_rewrites() {
-        let r = |s: &str| {
-            rewrite_connection_id(s.as_bytes(), 42).map(|v| String::from_utf8(v).unwrap())
-        };
-        assert_eq!(
-            r("SELECT CONNECTION_ID()").as_deref(),
-            Some("SELECT 42 AS `CONNECTION_ID()`")
-        );
-        assert_eq!(
-            r("select connection_id(), 1").as_deref(),
-            Some("select 42 AS `connection_id()`, 1")
-        );
-        assert_eq!(
-            r("SELECT * FROM t WHERE id = CONNECTION_ID()").as_deref(),
-            Some("SELECT * FROM t WHERE id = 42")
-        );
-        assert_eq!(
-            r("SELECT CONNECTION_ID() AS me").as_deref(),
-            Some("SELECT 42 AS me")
-        );
+        let r = |s: &str| rewrite_connection_id(s.as_bytes(), 42).map(|v| String::from_utf8(v).unwrap());
+        assert_eq!(r("SELECT CONNECTION_ID()").as_deref(), Some("SELECT 42 AS `CONNECTION_ID()`"));
+        assert_eq!(r("select connection_id(), 1").as_deref(), Some("select 42 AS `connection_id()`, 1"));
+        assert_eq!(r("SELECT * FROM t WHERE id = CONNECTION_ID()").as_deref(), Some("SELECT * FROM t WHERE id = 42"));
+        assert_eq!(r("SELECT CONNECTION_ID() AS me").as_deref(), Some("SELECT 42 AS me"));
         assert_eq!(r("KILL CONNECTION_ID()").as_deref(), Some("KILL 42"));
         assert_eq!(r("SELECT 'CONNECTION_ID()'"), None);
         assert_eq!(r("SELECT `connection_id`"), None);

@@ -47,11 +47,7 @@ pub struct Lexer<'a> {
 
 impl<'a> Lexer<'a> {
     pub fn new(sql: &'a [u8]) -> Self {
-        Lexer {
-            sql,
-            pos: 0,
-            in_exec_comment: false,
-        }
+        Lexer { sql, pos: 0, in_exec_comment: false }
     }
 
     fn peek(&self, off: usize) -> u8 {
@@ -106,8 +102,7 @@ impl Iterator for Lexer<'_> {
                     continue;
                 }
                 b'/' if c1 == b'*' => {
-                    let exec =
-                        self.peek(2) == b'!' || (self.peek(2) == b'M' && self.peek(3) == b'!');
+                    let exec = self.peek(2) == b'!' || (self.peek(2) == b'M' && self.peek(3) == b'!');
                     if exec && !self.in_exec_comment {
                         self.pos += if self.peek(2) == b'M' { 4 } else { 3 };
                         while self.pos < self.sql.len() && self.sql[self.pos].is_ascii_digit() {
@@ -126,9 +121,7 @@ impl Iterator for Lexer<'_> {
                     self.skip_line();
                     Kind::Comment
                 }
-                b'-' if c1 == b'-'
-                    && (self.peek(2).is_ascii_whitespace() || self.pos + 2 == self.sql.len()) =>
-                {
+                b'-' if c1 == b'-' && (self.peek(2).is_ascii_whitespace() || self.pos + 2 == self.sql.len()) => {
                     self.skip_line();
                     Kind::Comment
                 }
@@ -157,9 +150,7 @@ impl Iterator for Lexer<'_> {
                             self.skip_quoted(q);
                         }
                         _ => {
-                            while self.pos < self.sql.len()
-                                && (is_word_byte(self.sql[self.pos]) || self.sql[self.pos] == b'.')
-                            {
+                            while self.pos < self.sql.len() && (is_word_byte(self.sql[self.pos]) || self.sql[self.pos] == b'.') {
                                 self.pos += 1;
                             }
                         }
@@ -181,10 +172,7 @@ impl Iterator for Lexer<'_> {
                 b'0'..=b'9' => {
                     self.skip_number();
                     // 1abc is an identifier in MySQL.
-                    if self.pos < self.sql.len()
-                        && is_word_byte(self.sql[self.pos])
-                        && !self.sql[start..self.pos].contains(&b'.')
-                    {
+                    if self.pos < self.sql.len() && is_word_byte(self.sql[self.pos]) && !self.sql[start..self.pos].contains(&b'.') {
                         self.skip_word();
                         Kind::Word
                     } else {
@@ -204,11 +192,7 @@ impl Iterator for Lexer<'_> {
                     Kind::Punct
                 }
             };
-            return Some(Token {
-                kind,
-                start,
-                end: self.pos,
-            });
+            return Some(Token { kind, start, end: self.pos });
         }
     }
 }
@@ -262,9 +246,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn kinds(sql: &str) -> Vec<(Kind, &str)> {
-        Lexer::new(sql.as_bytes())
-            .map(|t| (t.kind, &sql[t.start..t.end]))
-            .collect()
+        Lexer::new(sql.as_bytes()).map(|t| (t.kind, &sql[t.start..t.end])).collect()
     }
 
     #[test]
@@ -304,10 +286,7 @@ mod tests {
     #[test]
     fn executable_comments_are_code() {
         use Kind::*;
-        assert_eq!(
-            kinds("/*!40101 SET x=1 */"),
-            vec![(Word, "SET"), (Word, "x"), (Punct, "="), (Number, "1")]
-        );
+        assert_eq!(kinds("/*!40101 SET x=1 */"), vec![(Word, "SET"), (Word, "x"), (Punct, "="), (Number, "1")]);
         assert_eq!(kinds("/*M! KILL 5*/"), vec![(Word, "KILL"), (Number, "5")]);
     }
 
@@ -316,15 +295,7 @@ mod tests {
         assert_eq!(kinds("'abc").len(), 1);
         assert_eq!(kinds("/* abc").len(), 1);
         assert_eq!(kinds("`abc").len(), 1);
-        assert_eq!(
-            kinds("a--b"),
-            vec![
-                (Kind::Word, "a"),
-                (Kind::Punct, "-"),
-                (Kind::Punct, "-"),
-                (Kind::Word, "b")
-            ]
-        );
+        assert_eq!(kinds("a--b"), vec![(Kind::Word, "a"), (Kind::Punct, "-"), (Kind::Punct, "-"), (Kind::Word, "b")]);
     }
 
     proptest! {

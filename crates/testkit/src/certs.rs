@@ -3,10 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use tempfile::TempDir;
 
 /// A test CA and a server certificate it signed, as PEM strings and as files.
@@ -29,29 +26,19 @@ impl TestCerts {
     pub fn generate() -> anyhow::Result<TestCerts> {
         let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "sluice test CA");
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
+        ca_params.distinguished_name.push(DnType::CommonName, "sluice test CA");
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
         let ca_key = KeyPair::generate().context("generating CA key")?;
         let ca = ca_params.self_signed(&ca_key).context("signing CA cert")?;
         let issuer = Issuer::new(ca_params, ca_key);
 
         let mut params = CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])?;
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "localhost");
+        params.distinguished_name.push(DnType::CommonName, "localhost");
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         params.use_authority_key_identifier_extension = true;
         let key = KeyPair::generate().context("generating server key")?;
-        let cert = params
-            .signed_by(&key, &issuer)
-            .context("signing server cert")?;
+        let cert = params.signed_by(&key, &issuer).context("signing server cert")?;
 
         let temp = crate::temp::new_dir("certs")?;
         let dir = temp.path().to_path_buf();
@@ -65,11 +52,9 @@ impl TestCerts {
             server_key_pem: key.serialize_pem(),
             _temp: temp,
         };
-        for (path, pem) in [
-            (&certs.ca_cert, &certs.ca_pem),
-            (&certs.server_cert, &certs.server_cert_pem),
-            (&certs.server_key, &certs.server_key_pem),
-        ] {
+        for (path, pem) in
+            [(&certs.ca_cert, &certs.ca_pem), (&certs.server_cert, &certs.server_cert_pem), (&certs.server_key, &certs.server_key_pem)]
+        {
             std::fs::write(path, pem).with_context(|| format!("writing {}", path.display()))?;
         }
         Ok(certs)

@@ -68,36 +68,15 @@ impl MariaDb {
         let socket = dir.path().join("mariadbd.sock");
         // sun_path holds 108 bytes including the terminating NUL.
         if socket.as_os_str().len() > 107 {
-            bail!(
-                "socket path {} is too long for a unix socket; set TMPDIR to a shorter path",
-                socket.display()
-            );
+            bail!("socket path {} is too long for a unix socket; set TMPDIR to a shorter path", socket.display());
         }
         let data = dir.path().join("data");
-        let out = Command::new("cp")
-            .arg("-a")
-            .arg(&template)
-            .arg(&data)
-            .output()
-            .context("running cp")?;
+        let out = Command::new("cp").arg("-a").arg(&template).arg(&data).output().context("running cp")?;
         if !out.status.success() {
-            bail!(
-                "copying template {} to {} failed: {}",
-                template.display(),
-                data.display(),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            bail!("copying template {} to {} failed: {}", template.display(), data.display(), String::from_utf8_lossy(&out.stderr));
         }
 
-        let mut db = MariaDb {
-            port: 0,
-            pid: 0,
-            error_log: dir.path().join("error.log"),
-            socket,
-            child: None,
-            opts,
-            dir,
-        };
+        let mut db = MariaDb { port: 0, pid: 0, error_log: dir.path().join("error.log"), socket, child: None, opts, dir };
         for attempt in 1.. {
             db.port = free_port();
             match db.launch() {
@@ -178,20 +157,15 @@ impl MariaDb {
     /// Starts the server again on the same port and datadir (killing it first if still running).
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.kill();
-        self.launch()
-            .with_context(|| format!("restarting MariaDB on port {}", self.port))
+        self.launch().with_context(|| format!("restarting MariaDB on port {}", self.port))
     }
 
     /// Spawns mariadbd on `self.port` and waits until it serves queries.
     fn launch(&mut self) -> anyhow::Result<()> {
         let log_start = std::fs::metadata(&self.error_log).map_or(0, |m| m.len());
-        let stderr = File::create(self.dir.path().join("mariadbd.stderr"))
-            .context("creating mariadbd.stderr")?;
+        let stderr = File::create(self.dir.path().join("mariadbd.stderr")).context("creating mariadbd.stderr")?;
         let mut cmd = Command::new("mariadbd");
-        cmd.args(self.server_args())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr);
+        cmd.args(self.server_args()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr);
         let child = spawner::spawn(cmd).context("spawning mariadbd")?;
         self.pid = child.id();
         self.child = Some(child);
@@ -217,14 +191,8 @@ impl MariaDb {
             args.push("--user=root".into());
         }
         args.extend(
-            [
-                "--skip-name-resolve",
-                "--local-infile=1",
-                "--max-allowed-packet=1G",
-                "--max-connections=1000",
-                "--skip-log-bin",
-            ]
-            .map(String::from),
+            ["--skip-name-resolve", "--local-infile=1", "--max-allowed-packet=1G", "--max-connections=1000", "--skip-log-bin"]
+                .map(String::from),
         );
         args.extend(template::INNODB_ARGS.iter().map(|a| a.to_string()));
         if let Some(tls) = &self.opts.tls {
@@ -242,10 +210,7 @@ impl MariaDb {
             let child = self.child.as_mut().context("mariadbd is not running")?;
             if let Some(status) = child.try_wait().context("polling mariadbd")? {
                 let log = self.log_since(log_start);
-                let err = anyhow::anyhow!(
-                    "mariadbd exited during startup ({status}); error log:\n{}",
-                    tail(&log, 40)
-                );
+                let err = anyhow::anyhow!("mariadbd exited during startup ({status}); error log:\n{}", tail(&log, 40));
                 if log.contains("Address already in use") {
                     return Err(err.context(PortTaken(self.port)));
                 }

@@ -26,14 +26,7 @@ pub(crate) fn spawn(mut cmd: Command) -> anyhow::Result<Child> {
     // SAFETY: the closure only makes async-signal-safe syscalls and does not allocate.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }
             // The parent may have died between fork and prctl.
@@ -44,12 +37,8 @@ pub(crate) fn spawn(mut cmd: Command) -> anyhow::Result<Child> {
         });
     }
     let (reply, answer) = mpsc::channel();
-    sender()?
-        .send(Request { cmd, reply })
-        .map_err(|_| anyhow::anyhow!("spawner thread is gone"))?;
-    let child = answer
-        .recv()
-        .map_err(|_| anyhow::anyhow!("spawner thread dropped the request"))?;
+    sender()?.send(Request { cmd, reply }).map_err(|_| anyhow::anyhow!("spawner thread is gone"))?;
+    let child = answer.recv().map_err(|_| anyhow::anyhow!("spawner thread dropped the request"))?;
     Ok(child?)
 }
 

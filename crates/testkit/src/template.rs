@@ -14,11 +14,8 @@ use std::sync::OnceLock;
 use anyhow::{bail, Context as _};
 
 /// InnoDB sizing shared by the template build and every server (keeps copies small and fast).
-pub(crate) const INNODB_ARGS: &[&str] = &[
-    "--innodb-buffer-pool-size=128M",
-    "--innodb-log-file-size=48M",
-    "--innodb-flush-log-at-trx-commit=2",
-];
+pub(crate) const INNODB_ARGS: &[&str] =
+    &["--innodb-buffer-pool-size=128M", "--innodb-log-file-size=48M", "--innodb-flush-log-at-trx-commit=2"];
 
 /// Run after the system tables exist. The bootstrap server runs with --skip-grant-tables, so
 /// FLUSH PRIVILEGES is needed before account statements work.
@@ -59,8 +56,7 @@ fn build_if_missing() -> anyhow::Result<PathBuf> {
     }
 
     if root.exists() {
-        std::fs::remove_dir_all(&root)
-            .with_context(|| format!("removing stale template {}", root.display()))?;
+        std::fs::remove_dir_all(&root).with_context(|| format!("removing stale template {}", root.display()))?;
     }
     std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
     std::fs::write(root.join("setup.sql"), SETUP_SQL).context("writing setup.sql")?;
@@ -75,11 +71,7 @@ fn build_if_missing() -> anyhow::Result<PathBuf> {
         .context("running mariadb-install-db (is MariaDB installed?)")?;
     if !status.success() {
         let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        bail!(
-            "mariadb-install-db failed ({status}) building {}; install log:\n{}",
-            root.display(),
-            tail(&log, 60)
-        );
+        bail!("mariadb-install-db failed ({status}) building {}; install log:\n{}", root.display(), tail(&log, 60));
     }
     std::fs::write(&marker, recipe).context("writing template marker")?;
     Ok(data)
@@ -103,10 +95,7 @@ fn install_args(data: &Path, setup_sql: &Path) -> Vec<String> {
 
 /// "10.11.19" from `mariadbd  Ver 10.11.19-MariaDB-0+deb12u1 for debian-linux-gnu ...`.
 fn mariadbd_version() -> anyhow::Result<String> {
-    let out = Command::new("mariadbd")
-        .arg("--version")
-        .output()
-        .context("running `mariadbd --version` (is MariaDB installed?)")?;
+    let out = Command::new("mariadbd").arg("--version").output().context("running `mariadbd --version` (is MariaDB installed?)")?;
     let text = String::from_utf8_lossy(&out.stdout);
     let version = text
         .split_whitespace()

@@ -35,14 +35,8 @@ fn two_servers_start_concurrently_and_accept_tcp_root() -> anyhow::Result<()> {
     assert_ne!(a.port(), b.port());
     for db in [&a, &b] {
         assert_eq!(db.addr(), format!("127.0.0.1:{}", db.port()));
-        assert_eq!(
-            tcp_sql(db.port(), "SELECT @@port", &[])?,
-            db.port().to_string()
-        );
-        assert_eq!(
-            tcp_sql(db.port(), "SELECT CURRENT_USER()", &[])?,
-            "root@127.0.0.1"
-        );
+        assert_eq!(tcp_sql(db.port(), "SELECT @@port", &[])?, db.port().to_string());
+        assert_eq!(tcp_sql(db.port(), "SELECT CURRENT_USER()", &[])?, "root@127.0.0.1");
         // Full privileges over TCP, including GRANT.
         tcp_sql(
             db.port(),
@@ -50,10 +44,7 @@ fn two_servers_start_concurrently_and_accept_tcp_root() -> anyhow::Result<()> {
              CREATE TABLE test.t (x INT); DROP TABLE test.t",
             &[],
         )?;
-        assert_eq!(
-            db.sql("SELECT @@bind_address, @@local_infile")?,
-            "127.0.0.1\t1\n"
-        );
+        assert_eq!(db.sql("SELECT @@bind_address, @@local_infile")?, "127.0.0.1\t1\n");
         assert_eq!(db.sql("SHOW DATABASES LIKE 'test'")?, "test\n");
     }
     Ok(())
@@ -68,9 +59,7 @@ fn sql_reports_errors() -> anyhow::Result<()> {
 
 #[test]
 fn shared_is_one_server() -> anyhow::Result<()> {
-    let a = std::thread::spawn(|| shared().pid())
-        .join()
-        .expect("thread");
+    let a = std::thread::spawn(|| shared().pid()).join().expect("thread");
     assert_eq!(a, shared().pid());
     assert_eq!(shared().sql("SELECT 1")?, "1\n");
     assert!(process_alive(shared().pid()));
@@ -102,17 +91,10 @@ fn tls_server_accepts_tls_clients() -> anyhow::Result<()> {
     let certs = TestCerts::generate()?;
     assert!(certs.ca_pem.starts_with("-----BEGIN CERTIFICATE-----"));
     assert!(certs.server_key_pem.contains("PRIVATE KEY"));
-    let db = MariaDb::start_with(MariaDbOptions {
-        tls: Some(certs),
-        ..Default::default()
-    })?;
+    let db = MariaDb::start_with(MariaDbOptions { tls: Some(certs), ..Default::default() })?;
     assert_eq!(db.sql("SHOW VARIABLES LIKE 'have_ssl'")?, "have_ssl\tYES\n");
     let ca = db.tls().expect("tls").ca_cert.display().to_string();
-    let ssl_args = [
-        "--ssl".to_string(),
-        format!("--ssl-ca={ca}"),
-        "--ssl-verify-server-cert".to_string(),
-    ];
+    let ssl_args = ["--ssl".to_string(), format!("--ssl-ca={ca}"), "--ssl-verify-server-cert".to_string()];
     let ssl_args: Vec<&str> = ssl_args.iter().map(String::as_str).collect();
     let cipher = tcp_sql(db.port(), "SHOW STATUS LIKE 'Ssl_cipher'", &ssl_args)?;
     let cipher = cipher.strip_prefix("Ssl_cipher\t").unwrap_or_default();
@@ -122,10 +104,7 @@ fn tls_server_accepts_tls_clients() -> anyhow::Result<()> {
 
 #[test]
 fn extra_args_are_applied() -> anyhow::Result<()> {
-    let db = MariaDb::start_with(MariaDbOptions {
-        extra_args: vec!["--max-connections=77".into()],
-        ..Default::default()
-    })?;
+    let db = MariaDb::start_with(MariaDbOptions { extra_args: vec!["--max-connections=77".into()], ..Default::default() })?;
     assert_eq!(db.sql("SELECT @@max_connections")?, "77\n");
     Ok(())
 }

@@ -13,6 +13,13 @@ use std::pin::Pin;
 use std::task::Poll;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
+/// Packet-format facts of a backend connection that decide how its replies are scanned.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Format {
+    pub deprecate_eof: bool,
+    pub mariadb_caps: u32,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct Watermarks {
     pub high: usize,
@@ -50,31 +57,21 @@ pub async fn forward(
     backend: &mut Conn,
     request: &[u8],
     reply: Option<Reply>,
-    deprecate_eof: bool,
+    format: Format,
     wm: Watermarks,
     max_packet: usize,
 ) -> Result<Outcome, ExecError> {
     let request_seq = request.get(3).copied().unwrap_or(0);
     if backend.write_all(request).await.is_err() {
-        return Err(ExecError::BackendLost {
-            reply_seq: Some(request_seq.wrapping_add(1)),
-        });
+        return Err(ExecError::BackendLost { reply_seq: Some(request_seq.wrapping_add(1)) });
     }
     let Some(reply) = reply else {
-        return Ok(Outcome {
-            error: false,
-            status: 0,
-        });
+        return Ok(Outcome { error: false, status: 0 });
     };
-    let mut scanner = Scanner::new(reply, deprecate_eof);
+    let mut scanner = Scanner::new(reply, format.deprecate_eof).with_mariadb_capabilities(format.mariadb_caps);
     loop {
         match stream_reply(&mut client.stream, backend, &mut scanner, wm, request_seq).await? {
-            Event::Done { error } => {
-                return Ok(Outcome {
-                    error,
-                    status: scanner.status(),
-                })
-            }
+            Event::Done { error } => return Ok(Outcome { error, status: scanner.status() }),
             Event::LocalInfile => {
                 let last = relay_infile(client, backend, max_packet).await?;
                 scanner.after_infile(last);
@@ -88,11 +85,7 @@ pub async fn forward(
 
 /// Relays the client's LOCAL INFILE data packets to the backend up to the empty packet that
 /// ends them; returns that packet's sequence id.
-async fn relay_infile(
-    client: &mut Conn,
-    backend: &mut Conn,
-    max_packet: usize,
-) -> Result<u8, ExecError> {
+async fn relay_infile(client: &mut Conn, backend: &mut Conn, max_packet: usize) -> Result<u8, ExecError> {
     loop {
         let frame = match client.read_frame(max_packet).await {
             Ok(Some(f)) => f,
@@ -118,10 +111,7 @@ async fn stream_reply(
     wm: Watermarks,
     request_seq: u8,
 ) -> Result<Event, ExecError> {
-    let Conn {
-        stream: bstream,
-        rbuf: buf,
-    } = backend;
+    let Conn { stream: bstream, rbuf: buf } = backend;
     // buf[..scanned] belongs to this reply and waits to be written; buf[scanned..] is unscanned.
     let mut scanned = 0usize;
     let mut event = Event::More;
@@ -133,9 +123,9 @@ async fn stream_reply(
                     scanned += used;
                     event = ev;
                     if ev != Event::More && scanned < buf.len() {
-                        return Poll::Ready(Err(ExecError::BackendProtocol(
-                            proto::ProtoError::Unexpected("bytes after the end of a reply"),
-                        )));
+                        return Poll::Ready(Err(ExecError::BackendProtocol(proto::ProtoError::Unexpected(
+                            "bytes after the end of a reply",
+                        ))));
                     }
                 }
                 Err(e) => return Poll::Ready(Err(ExecError::BackendProtocol(e))),
@@ -144,9 +134,7 @@ async fn stream_reply(
         let mut progress = false;
         if scanned > 0 {
             match Pin::new(&mut *client).poll_write(cx, &buf[..scanned]) {
-                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
-                    return Poll::Ready(Err(ExecError::ClientLost))
-                }
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Err(ExecError::ClientLost)),
                 Poll::Ready(Ok(n)) => {
                     buf.advance(n);
                     scanned -= n;
@@ -177,14 +165,7 @@ async fn stream_reply(
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
                         // Everything scanned up to a packet boundary may still go to the client.
                         let reply_seq = if scanner.at_packet_boundary() {
-                            Some(
-                                if scanner.packets() == 0 {
-                                    request_seq
-                                } else {
-                                    scanner.last_seq()
-                                }
-                                .wrapping_add(1),
-                            )
+                            Some(if scanner.packets() == 0 { request_seq } else { scanner.last_seq() }.wrapping_add(1))
                         } else {
                             None
                         };

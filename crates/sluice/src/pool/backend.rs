@@ -34,27 +34,16 @@ impl std::fmt::Debug for Credential {
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     #[error("Can't connect to backend server '{server}' ({source})")]
-    Connect {
-        server: String,
-        source: std::io::Error,
-    },
+    Connect { server: String, source: std::io::Error },
     #[error("Can't connect to backend server '{server}' (timed out after {ms} ms)")]
     Timeout { server: String, ms: u128 },
     /// The backend refused (bad credentials, unknown database…): its ERR payload, for the client.
     #[error("backend server '{server}' refused the login: {message}")]
-    Rejected {
-        server: String,
-        code: u16,
-        sqlstate: [u8; 5],
-        message: String,
-    },
+    Rejected { server: String, code: u16, sqlstate: [u8; 5], message: String },
     #[error("backend server '{server}': {what}")]
     Protocol { server: String, what: String },
     #[error("Lost connection to backend server '{server}' ({source})")]
-    Lost {
-        server: String,
-        source: std::io::Error,
-    },
+    Lost { server: String, source: std::io::Error },
 }
 
 /// Everything needed to open one backend connection.
@@ -67,6 +56,8 @@ pub struct ConnectParams<'a> {
     /// The capabilities the client negotiated with sluice; the backend connection uses the same.
     pub capabilities: CapabilityFlags,
     pub attrs: &'a [(String, String)],
+    /// MariaDB extended capabilities the client negotiated.
+    pub mariadb_caps: u32,
     pub timeout: Duration,
 }
 
@@ -77,27 +68,26 @@ pub struct Backend {
     /// The backend's thread id (its CONNECTION_ID()).
     pub thread_id: u32,
     pub capabilities: CapabilityFlags,
+    pub mariadb_caps: u32,
     pub greeting: ServerGreeting,
 }
 
 impl Backend {
     pub fn deprecate_eof(&self) -> bool {
-        self.capabilities
-            .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF)
+        self.capabilities.contains(CapabilityFlags::CLIENT_DEPRECATE_EOF)
+    }
+
+    /// What the reply scanner must know about this connection's packet formats.
+    pub fn format(&self) -> crate::exec::Format {
+        crate::exec::Format { deprecate_eof: self.deprecate_eof(), mariadb_caps: self.mariadb_caps }
     }
 
     /// Runs a statement whose result is small and returns its rows as text (NULL as `None`).
     /// For sluice's own queries only: client traffic is streamed by `exec`.
     pub async fn query(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, BackendError> {
         let server = self.server.name.clone();
-        let lost = |e| BackendError::Lost {
-            server: server.clone(),
-            source: e,
-        };
-        let proto_err = |what: &str| BackendError::Protocol {
-            server: server.clone(),
-            what: what.to_string(),
-        };
+        let lost = |e| BackendError::Lost { server: server.clone(), source: e };
+        let proto_err = |what: &str| BackendError::Protocol { server: server.clone(), what: what.to_string() };
         let mut out = Vec::new();
         let mut seq = 0;
         let mut payload = vec![proto::command::COM_QUERY];
@@ -125,8 +115,7 @@ impl Backend {
                     });
                 }
                 _ => {
-                    let (cols, _) = proto::codec::read_lenenc(&p)
-                        .ok_or_else(|| proto_err("bad column count"))?;
+                    let (cols, _) = proto::codec::read_lenenc(&p).ok_or_else(|| proto_err("bad column count"))?;
                     for _ in 0..cols {
                         self.conn.read_packet(max).await.map_err(lost)?;
                     }
@@ -136,8 +125,7 @@ impl Backend {
                     loop {
                         let (_, r) = self.conn.read_packet(max).await.map_err(lost)?;
                         if r.first() == Some(&0xFE) && r.len() < proto::frame::MAX_CHUNK {
-                            let status = packet::terminator_status(&r, self.deprecate_eof())
-                                .map_err(|_| proto_err("bad EOF"))?;
+                            let status = packet::terminator_status(&r, self.deprecate_eof()).map_err(|_| proto_err("bad EOF"))?;
                             if status & proto::StatusFlags::SERVER_MORE_RESULTS_EXISTS.bits() == 0 {
                                 return Ok(rows);
                             }
@@ -153,8 +141,7 @@ impl Backend {
                                 row.push(None);
                                 rest = &rest[1..];
                             } else {
-                                let (v, n) = proto::codec::read_lenenc_str(rest)
-                                    .ok_or_else(|| proto_err("bad row"))?;
+                                let (v, n) = proto::codec::read_lenenc_str(rest).ok_or_else(|| proto_err("bad row"))?;
                                 row.push(Some(String::from_utf8_lossy(v).into_owned()));
                                 rest = &rest[n..];
                             }
@@ -168,39 +155,32 @@ impl Backend {
 
     /// Says goodbye politely (COM_QUIT) and closes.
     pub async fn quit(mut self) {
-        let _ = self
-            .conn
-            .write_all(&[1, 0, 0, 0, proto::command::COM_QUIT])
-            .await;
+        let _ = self.conn.write_all(&[1, 0, 0, 0, proto::command::COM_QUIT]).await;
     }
 }
 
-/// Capabilities sluice can carry through unchanged from client to backend.
-pub fn passthrough_capabilities() -> CapabilityFlags {
+/// Capabilities sluice cannot carry between client and backend: compression, TLS (each side
+/// has its own), and MySQL 8 extensions that change packet formats it does not parse.
+pub fn unsupported_capabilities() -> CapabilityFlags {
     use CapabilityFlags as C;
-    C::CLIENT_LONG_PASSWORD
-        | C::CLIENT_FOUND_ROWS
-        | C::CLIENT_LONG_FLAG
-        | C::CLIENT_CONNECT_WITH_DB
-        | C::CLIENT_NO_SCHEMA
-        | C::CLIENT_ODBC
-        | C::CLIENT_LOCAL_FILES
-        | C::CLIENT_IGNORE_SPACE
-        | C::CLIENT_PROTOCOL_41
-        | C::CLIENT_INTERACTIVE
-        | C::CLIENT_IGNORE_SIGPIPE
-        | C::CLIENT_TRANSACTIONS
-        | C::CLIENT_SECURE_CONNECTION
-        | C::CLIENT_MULTI_STATEMENTS
-        | C::CLIENT_MULTI_RESULTS
-        | C::CLIENT_PS_MULTI_RESULTS
-        | C::CLIENT_PLUGIN_AUTH
-        | C::CLIENT_CONNECT_ATTRS
-        | C::CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA
-        | C::CLIENT_CAN_HANDLE_EXPIRED_PASSWORDS
-        | C::CLIENT_SESSION_TRACK
-        | C::CLIENT_DEPRECATE_EOF
+    C::CLIENT_COMPRESS
+        | C::CLIENT_SSL
+        | C::CLIENT_ZSTD_COMPRESSION_ALGORITHM
+        | C::CLIENT_QUERY_ATTRIBUTES
+        | C::CLIENT_OPTIONAL_RESULTSET_METADATA
+        | C::CLIENT_PROGRESS_OBSOLETE
+        | C::CLIENT_SSL_VERIFY_SERVER_CERT
 }
+
+/// Capabilities sluice carries through unchanged from client to backend.
+pub fn passthrough_capabilities() -> CapabilityFlags {
+    CapabilityFlags::all() - unsupported_capabilities()
+}
+
+/// MariaDB extended capabilities sluice understands: progress reports, bulk execute,
+/// extended metadata and metadata caching (not COM_MULTI, not bulk unit results).
+pub const MARIADB_PASSTHROUGH: u32 =
+    proto::response::MARIADB_CLIENT_PROGRESS | (1 << 2) | (1 << 3) | proto::response::MARIADB_CLIENT_CACHE_METADATA;
 
 /// Capabilities of sluice's own backend connections (monitor queries, KILL): no client quirks
 /// such as CLIENT_NO_SCHEMA, which would forbid `db.table` names.
@@ -222,15 +202,9 @@ fn auth_reply(plugin: &str, cred: &Credential, nonce: &[u8], tls: bool) -> Optio
         (auth::MYSQL_NATIVE_PASSWORD, Credential::Plain(p)) => {
             Some(auth::native_scramble(&auth::native_stage1(p.as_bytes()), nonce).to_vec())
         }
-        (auth::MYSQL_NATIVE_PASSWORD, Credential::Stage1(s1)) => {
-            Some(auth::native_scramble(s1, nonce).to_vec())
-        }
-        (auth::CACHING_SHA2_PASSWORD, Credential::Plain(p)) => {
-            Some(auth::sha2_scramble(p.as_bytes(), nonce).to_vec())
-        }
-        (auth::MYSQL_CLEAR_PASSWORD, Credential::Plain(p)) if tls => {
-            Some([p.as_bytes(), &[0]].concat())
-        }
+        (auth::MYSQL_NATIVE_PASSWORD, Credential::Stage1(s1)) => Some(auth::native_scramble(s1, nonce).to_vec()),
+        (auth::CACHING_SHA2_PASSWORD, Credential::Plain(p)) => Some(auth::sha2_scramble(p.as_bytes(), nonce).to_vec()),
+        (auth::MYSQL_CLEAR_PASSWORD, Credential::Plain(p)) if tls => Some([p.as_bytes(), &[0]].concat()),
         (auth::MYSQL_CLEAR_PASSWORD, Credential::Empty) if tls => Some(vec![0]),
         _ => None,
     }
@@ -242,29 +216,17 @@ pub async fn connect(p: &ConnectParams<'_>) -> Result<(Backend, Vec<u8>), Backen
     let server = p.server.name.clone();
     match tokio::time::timeout(p.timeout, connect_inner(p)).await {
         Ok(r) => r,
-        Err(_) => Err(BackendError::Timeout {
-            server,
-            ms: p.timeout.as_millis(),
-        }),
+        Err(_) => Err(BackendError::Timeout { server, ms: p.timeout.as_millis() }),
     }
 }
 
 async fn connect_inner(p: &ConnectParams<'_>) -> Result<(Backend, Vec<u8>), BackendError> {
     let server = &p.server.name;
-    let lost = |e| BackendError::Lost {
-        server: server.clone(),
-        source: e,
-    };
-    let protocol = |what: String| BackendError::Protocol {
-        server: server.clone(),
-        what,
-    };
+    let lost = |e| BackendError::Lost { server: server.clone(), source: e };
+    let protocol = |what: String| BackendError::Protocol { server: server.clone(), what };
     let tcp = TcpStream::connect((p.server.hostname.as_str(), p.server.port))
         .await
-        .map_err(|e| BackendError::Connect {
-            server: server.clone(),
-            source: e,
-        })?;
+        .map_err(|e| BackendError::Connect { server: server.clone(), source: e })?;
     tune(&tcp);
     let mut conn = Conn::new(Stream::Tcp(tcp));
     let (seq, payload) = conn.read_packet(1 << 16).await.map_err(lost)?;
@@ -275,23 +237,15 @@ async fn connect_inner(p: &ConnectParams<'_>) -> Result<(Backend, Vec<u8>), Back
     let mut caps = (p.capabilities & passthrough_capabilities() & greeting.capabilities)
         | CapabilityFlags::CLIENT_PROTOCOL_41
         | CapabilityFlags::CLIENT_SECURE_CONNECTION;
-    if greeting
-        .capabilities
-        .contains(CapabilityFlags::CLIENT_PLUGIN_AUTH)
-    {
+    if greeting.capabilities.contains(CapabilityFlags::CLIENT_PLUGIN_AUTH) {
         caps |= CapabilityFlags::CLIENT_PLUGIN_AUTH;
     }
-    let wanted =
-        p.capabilities & passthrough_capabilities() & !CapabilityFlags::CLIENT_CONNECT_WITH_DB;
+    let wanted = p.capabilities & passthrough_capabilities() & !CapabilityFlags::CLIENT_CONNECT_WITH_DB;
     let missing = wanted - greeting.capabilities;
-    if missing.intersects(
-        CapabilityFlags::CLIENT_DEPRECATE_EOF
-            | CapabilityFlags::CLIENT_MULTI_RESULTS
-            | CapabilityFlags::CLIENT_SESSION_TRACK,
-    ) {
-        return Err(protocol(format!(
-            "does not support capabilities the client negotiated: {missing:?}"
-        )));
+    if missing
+        .intersects(CapabilityFlags::CLIENT_DEPRECATE_EOF | CapabilityFlags::CLIENT_MULTI_RESULTS | CapabilityFlags::CLIENT_SESSION_TRACK)
+    {
+        return Err(protocol(format!("does not support capabilities the client negotiated: {missing:?}")));
     }
     let mut seq = seq.wrapping_add(1);
     let mut hello = ClientHello {
@@ -303,25 +257,20 @@ async fn connect_inner(p: &ConnectParams<'_>) -> Result<(Backend, Vec<u8>), Back
         database: p.database.map(str::to_string),
         auth_plugin: None,
         attrs: p.attrs.to_vec(),
+        mariadb_caps: 0,
     };
     let mut out = Vec::new();
     if let Some(tls) = &p.server.tls {
         if !greeting.capabilities.contains(CapabilityFlags::CLIENT_SSL) {
-            return Err(protocol(
-                "use_ssl is set but the server does not offer TLS".into(),
-            ));
+            return Err(protocol("use_ssl is set but the server does not offer TLS".into()));
         }
         hello.capabilities |= CapabilityFlags::CLIENT_SSL;
         handshake::write_ssl_request(&mut out, &mut seq, &hello);
         conn.write_all(&out).await.map_err(lost)?;
         out.clear();
-        let Stream::Tcp(tcp) = conn.stream else {
-            unreachable!("fresh connection is plain TCP")
-        };
+        let Stream::Tcp(tcp) = conn.stream else { unreachable!("fresh connection is plain TCP") };
         let name = rustls::pki_types::ServerName::try_from(p.server.hostname.clone())
-            .unwrap_or_else(|_| {
-                rustls::pki_types::ServerName::try_from("localhost").expect("static name")
-            });
+            .unwrap_or_else(|_| rustls::pki_types::ServerName::try_from("localhost").expect("static name"));
         let tls_stream = tokio_rustls::TlsConnector::from(tls.clone())
             .connect(name, tcp)
             .await
@@ -329,45 +278,66 @@ async fn connect_inner(p: &ConnectParams<'_>) -> Result<(Backend, Vec<u8>), Back
         conn = Conn::new(Stream::ClientTls(Box::new(tls_stream)));
     }
     let is_tls = conn.stream.is_tls();
-    let mut plugin = if greeting.auth_plugin.is_empty() {
-        auth::MYSQL_NATIVE_PASSWORD.to_string()
-    } else {
-        greeting.auth_plugin.clone()
-    };
-    let mut nonce = greeting.nonce.clone();
-    let reply = match auth_reply(&plugin, p.credential, &nonce, is_tls) {
-        Some(r) => r,
-        None => {
-            // Offer native; the server switches us to the account's plugin if it differs.
-            plugin = auth::MYSQL_NATIVE_PASSWORD.to_string();
-            auth_reply(&plugin, p.credential, &nonce, is_tls).unwrap_or_default()
-        }
-    };
+    let (plugin, reply) = first_reply(&greeting, p.credential, is_tls);
     hello.auth_plugin = Some(plugin.clone());
     hello.auth_response = reply;
+    hello.mariadb_caps = p.mariadb_caps & greeting.mariadb_caps & MARIADB_PASSTHROUGH;
     handshake::write_client_hello(&mut out, &mut seq, &hello);
     conn.write_all(&out).await.map_err(lost)?;
+    let login = Login { server, username: p.username, credential: p.credential, is_tls };
+    let ok = auth_exchange(&mut conn, &login, plugin, greeting.nonce.clone()).await?;
+    let backend = Backend {
+        conn,
+        server: p.server.clone(),
+        thread_id: greeting.connection_id,
+        capabilities: hello.capabilities,
+        mariadb_caps: hello.mariadb_caps,
+        greeting,
+    };
+    Ok((backend, ok))
+}
+
+/// The plugin and reply to open an authentication with: the server's announced plugin when
+/// the credential can answer it, else mysql_native_password (the server switches if needed).
+fn first_reply(greeting: &ServerGreeting, credential: &Credential, is_tls: bool) -> (String, Vec<u8>) {
+    let announced = if greeting.auth_plugin.is_empty() { auth::MYSQL_NATIVE_PASSWORD } else { greeting.auth_plugin.as_str() };
+    match auth_reply(announced, credential, &greeting.nonce, is_tls) {
+        Some(r) => (announced.to_string(), r),
+        None => {
+            let native = auth::MYSQL_NATIVE_PASSWORD;
+            (native.to_string(), auth_reply(native, credential, &greeting.nonce, is_tls).unwrap_or_default())
+        }
+    }
+}
+
+/// Who is logging in, for the authentication exchange.
+struct Login<'a> {
+    server: &'a str,
+    username: &'a str,
+    credential: &'a Credential,
+    is_tls: bool,
+}
+
+/// Answers the server's authentication packets (auth switch, caching_sha2 fast path or full
+/// authentication) after the first reply was sent; returns the final OK payload.
+async fn auth_exchange(conn: &mut Conn, login: &Login<'_>, mut plugin: String, mut nonce: Vec<u8>) -> Result<Vec<u8>, BackendError> {
+    let lost = |e| BackendError::Lost { server: login.server.to_string(), source: e };
+    let protocol = |what: String| BackendError::Protocol { server: login.server.to_string(), what };
+    let mut out = Vec::new();
     loop {
         let (last, payload) = conn.read_packet(1 << 24).await.map_err(lost)?;
         let mut seq = last.wrapping_add(1);
         out.clear();
         match payload.first() {
-            Some(0x00) => {
-                let backend = Backend {
-                    conn,
-                    server: p.server.clone(),
-                    thread_id: greeting.connection_id,
-                    capabilities: hello.capabilities,
-                    greeting,
-                };
-                return Ok((backend, payload));
-            }
-            Some(0xFF) => return Err(rejected(server, &payload)),
+            Some(0x00) => return Ok(payload),
+            Some(0xFF) => return Err(rejected(login.server, &payload)),
             Some(0xFE) => {
-                let (new_plugin, new_nonce) =
-                    handshake::parse_auth_switch(&payload).map_err(|e| protocol(e.to_string()))?;
-                let reply = auth_reply(&new_plugin, p.credential, &new_nonce, is_tls).ok_or_else(|| {
-                    protocol(format!("the account `{}` uses {new_plugin}, which sluice cannot answer with the credentials it has", p.username))
+                let (new_plugin, new_nonce) = handshake::parse_auth_switch(&payload).map_err(|e| protocol(e.to_string()))?;
+                let reply = auth_reply(&new_plugin, login.credential, &new_nonce, login.is_tls).ok_or_else(|| {
+                    protocol(format!(
+                        "the account `{}` uses {new_plugin}, which sluice cannot answer with the credentials it has",
+                        login.username
+                    ))
                 })?;
                 plugin = new_plugin;
                 nonce = new_nonce;
@@ -376,13 +346,13 @@ async fn connect_inner(p: &ConnectParams<'_>) -> Result<(Backend, Vec<u8>), Back
             Some(0x01) if plugin == auth::CACHING_SHA2_PASSWORD => match payload.get(1) {
                 Some(&auth::SHA2_FAST_AUTH_SUCCESS) => continue,
                 Some(&auth::SHA2_PERFORM_FULL_AUTH) => {
-                    let Credential::Plain(pw) = p.credential else {
+                    let Credential::Plain(pw) = login.credential else {
                         return Err(protocol(format!(
                             "caching_sha2_password full authentication for `{}` needs the plain-text password in the config",
-                            p.username
+                            login.username
                         )));
                     };
-                    if is_tls {
+                    if login.is_tls {
                         handshake::write_raw(&mut out, &mut seq, &[pw.as_bytes(), &[0]].concat());
                     } else {
                         handshake::write_raw(&mut out, &mut seq, &[auth::SHA2_REQUEST_PUBLIC_KEY]);
@@ -390,26 +360,59 @@ async fn connect_inner(p: &ConnectParams<'_>) -> Result<(Backend, Vec<u8>), Back
                         out.clear();
                         let (last, key) = conn.read_packet(1 << 16).await.map_err(lost)?;
                         seq = last.wrapping_add(1);
-                        let pem = key
-                            .get(1..)
-                            .ok_or_else(|| protocol("empty public key".into()))?;
+                        let pem = key.get(1..).ok_or_else(|| protocol("empty public key".into()))?;
                         let mut secret = [pw.as_bytes(), &[0]].concat();
                         auth::xor_with_nonce(&mut secret, &nonce);
-                        let ct = rsa_encrypt(pem, &secret).ok_or_else(|| {
-                            protocol("cannot use the server's RSA public key".into())
-                        })?;
+                        let ct = rsa_encrypt(pem, &secret).ok_or_else(|| protocol("cannot use the server's RSA public key".into()))?;
                         handshake::write_raw(&mut out, &mut seq, &ct);
                     }
                 }
                 _ => return Err(protocol("unexpected caching_sha2_password message".into())),
             },
-            _ => {
-                return Err(protocol(format!(
-                    "unexpected packet during authentication (plugin {plugin})"
-                )))
-            }
+            _ => return Err(protocol(format!("unexpected packet during authentication (plugin {plugin})"))),
         }
         conn.write_all(&out).await.map_err(lost)?;
+    }
+}
+
+impl Backend {
+    /// COM_CHANGE_USER on this connection: the server resets the session and logs the new user
+    /// in, exactly as it would for the client directly. Returns the server's OK payload.
+    pub async fn change_user(
+        &mut self,
+        username: &str,
+        credential: &Credential,
+        database: Option<&str>,
+        collation: u16,
+        attrs: &[(String, String)],
+    ) -> Result<Vec<u8>, BackendError> {
+        let is_tls = self.conn.stream.is_tls();
+        let (plugin, reply) = first_reply(&self.greeting, credential, is_tls);
+        let mut payload = vec![proto::command::COM_CHANGE_USER];
+        payload.extend_from_slice(username.as_bytes());
+        payload.push(0);
+        payload.push(reply.len() as u8);
+        payload.extend_from_slice(&reply);
+        payload.extend_from_slice(database.unwrap_or("").as_bytes());
+        payload.push(0);
+        payload.extend_from_slice(&collation.to_le_bytes());
+        payload.extend_from_slice(plugin.as_bytes());
+        payload.push(0);
+        if self.capabilities.contains(CapabilityFlags::CLIENT_CONNECT_ATTRS) {
+            let mut a = Vec::new();
+            for (k, v) in attrs {
+                proto::codec::write_lenenc_str(&mut a, k.as_bytes());
+                proto::codec::write_lenenc_str(&mut a, v.as_bytes());
+            }
+            proto::codec::write_lenenc(&mut payload, a.len() as u64);
+            payload.extend_from_slice(&a);
+        }
+        let mut out = Vec::new();
+        proto::frame::write_packet(&mut out, &mut 0, &payload);
+        let server = self.server.name.clone();
+        self.conn.write_all(&out).await.map_err(|e| BackendError::Lost { server: server.clone(), source: e })?;
+        let login = Login { server: &server, username, credential, is_tls };
+        auth_exchange(&mut self.conn, &login, plugin, self.greeting.nonce.clone()).await
     }
 }
 
@@ -421,25 +424,15 @@ fn rejected(server: &str, payload: &[u8]) -> BackendError {
             sqlstate: e.sqlstate,
             message: String::from_utf8_lossy(e.message).into_owned(),
         },
-        Err(_) => BackendError::Protocol {
-            server: server.to_string(),
-            what: "malformed error packet".into(),
-        },
+        Err(_) => BackendError::Protocol { server: server.to_string(), what: "malformed error packet".into() },
     }
 }
 
 /// RSA-OAEP (SHA-1) encryption with a PEM public key, as MySQL clients do for caching_sha2.
 fn rsa_encrypt(pem: &[u8], data: &[u8]) -> Option<Vec<u8>> {
     use aws_lc_rs::rsa::{OaepPublicEncryptingKey, PublicEncryptingKey, OAEP_SHA1_MGF1SHA1};
-    let der = rustls_pemfile::public_keys(&mut std::io::BufReader::new(pem))
-        .next()?
-        .ok()?;
-    let key =
-        OaepPublicEncryptingKey::new(PublicEncryptingKey::from_der(der.as_ref()).ok()?).ok()?;
+    let der = rustls_pemfile::public_keys(&mut std::io::BufReader::new(pem)).next()?.ok()?;
+    let key = OaepPublicEncryptingKey::new(PublicEncryptingKey::from_der(der.as_ref()).ok()?).ok()?;
     let mut out = vec![0; key.ciphertext_size()];
-    Some(
-        key.encrypt(&OAEP_SHA1_MGF1SHA1, data, &mut out, None)
-            .ok()?
-            .to_vec(),
-    )
+    Some(key.encrypt(&OAEP_SHA1_MGF1SHA1, data, &mut out, None).ok()?.to_vec())
 }

@@ -32,15 +32,15 @@ pub struct Login {
     pub user: User,
     pub credential: Credential,
     pub nonce: [u8; 20],
+    /// MariaDB extended capabilities both sides agreed on.
+    pub mariadb_caps: u32,
     /// Sequence id for the packet that ends the login (OK or ERR).
     pub seq: u8,
 }
 
 pub fn offered_capabilities(shared: &Shared) -> CapabilityFlags {
     let mut caps = crate::pool::backend::passthrough_capabilities() & shared.profile().capabilities;
-    caps |= CapabilityFlags::CLIENT_PROTOCOL_41
-        | CapabilityFlags::CLIENT_SECURE_CONNECTION
-        | CapabilityFlags::CLIENT_PLUGIN_AUTH;
+    caps |= CapabilityFlags::CLIENT_PROTOCOL_41 | CapabilityFlags::CLIENT_SECURE_CONNECTION | CapabilityFlags::CLIENT_PLUGIN_AUTH;
     if shared.tls.is_some() {
         caps |= CapabilityFlags::CLIENT_SSL;
     }
@@ -48,22 +48,13 @@ pub fn offered_capabilities(shared: &Shared) -> CapabilityFlags {
 }
 
 /// Greets the client, upgrades to TLS if asked, and authenticates it.
-pub async fn login(
-    shared: &Arc<Shared>,
-    tcp: tokio::net::TcpStream,
-    peer: SocketAddr,
-    id: u32,
-) -> Result<Login, LoginError> {
+pub async fn login(shared: &Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAddr, id: u32) -> Result<Login, LoginError> {
     let mut client = Conn::new(Stream::Tcp(tcp));
     let nonce = auth::make_nonce(rand::random());
     let offered = offered_capabilities(shared);
     let profile = shared.profile();
-    let version = shared
-        .config
-        .proxy
-        .server_version
-        .clone()
-        .unwrap_or_else(|| profile.server_version.clone());
+    let offered_mariadb = profile.mariadb_caps & crate::pool::backend::MARIADB_PASSTHROUGH;
+    let version = shared.config.proxy.server_version.clone().unwrap_or_else(|| profile.server_version.clone());
     let mut out = Vec::with_capacity(128);
     handshake::write_greeting(
         &mut out,
@@ -75,6 +66,7 @@ pub async fn login(
             collation: profile.collation,
             status: proto::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits(),
             auth_plugin: &shared.config.proxy.default_auth_plugin,
+            mariadb_caps: offered_mariadb,
         },
     );
     client.write_all(&out).await?;
@@ -84,22 +76,17 @@ pub async fn login(
         let Some(acceptor) = &shared.tls else {
             return Err(LoginError::Protocol("SSL requested but not offered".into()));
         };
-        let Stream::Tcp(tcp) = client.stream else {
-            unreachable!("login starts on plain TCP")
-        };
+        let Stream::Tcp(tcp) = client.stream else { unreachable!("login starts on plain TCP") };
         let tls = acceptor.accept(tcp).await?;
         client = Conn::new(Stream::ServerTls(Box::new(tls)));
         (seq, payload) = client.read_packet(1 << 16).await?;
     }
-    let hello =
-        handshake::parse_client_hello(&payload).map_err(|e| LoginError::Protocol(e.to_string()))?;
+    let hello = handshake::parse_client_hello(&payload).map_err(|e| LoginError::Protocol(e.to_string()))?;
     let capabilities = hello.capabilities & offered;
+    let mariadb_caps = hello.mariadb_caps & offered_mariadb;
     let mut seq = seq.wrapping_add(1);
     let plugin = if capabilities.contains(CapabilityFlags::CLIENT_PLUGIN_AUTH) {
-        hello
-            .auth_plugin
-            .clone()
-            .unwrap_or_else(|| MYSQL_NATIVE_PASSWORD.into())
+        hello.auth_plugin.clone().unwrap_or_else(|| MYSQL_NATIVE_PASSWORD.into())
     } else {
         MYSQL_NATIVE_PASSWORD.into()
     };
@@ -112,24 +99,10 @@ pub async fn login(
         peer,
     };
     match authenticate(shared, &mut client, &mut seq, attempt).await? {
-        Ok((user, credential)) => Ok(Login {
-            client,
-            hello,
-            capabilities,
-            user,
-            credential,
-            nonce,
-            seq,
-        }),
+        Ok((user, credential)) => Ok(Login { client, hello, capabilities, user, credential, nonce, mariadb_caps, seq }),
         Err(denied) => {
             let mut out = Vec::new();
-            proto::packet::write_err(
-                &mut out,
-                &mut seq,
-                ER_ACCESS_DENIED_ERROR,
-                SQLSTATE_ACCESS_DENIED,
-                &denied,
-            );
+            proto::packet::write_err(&mut out, &mut seq, ER_ACCESS_DENIED_ERROR, SQLSTATE_ACCESS_DENIED, &denied);
             client.write_all(&out).await?;
             Err(LoginError::Denied(denied))
         }
@@ -155,12 +128,7 @@ pub async fn authenticate(
     a: Attempt<'_>,
 ) -> Result<Result<(User, Credential), String>, LoginError> {
     let denied = |used_password: bool| {
-        format!(
-            "Access denied for user '{}'@'{}' (using password: {})",
-            a.user,
-            a.peer.ip(),
-            if used_password { "YES" } else { "NO" }
-        )
+        format!("Access denied for user '{}'@'{}' (using password: {})", a.user, a.peer.ip(), if used_password { "YES" } else { "NO" })
     };
     let mut out = Vec::new();
     let mut plugin = a.plugin.to_string();
@@ -181,11 +149,7 @@ pub async fn authenticate(
     let mut user = shared.find_user(a.user, a.peer.ip(), false).await;
     // caching_sha2 clients whose account has only a native hash give their password in full.
     let mut clear: Option<Vec<u8>> = None;
-    if plugin == CACHING_SHA2_PASSWORD
-        && !reply.is_empty()
-        && user.as_ref().is_none_or(|u| !u.secret.has_plain())
-        && user.is_some()
-    {
+    if plugin == CACHING_SHA2_PASSWORD && !reply.is_empty() && user.as_ref().is_none_or(|u| !u.secret.has_plain()) && user.is_some() {
         clear = Some(match full_auth(shared, client, seq, a.nonce).await? {
             Some(pw) => pw,
             None => return Ok(Err(denied(true))),
@@ -203,10 +167,7 @@ pub async fn authenticate(
         let verified = match (&clear, plugin.as_str()) {
             (Some(pw), _) => u.secret.verify_plain(pw),
             (None, MYSQL_NATIVE_PASSWORD) => u.secret.verify_native(a.nonce, &reply),
-            (None, _) => match u.secret.verify_sha2_fast(a.nonce, &reply) {
-                Ok(v) => v,
-                Err(()) => None,
-            },
+            (None, _) => u.secret.verify_sha2_fast(a.nonce, &reply).unwrap_or_default(),
         };
         if let Some(credential) = verified {
             if plugin == CACHING_SHA2_PASSWORD && clear.is_none() && !reply.is_empty() {
@@ -220,12 +181,7 @@ pub async fn authenticate(
 }
 
 /// caching_sha2_password full authentication: the password in clear over TLS, or RSA-encrypted.
-async fn full_auth(
-    shared: &Arc<Shared>,
-    client: &mut Conn,
-    seq: &mut u8,
-    nonce: &[u8; 20],
-) -> Result<Option<Vec<u8>>, LoginError> {
+async fn full_auth(shared: &Arc<Shared>, client: &mut Conn, seq: &mut u8, nonce: &[u8; 20]) -> Result<Option<Vec<u8>>, LoginError> {
     let mut out = Vec::new();
     handshake::write_auth_more_data(&mut out, seq, &[auth::SHA2_PERFORM_FULL_AUTH]);
     client.write_all(&out).await?;

@@ -9,27 +9,18 @@ use sql::classify::KillScope;
 
 impl Session {
     /// Answers a KILL. False when the session must end (it killed itself).
-    pub(super) async fn kill(
-        &mut self,
-        target: u64,
-        scope: KillScope,
-        hard: Option<bool>,
-        seq: u8,
-    ) -> bool {
+    pub(super) async fn kill(&mut self, target: u64, scope: KillScope, hard: Option<bool>, seq: u8) -> bool {
         let unknown = format!("Unknown thread id: {target}");
         let Some(handle) = self.shared.registry.find(target) else {
-            self.reply_err(seq, ER_NO_SUCH_THREAD, SQLSTATE_GENERAL, &unknown)
-                .await;
+            self.reply_err(seq, ER_NO_SUCH_THREAD, SQLSTATE_GENERAL, &unknown).await;
             return true;
         };
         let Some((server_name, thread)) = handle.backend() else {
-            self.reply_err(seq, ER_NO_SUCH_THREAD, SQLSTATE_GENERAL, &unknown)
-                .await;
+            self.reply_err(seq, ER_NO_SUCH_THREAD, SQLSTATE_GENERAL, &unknown).await;
             return true;
         };
         let Some(server) = self.shared.hostgroups.find(&server_name).cloned() else {
-            self.reply_err(seq, ER_NO_SUCH_THREAD, SQLSTATE_GENERAL, &unknown)
-                .await;
+            self.reply_err(seq, ER_NO_SUCH_THREAD, SQLSTATE_GENERAL, &unknown).await;
             return true;
         };
         let modifier = match hard {
@@ -37,20 +28,17 @@ impl Session {
             Some(false) => "SOFT ",
             None => "",
         };
-        let what = if scope == KillScope::Query {
-            "QUERY"
-        } else {
-            "CONNECTION"
-        };
+        let what = if scope == KillScope::Query { "QUERY" } else { "CONNECTION" };
         let sql = format!("KILL {modifier}{what} {thread}");
         let params = pool::ConnectParams {
             server: &server,
             username: &self.backend_login.0,
             credential: &self.backend_login.1,
             database: None,
-            collation: self.collation,
+            collation: self.negotiated.collation,
             capabilities: crate::pool::backend::internal_capabilities(),
             attrs: &[],
+            mariadb_caps: 0,
             timeout: self.shared.config.connect_timeout(),
         };
         let result = match pool::connect(&params).await {
@@ -66,46 +54,26 @@ impl Session {
                 if scope == KillScope::Connection {
                     handle.kill();
                     if handle.id == self.id {
-                        self.reply_err(seq, 1927, b"70100", "Connection was killed")
-                            .await;
+                        self.reply_err(seq, 1927, b"70100", "Connection was killed").await;
                         return false;
                     }
                 }
                 self.reply_ok(seq).await
             }
-            Err(BackendError::Rejected {
-                code: ER_KILL_DENIED_ERROR,
-                ..
-            }) => {
-                self.reply_err(
-                    seq,
-                    ER_KILL_DENIED_ERROR,
-                    SQLSTATE_GENERAL,
-                    &format!("You are not owner of thread {target}"),
-                )
-                .await;
+            Err(BackendError::Rejected { code: ER_KILL_DENIED_ERROR, .. }) => {
+                self.reply_err(seq, ER_KILL_DENIED_ERROR, SQLSTATE_GENERAL, &format!("You are not owner of thread {target}")).await;
                 true
             }
-            Err(BackendError::Rejected {
-                code: ER_NO_SUCH_THREAD,
-                ..
-            }) => {
-                self.reply_err(seq, ER_NO_SUCH_THREAD, SQLSTATE_GENERAL, &unknown)
-                    .await;
+            Err(BackendError::Rejected { code: ER_NO_SUCH_THREAD, .. }) => {
+                self.reply_err(seq, ER_NO_SUCH_THREAD, SQLSTATE_GENERAL, &unknown).await;
                 true
             }
-            Err(BackendError::Rejected {
-                code,
-                sqlstate,
-                message,
-                ..
-            }) => {
+            Err(BackendError::Rejected { code, sqlstate, message, .. }) => {
                 self.reply_err(seq, code, &sqlstate, &message).await;
                 true
             }
             Err(e) => {
-                self.reply_err(seq, CR_CONN_HOST_ERROR, SQLSTATE_GENERAL, &e.to_string())
-                    .await;
+                self.reply_err(seq, CR_CONN_HOST_ERROR, SQLSTATE_GENERAL, &e.to_string()).await;
                 true
             }
         }

@@ -26,13 +26,12 @@ struct Session {
     id: u32,
     peer: SocketAddr,
     client: crate::net::Conn,
-    capabilities: CapabilityFlags,
+    /// What the client negotiated; its backend connections repeat it.
+    negotiated: Negotiated,
     nonce: [u8; 20],
     user: User,
     /// How sluice logs in to backends for this client: (username, credential).
     backend_login: (String, Credential),
-    collation: u8,
-    attrs: Vec<(String, String)>,
     backend: Backend,
     handle: Arc<SessionHandle>,
     /// Scratch space for packets sluice writes itself.
@@ -44,19 +43,9 @@ struct Session {
 pub async fn run(shared: Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAddr) {
     crate::net::tune(&tcp);
     let id = shared.registry.next_id();
-    if shared
-        .clients
-        .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
-        >= shared.config.proxy.max_connections
-    {
+    if shared.clients.fetch_add(1, std::sync::atomic::Ordering::AcqRel) >= shared.config.proxy.max_connections {
         let mut out = Vec::new();
-        proto::packet::write_err(
-            &mut out,
-            &mut 0,
-            ER_CON_COUNT_ERROR,
-            SQLSTATE_CONN_COUNT,
-            "Too many connections",
-        );
+        proto::packet::write_err(&mut out, &mut 0, ER_CON_COUNT_ERROR, SQLSTATE_CONN_COUNT, "Too many connections");
         let mut conn = crate::net::Conn::new(crate::net::Stream::Tcp(tcp));
         let _ = conn.write_all(&out).await;
     } else {
@@ -69,46 +58,17 @@ pub async fn run(shared: Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAd
             Err(e) => debug!(id, %peer, "login ended: {e}"),
         }
     }
-    shared
-        .clients
-        .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    shared.clients.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
 }
 
-async fn start(
-    shared: &Arc<Shared>,
-    tcp: tokio::net::TcpStream,
-    peer: SocketAddr,
-    id: u32,
-) -> Result<Session, String> {
-    let login = auth::login(shared, tcp, peer, id)
-        .await
-        .map_err(|e| e.to_string())?;
-    let auth::Login {
-        mut client,
-        hello,
-        capabilities,
-        user,
-        credential,
-        nonce,
-        mut seq,
-    } = login;
+async fn start(shared: &Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAddr, id: u32) -> Result<Session, String> {
+    let login = auth::login(shared, tcp, peer, id).await.map_err(|e| e.to_string())?;
+    let auth::Login { mut client, hello, capabilities, user, credential, nonce, mariadb_caps, mut seq } = login;
     let backend_login = user.backend_credential(credential);
-    let database = hello
-        .database
-        .clone()
-        .or_else(|| user.default_schema.clone());
-    let attrs = hello.attrs.clone();
+    let database = hello.database.clone().or_else(|| user.default_schema.clone());
+    let negotiated = Negotiated { capabilities, mariadb_caps, collation: hello.collation, attrs: hello.attrs.clone() };
     let mut out = Vec::new();
-    let connected = connect_backend(
-        shared,
-        &user,
-        &backend_login,
-        database.as_deref(),
-        hello.collation,
-        capabilities,
-        &attrs,
-    )
-    .await;
+    let connected = connect_backend(shared, &user, &backend_login, database.as_deref(), &negotiated).await;
     match connected {
         Ok((backend, ok)) => {
             proto::handshake::write_raw(&mut out, &mut seq, &ok);
@@ -117,21 +77,7 @@ async fn start(
             let handle = shared.registry.register(id, &user.name);
             handle.set_backend(&backend.server.name, backend.thread_id);
             debug!(id, %peer, user = %user.name, backend = %backend.server.name, thread = backend.thread_id, tls = client.stream.is_tls(), "session started");
-            Ok(Session {
-                shared: shared.clone(),
-                id,
-                peer,
-                client,
-                capabilities,
-                nonce,
-                user,
-                backend_login,
-                collation: hello.collation,
-                attrs,
-                backend,
-                handle,
-                out,
-            })
+            Ok(Session { shared: shared.clone(), id, peer, client, negotiated, nonce, user, backend_login, backend, handle, out })
         }
         Err(e) => {
             write_backend_error(&mut out, &mut seq, &e);
@@ -141,15 +87,22 @@ async fn start(
     }
 }
 
+/// What a client negotiated at login (or last COM_CHANGE_USER).
+#[derive(Clone)]
+struct Negotiated {
+    capabilities: CapabilityFlags,
+    mariadb_caps: u32,
+    collation: u8,
+    attrs: Vec<(String, String)>,
+}
+
 /// Picks a server of the user's hostgroup and logs in to it.
 async fn connect_backend(
     shared: &Shared,
     user: &User,
     login: &(String, Credential),
     database: Option<&str>,
-    collation: u8,
-    capabilities: CapabilityFlags,
-    attrs: &[(String, String)],
+    client: &Negotiated,
 ) -> Result<(Backend, Vec<u8>), BackendError> {
     let Some(server) = shared.hostgroups.pick(user.default_hostgroup) else {
         return Err(BackendError::Protocol {
@@ -162,9 +115,10 @@ async fn connect_backend(
         username: &login.0,
         credential: &login.1,
         database,
-        collation,
-        capabilities: capabilities - CapabilityFlags::CLIENT_SSL,
-        attrs,
+        collation: client.collation,
+        capabilities: client.capabilities - CapabilityFlags::CLIENT_SSL,
+        attrs: &client.attrs,
+        mariadb_caps: client.mariadb_caps,
         timeout: shared.config.connect_timeout(),
     };
     let (backend, ok) = pool::connect(&params).await?;
@@ -176,19 +130,8 @@ async fn connect_backend(
 /// an error naming the server.
 fn write_backend_error(out: &mut Vec<u8>, seq: &mut u8, e: &BackendError) {
     match e {
-        BackendError::Rejected {
-            code,
-            sqlstate,
-            message,
-            ..
-        } => proto::packet::write_err(out, seq, *code, sqlstate, message),
-        _ => proto::packet::write_err(
-            out,
-            seq,
-            CR_CONN_HOST_ERROR,
-            SQLSTATE_GENERAL,
-            &e.to_string(),
-        ),
+        BackendError::Rejected { code, sqlstate, message, .. } => proto::packet::write_err(out, seq, *code, sqlstate, message),
+        _ => proto::packet::write_err(out, seq, CR_CONN_HOST_ERROR, SQLSTATE_GENERAL, &e.to_string()),
     }
 }
 
@@ -205,18 +148,16 @@ fn route_command(cmd: u8, payload: &[u8]) -> Route {
     match cmd {
         COM_QUERY | COM_PROCESS_INFO => Route::Forward(Some(Reply::Query)),
         COM_STMT_EXECUTE => {
-            let cursor = payload
-                .get(5)
-                .is_some_and(|f| f & CURSOR_TYPE_READ_ONLY != 0);
+            let cursor = payload.get(5).is_some_and(|f| f & CURSOR_TYPE_READ_ONLY != 0);
             Route::Forward(Some(Reply::Execute { cursor }))
         }
+        COM_STMT_BULK_EXECUTE => Route::Forward(Some(Reply::Execute { cursor: false })),
         COM_STMT_PREPARE => Route::Forward(Some(Reply::Prepare)),
         COM_STMT_FETCH => Route::Forward(Some(Reply::Fetch)),
         COM_FIELD_LIST => Route::Forward(Some(Reply::FieldList)),
         COM_STMT_CLOSE | COM_STMT_SEND_LONG_DATA => Route::Forward(None),
-        COM_PING | COM_INIT_DB | COM_STATISTICS | COM_STMT_RESET | COM_SET_OPTION
-        | COM_RESET_CONNECTION | COM_DEBUG | COM_REFRESH | COM_SHUTDOWN | COM_CREATE_DB
-        | COM_DROP_DB => Route::Forward(Some(Reply::Single)),
+        COM_PING | COM_INIT_DB | COM_STATISTICS | COM_STMT_RESET | COM_SET_OPTION | COM_RESET_CONNECTION | COM_DEBUG | COM_REFRESH
+        | COM_SHUTDOWN | COM_CREATE_DB | COM_DROP_DB => Route::Forward(Some(Reply::Single)),
         COM_QUIT => Route::Quit,
         COM_PROCESS_KILL => Route::Kill,
         COM_CHANGE_USER => Route::ChangeUser,
@@ -230,10 +171,7 @@ impl Session {
     }
 
     fn watermarks(&self) -> Watermarks {
-        Watermarks {
-            high: self.shared.config.proxy.buffer_high_watermark,
-            low: self.shared.config.proxy.buffer_low_watermark,
-        }
+        Watermarks { high: self.shared.config.proxy.buffer_high_watermark, low: self.shared.config.proxy.buffer_low_watermark }
     }
 
     async fn command_loop(&mut self) {
@@ -250,8 +188,7 @@ impl Session {
                 Err(e) => {
                     if e.kind() == std::io::ErrorKind::InvalidData {
                         let msg = "Got a packet bigger than 'max_allowed_packet' bytes";
-                        self.reply_err(1, ER_NET_PACKET_TOO_LARGE, b"08S01", msg)
-                            .await;
+                        self.reply_err(1, ER_NET_PACKET_TOO_LARGE, b"08S01", msg).await;
                     }
                     return;
                 }
@@ -262,13 +199,7 @@ impl Session {
             let payload = &self.client.rbuf[4..4 + first_len];
             let Some(&cmd) = payload.first() else {
                 self.client.consume(frame.wire_len);
-                self.reply_err(
-                    1,
-                    ER_UNKNOWN_COM_ERROR,
-                    SQLSTATE_UNKNOWN_COM,
-                    "Unknown command",
-                )
-                .await;
+                self.reply_err(1, ER_UNKNOWN_COM_ERROR, SQLSTATE_UNKNOWN_COM, "Unknown command").await;
                 continue;
             };
             let seq = frame.last_seq.wrapping_add(1);
@@ -282,9 +213,7 @@ impl Session {
                 }
             }
             let rewritten = match cmd {
-                COM_QUERY | COM_STMT_PREPARE if frame.chunks == 1 => {
-                    sql::classify::rewrite_connection_id(&payload[1..], self.id)
-                }
+                COM_QUERY | COM_STMT_PREPARE if frame.chunks == 1 => sql::classify::rewrite_connection_id(&payload[1..], self.id),
                 _ => None,
             };
             match route_command(cmd, payload) {
@@ -294,11 +223,7 @@ impl Session {
                             self.client.consume(frame.wire_len);
                             let mut buf = Vec::with_capacity(sql.len() + 5);
                             let mut s = frame.first_seq;
-                            proto::frame::write_packet(
-                                &mut buf,
-                                &mut s,
-                                &[&[cmd][..], &sql].concat(),
-                            );
+                            proto::frame::write_packet(&mut buf, &mut s, &[&[cmd][..], &sql].concat());
                             bytes::BytesMut::from(&buf[..])
                         }
                         None => self.client.rbuf.split_to(frame.wire_len),
@@ -309,28 +234,15 @@ impl Session {
                 }
                 Route::Quit => return,
                 Route::Kill => {
-                    let id = payload
-                        .get(1..5)
-                        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                    let id = payload.get(1..5).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
                     self.client.consume(frame.wire_len);
                     match id {
                         Some(id) => {
-                            if !self
-                                .kill(id as u64, sql::classify::KillScope::Connection, None, seq)
-                                .await
-                            {
+                            if !self.kill(id as u64, sql::classify::KillScope::Connection, None, seq).await {
                                 return;
                             }
                         }
-                        None => {
-                            self.reply_err(
-                                seq,
-                                ER_UNKNOWN_COM_ERROR,
-                                SQLSTATE_UNKNOWN_COM,
-                                "Malformed COM_PROCESS_KILL",
-                            )
-                            .await
-                        }
+                        None => self.reply_err(seq, ER_UNKNOWN_COM_ERROR, SQLSTATE_UNKNOWN_COM, "Malformed COM_PROCESS_KILL").await,
                     }
                 }
                 Route::ChangeUser => {
@@ -342,18 +254,8 @@ impl Session {
                 }
                 Route::Unsupported => {
                     self.client.consume(frame.wire_len);
-                    debug!(
-                        id = self.id,
-                        command = proto::command::name(cmd),
-                        "unsupported command"
-                    );
-                    self.reply_err(
-                        seq,
-                        ER_UNKNOWN_COM_ERROR,
-                        SQLSTATE_UNKNOWN_COM,
-                        "Unknown command",
-                    )
-                    .await;
+                    debug!(id = self.id, command = proto::command::name(cmd), "unsupported command");
+                    self.reply_err(seq, ER_UNKNOWN_COM_ERROR, SQLSTATE_UNKNOWN_COM, "Unknown command").await;
                 }
             }
         }
@@ -361,36 +263,20 @@ impl Session {
 
     /// Forwards one request and streams its reply. False when the session must end.
     async fn forward(&mut self, request: &[u8], reply: Option<Reply>) -> bool {
-        let deprecate_eof = self.backend.deprecate_eof();
+        let format = self.backend.format();
         let wm = self.watermarks();
         let max = self.max_packet();
-        match exec::forward(
-            &mut self.client,
-            &mut self.backend.conn,
-            request,
-            reply,
-            deprecate_eof,
-            wm,
-            max,
-        )
-        .await
-        {
+        match exec::forward(&mut self.client, &mut self.backend.conn, request, reply, format, wm, max).await {
             Ok(_) => true,
-            Err(e @ (ExecError::BackendLost { .. } | ExecError::BackendProtocol(_)))
-                if !self.handle.is_killed() =>
-            {
+            Err(e @ (ExecError::BackendLost { .. } | ExecError::BackendProtocol(_))) if !self.handle.is_killed() => {
                 let reply_seq = match e {
                     ExecError::BackendLost { reply_seq } => reply_seq,
                     _ => None,
                 };
                 debug!(id = self.id, backend = %self.backend.server.name, "backend lost during a reply");
                 if let Some(seq) = reply_seq {
-                    let msg = format!(
-                        "Lost connection to backend server '{}' during query",
-                        self.backend.server.name
-                    );
-                    self.reply_err(seq, CR_SERVER_LOST, SQLSTATE_GENERAL, &msg)
-                        .await;
+                    let msg = format!("Lost connection to backend server '{}' during query", self.backend.server.name);
+                    self.reply_err(seq, CR_SERVER_LOST, SQLSTATE_GENERAL, &msg).await;
                 }
                 false
             }
@@ -409,10 +295,7 @@ impl Session {
 
     async fn reply_ok(&mut self, mut seq: u8) -> bool {
         self.out.clear();
-        let ok = proto::packet::Ok {
-            status: proto::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits(),
-            ..Default::default()
-        };
+        let ok = proto::packet::Ok { status: proto::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits(), ..Default::default() };
         proto::packet::write_ok(&mut self.out, &mut seq, proto::packet::OK_HEADER, &ok, b"");
         self.client.write_all(&self.out).await.is_ok()
     }
@@ -420,81 +303,97 @@ impl Session {
     /// COM_CHANGE_USER: verify the new login, open a backend connection for it, replace the old
     /// one (the new session starts clean, as on the server). False when the session must end.
     async fn change_user(&mut self, payload: &[u8], mut seq: u8) -> bool {
-        let cu = match proto::handshake::parse_change_user(payload, self.capabilities) {
+        let cu = match proto::handshake::parse_change_user(payload, self.negotiated.capabilities) {
             Ok(cu) => cu,
             Err(_) => {
-                self.reply_err(
-                    seq,
-                    ER_UNKNOWN_COM_ERROR,
-                    SQLSTATE_UNKNOWN_COM,
-                    "Malformed COM_CHANGE_USER",
-                )
-                .await;
+                self.reply_err(seq, ER_UNKNOWN_COM_ERROR, SQLSTATE_UNKNOWN_COM, "Malformed COM_CHANGE_USER").await;
                 return true;
             }
         };
-        let plugin = cu
-            .auth_plugin
-            .clone()
-            .unwrap_or_else(|| proto::auth::MYSQL_NATIVE_PASSWORD.into());
+        let plugin = cu.auth_plugin.clone().unwrap_or_else(|| proto::auth::MYSQL_NATIVE_PASSWORD.into());
         let attempt = auth::Attempt {
             user: &cu.user,
             plugin: &plugin,
             reply: &cu.auth_response,
             nonce: &self.nonce,
-            can_switch: self
-                .capabilities
-                .contains(CapabilityFlags::CLIENT_PLUGIN_AUTH),
+            can_switch: self.negotiated.capabilities.contains(CapabilityFlags::CLIENT_PLUGIN_AUTH),
             peer: self.peer,
         };
-        let (user, credential) =
-            match auth::authenticate(&self.shared, &mut self.client, &mut seq, attempt).await {
-                Ok(Ok(v)) => v,
-                Ok(Err(denied)) => {
-                    self.reply_err(seq, ER_ACCESS_DENIED_ERROR, SQLSTATE_ACCESS_DENIED, &denied)
-                        .await;
-                    return true;
+        let (user, credential) = match auth::authenticate(&self.shared, &mut self.client, &mut seq, attempt).await {
+            Ok(Ok(v)) => v,
+            Ok(Err(denied)) => {
+                // The server resets the session even for a failed COM_CHANGE_USER; let it fail
+                // there too (with a reply no password can produce) so the session matches.
+                let collation = cu.collation.unwrap_or(self.negotiated.collation as u16);
+                let impossible = Credential::Stage1([0; 20]);
+                let attrs = self.negotiated.attrs.clone();
+                match self.backend.change_user(&cu.user, &impossible, cu.database.as_deref(), collation, &attrs).await {
+                    Err(BackendError::Rejected { .. }) => {
+                        self.reply_err(seq, ER_ACCESS_DENIED_ERROR, SQLSTATE_ACCESS_DENIED, &denied).await;
+                        return true;
+                    }
+                    // Anything else (even an OK, which cannot happen) ends the session.
+                    _ => {
+                        self.reply_err(seq, ER_ACCESS_DENIED_ERROR, SQLSTATE_ACCESS_DENIED, &denied).await;
+                        return false;
+                    }
                 }
-                Err(_) => return false,
-            };
+            }
+            Err(_) => return false,
+        };
         let login = user.backend_credential(credential);
-        let collation = cu.collation.map_or(self.collation, |c| c as u8);
-        let attrs = if cu.attrs.is_empty() {
-            self.attrs.clone()
-        } else {
-            cu.attrs.clone()
+        let collation = cu.collation.unwrap_or(self.negotiated.collation as u16);
+        let negotiated = Negotiated {
+            collation: collation as u8,
+            attrs: if cu.attrs.is_empty() { self.negotiated.attrs.clone() } else { cu.attrs.clone() },
+            ..self.negotiated.clone()
         };
         let database = cu.database.clone().or_else(|| user.default_schema.clone());
-        match connect_backend(
-            &self.shared,
-            &user,
-            &login,
-            database.as_deref(),
-            collation,
-            self.capabilities,
-            &attrs,
-        )
-        .await
-        {
-            Ok((backend, ok)) => {
-                let old = std::mem::replace(&mut self.backend, backend);
-                old.quit().await;
-                self.handle
-                    .set_backend(&self.backend.server.name, self.backend.thread_id);
-                self.user = user;
-                self.backend_login = login;
-                self.collation = collation;
-                self.attrs = attrs;
-                self.out.clear();
-                proto::handshake::write_raw(&mut self.out, &mut seq, &ok);
-                self.client.write_all(&self.out).await.is_ok()
-            }
-            Err(e) => {
-                self.out.clear();
-                write_backend_error(&mut self.out, &mut seq, &e);
-                let _ = self.client.write_all(&self.out).await;
+        if user.default_hostgroup != self.backend.server.hostgroup {
+            // The new user lives elsewhere: a fresh connection there, the old one closed.
+            let connected = connect_backend(&self.shared, &user, &login, database.as_deref(), &negotiated).await;
+            return match connected {
+                Ok((backend, ok)) => {
+                    let old = std::mem::replace(&mut self.backend, backend);
+                    old.quit().await;
+                    self.handle.set_backend(&self.backend.server.name, self.backend.thread_id);
+                    self.finish_change_user(user, login, negotiated, &ok, seq).await
+                }
+                Err(e) => {
+                    self.out.clear();
+                    write_backend_error(&mut self.out, &mut seq, &e);
+                    self.client.write_all(&self.out).await.is_ok()
+                }
+            };
+        }
+        // Same backend: a real COM_CHANGE_USER, so the server resets the session its own way.
+        match self.backend.change_user(&login.0, &login.1, database.as_deref(), collation, &negotiated.attrs).await {
+            Ok(ok) => self.finish_change_user(user, login, negotiated, &ok, seq).await,
+            Err(BackendError::Rejected { code, sqlstate, message, .. }) => {
+                self.reply_err(seq, code, &sqlstate, &message).await;
                 true
             }
+            Err(e) => {
+                let msg = e.to_string();
+                self.reply_err(seq, CR_SERVER_LOST, SQLSTATE_GENERAL, &msg).await;
+                false
+            }
         }
+    }
+
+    async fn finish_change_user(
+        &mut self,
+        user: User,
+        login: (String, Credential),
+        negotiated: Negotiated,
+        ok: &[u8],
+        mut seq: u8,
+    ) -> bool {
+        self.user = user;
+        self.backend_login = login;
+        self.negotiated = negotiated;
+        self.out.clear();
+        proto::handshake::write_raw(&mut self.out, &mut seq, ok);
+        self.client.write_all(&self.out).await.is_ok()
     }
 }

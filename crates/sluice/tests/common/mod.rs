@@ -19,10 +19,7 @@ impl Proxy {
         init_logs();
         let server = sluice::Server::start(config).expect("sluice starts");
         let port = server.local_addr().port();
-        Proxy {
-            server: Some(server),
-            port,
-        }
+        Proxy { server: Some(server), port }
     }
 
     /// Quick-start config: root with an empty password, in front of `db`.
@@ -44,8 +41,7 @@ impl Drop for Proxy {
 }
 
 pub fn quick_config(db: &MariaDb) -> Config {
-    let mut c = config::quick_start(vec!["127.0.0.1:0".into()], &db.addr(), "root", "")
-        .expect("valid quick-start config");
+    let mut c = config::quick_start(vec!["127.0.0.1:0".into()], &db.addr(), "root", "").expect("valid quick-start config");
     c.workers = 2;
     c
 }
@@ -68,20 +64,14 @@ pub fn opts(port: u16, user: &str, password: &str) -> mysql_async::OptsBuilder {
 }
 
 pub async fn connect(port: u16) -> mysql_async::Conn {
-    mysql_async::Conn::new(opts(port, "root", ""))
-        .await
-        .expect("connects")
+    mysql_async::Conn::new(opts(port, "root", "")).await.expect("connects")
 }
 
 /// A unique name for tables and users, so tests can share one backend.
 pub fn unique(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "{prefix}_{}_{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("{prefix}_{}_{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
 }
 
 /// Speaks the protocol by hand (mysql_native_password, no TLS) to send what no driver sends.
@@ -92,14 +82,9 @@ pub struct RawClient {
 
 impl RawClient {
     pub fn connect(port: u16, user: &str, password: &str) -> RawClient {
-        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("tcp connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
-        let mut c = RawClient {
-            stream,
-            connection_id: 0,
-        };
+        let stream = TcpStream::connect(("127.0.0.1", port)).expect("tcp connect");
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut c = RawClient { stream, connection_id: 0 };
         let (_, greeting) = c.read_packet().expect("greeting");
         let g = proto::handshake::parse_greeting(&greeting).expect("valid greeting");
         c.connection_id = g.connection_id;
@@ -111,8 +96,7 @@ impl RawClient {
         let reply = if password.is_empty() {
             vec![]
         } else {
-            proto::auth::native_scramble(&proto::auth::native_stage1(password.as_bytes()), &g.nonce)
-                .to_vec()
+            proto::auth::native_scramble(&proto::auth::native_stage1(password.as_bytes()), &g.nonce).to_vec()
         };
         let hello = proto::handshake::ClientHello {
             capabilities: caps,
@@ -123,6 +107,7 @@ impl RawClient {
             database: None,
             auth_plugin: Some("mysql_native_password".into()),
             attrs: vec![],
+            mariadb_caps: 0,
         };
         let mut out = Vec::new();
         proto::handshake::write_client_hello(&mut out, &mut 1, &hello);
@@ -162,10 +147,7 @@ impl RawClient {
         loop {
             let n = self.stream.read(&mut buf)?;
             if n == 0 {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "closed",
-                ));
+                return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "closed"));
             }
             all.extend_from_slice(&buf[..n]);
             match scanner.feed(&buf[..n]) {
@@ -188,10 +170,7 @@ pub fn server_code(e: &mysql_async::Error) -> Option<u16> {
 /// sluice's logs in test output (SLUICE_LOG=debug to see more).
 pub fn init_logs() {
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| "warn".into()))
         .with_test_writer()
         .try_init();
 }

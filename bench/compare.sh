@@ -1,0 +1,554 @@
+#!/usr/bin/env bash
+# bench/compare.sh: sysbench against a private MariaDB, directly and through sluice,
+# alternated A B A B, with sluice's own CPU per query read from /proc/<pid>/stat.
+# See bench/README.md. Run with --help for the options.
+set -euo pipefail
+
+usage() {
+	cat <<'EOF'
+Usage: bench/compare.sh [options]
+
+Every option is also an environment variable (in CAPS); flags win over the environment.
+
+  --mode ab|runtime       MODE        ab: direct vs sluice (default).
+                                      runtime: sluice --runtime steal vs --runtime per-core,
+                                      with a direct run as reference in each round.
+  --duration SECONDS      DURATION    seconds per sysbench run [20]
+  --threads "N ..."       THREADS     sysbench thread counts [ab: "1 4 16 64", runtime: "16 64"]
+  --workloads "W ..."     WORKLOADS   sysbench workloads
+                                      [ab: "oltp_point_select oltp_read_only", runtime: "oltp_point_select"]
+  --tables N              TABLES      sysbench tables [4]
+  --table-size N          TABLE_SIZE  rows per table [10000]
+  --rounds N              ROUNDS      A/B alternations per cell; medians are taken over them [2]
+  --sluice-args "ARGS"    SLUICE_ARGS extra arguments for sluice, e.g. "--workers 2"
+  --out FILE              OUT         also append the markdown result to FILE (e.g. BENCHMARKS.md)
+  --db-ps-mode MODE       DB_PS_MODE  sysbench --db-ps-mode: disable (text protocol) or auto [disable]
+  --warmup SECONDS        WARMUP      direct point-select warm-up before measuring, 0 = none [5]
+                          SLUICE_BIN  command to run instead of target/release/sluice (same flags;
+                                      it must exec so that its pid is the proxy's). When unset,
+                                      `cargo build --release -p sluice` is run first.
+                          KEEP_TMP    1 = keep the temp dir (datadir, logs, sysbench outputs)
+
+Smoke test:  DURATION=2 THREADS=4 ROUNDS=1 bench/compare.sh
+EOF
+}
+
+die() {
+	echo "compare.sh: $*" >&2
+	exit 1
+}
+log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+# shq VALUE: VALUE quoted for a shell command line, only when it needs it.
+shq() {
+	if [[ $1 =~ ^[A-Za-z0-9_./:=,+-]+$ ]]; then
+		printf '%s' "$1"
+	else
+		printf "'%s'" "${1//\'/\'\\\'\'}"
+	fi
+}
+
+# --- options --------------------------------------------------------------------------
+OPT_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS SLUICE_ARGS OUT DB_PS_MODE WARMUP SLUICE_BIN)
+
+# Record what the caller set in the environment, to print the exact invocation.
+INVOCATION=""
+for v in "${OPT_VARS[@]}"; do
+	if [[ -v $v ]]; then INVOCATION+="$v=$(shq "${!v}") "; fi
+done
+INVOCATION+=$(shq "$0")
+for a in "$@"; do INVOCATION+=" $(shq "$a")"; done
+
+while [ $# -gt 0 ]; do
+	opt=$1
+	case "$opt" in
+	-h | --help)
+		usage
+		exit 0
+		;;
+	--*=*)
+		val=${opt#*=}
+		opt=${opt%%=*}
+		shift
+		;;
+	--*)
+		[ $# -ge 2 ] || die "$opt needs a value (see --help)"
+		val=$2
+		shift 2
+		;;
+	*) die "unknown argument: $opt (see --help)" ;;
+	esac
+	case "$opt" in
+	--mode) MODE=$val ;;
+	--duration) DURATION=$val ;;
+	--threads) THREADS=$val ;;
+	--workloads) WORKLOADS=$val ;;
+	--tables) TABLES=$val ;;
+	--table-size) TABLE_SIZE=$val ;;
+	--rounds) ROUNDS=$val ;;
+	--sluice-args) SLUICE_ARGS=$val ;;
+	--out) OUT=$val ;;
+	--db-ps-mode) DB_PS_MODE=$val ;;
+	--warmup) WARMUP=$val ;;
+	*) die "unknown option: $opt (see --help)" ;;
+	esac
+done
+
+MODE=${MODE:-ab}
+case "$MODE" in
+ab)
+	THREADS=${THREADS:-1 4 16 64}
+	WORKLOADS=${WORKLOADS:-oltp_point_select oltp_read_only}
+	;;
+runtime)
+	THREADS=${THREADS:-16 64}
+	WORKLOADS=${WORKLOADS:-oltp_point_select}
+	;;
+*) die "MODE must be ab or runtime, not '$MODE'" ;;
+esac
+DURATION=${DURATION:-20}
+TABLES=${TABLES:-4}
+TABLE_SIZE=${TABLE_SIZE:-10000}
+ROUNDS=${ROUNDS:-2}
+SLUICE_ARGS=${SLUICE_ARGS:-}
+OUT=${OUT:-}
+DB_PS_MODE=${DB_PS_MODE:-disable}
+WARMUP=${WARMUP:-5}
+SLUICE_BIN=${SLUICE_BIN:-}
+KEEP_TMP=${KEEP_TMP:-0}
+
+for v in DURATION TABLES TABLE_SIZE ROUNDS WARMUP; do
+	[[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a whole number, not '${!v}'"
+done
+if [ "$DURATION" -eq 0 ] || [ "$ROUNDS" -eq 0 ] || [ "$TABLES" -eq 0 ] || [ "$TABLE_SIZE" -eq 0 ]; then
+	die "DURATION, ROUNDS, TABLES and TABLE_SIZE must be > 0"
+fi
+read -ra THREAD_LIST <<<"$THREADS"
+read -ra WORKLOAD_LIST <<<"$WORKLOADS"
+read -ra SLUICE_EXTRA <<<"$SLUICE_ARGS"
+[ ${#THREAD_LIST[@]} -gt 0 ] || die "THREADS is empty"
+[ ${#WORKLOAD_LIST[@]} -gt 0 ] || die "WORKLOADS is empty"
+for t in "${THREAD_LIST[@]}"; do
+	[[ $t =~ ^[1-9][0-9]*$ ]] || die "THREADS must be positive whole numbers, not '$t'"
+done
+case "$DB_PS_MODE" in disable | auto) ;; *) die "DB_PS_MODE must be disable or auto" ;; esac
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# --- tools ----------------------------------------------------------------------------
+PATH=$PATH:/usr/sbin:/sbin
+for tool in mariadbd mariadb-install-db mariadb mariadb-admin sysbench getconf timeout awk; do
+	command -v "$tool" >/dev/null ||
+		die "$tool not found (Debian: apt-get install -y mariadb-server mariadb-client sysbench)"
+done
+CLK_TCK=$(getconf CLK_TCK)
+
+# --- estimate -------------------------------------------------------------------------
+if [ "$MODE" = ab ]; then VARIANTS=(direct sluice); else VARIANTS=(direct steal per-core); fi
+NRUNS=$((${#WORKLOAD_LIST[@]} * ${#THREAD_LIST[@]} * ROUNDS * ${#VARIANTS[@]}))
+# estimate RUNS SECONDS: ~0.5 s per run to connect and settle (+0.5 s per sluice restart in
+# runtime mode), ~5 s of set-up, prepare at roughly 50k rows/s, the warm-up. Excludes the build.
+estimate() {
+	local e=$(($1 * (2 * $2 + 1) / 2 + 5 + WARMUP + TABLES * TABLE_SIZE / 50000))
+	if [ "$MODE" = runtime ]; then e=$((e + $1 / 3)); fi
+	echo "~$((e / 60)) min $((e % 60)) s"
+}
+log "mode $MODE: ${#WORKLOAD_LIST[@]} workload(s) × ${#THREAD_LIST[@]} thread count(s) × $ROUNDS round(s) × ${#VARIANTS[@]} variants = $NRUNS runs of ${DURATION}s"
+if [ "$MODE" = ab ]; then DEF_RUNS=32; else DEF_RUNS=12; fi
+log "estimated run time: $(estimate "$NRUNS" "$DURATION") (with the default settings of this mode: $DEF_RUNS runs of 20 s, $(estimate "$DEF_RUNS" 20))"
+
+# --- sluice binary --------------------------------------------------------------------
+if [ -n "$SLUICE_BIN" ]; then
+	read -ra SLUICE_CMD <<<"$SLUICE_BIN"
+	command -v "${SLUICE_CMD[0]}" >/dev/null || die "SLUICE_BIN: '${SLUICE_CMD[0]}' not found"
+	SLUICE_DESC="stand-in \`$SLUICE_BIN\` (not the real sluice)"
+else
+	log "building sluice (cargo build --release -p sluice)"
+	(cd "$ROOT" && cargo build --release -p sluice) >&2 ||
+		die "cargo build --release -p sluice failed (SLUICE_BIN=target/release/sluice uses an existing binary as is)"
+	SLUICE_CMD=("$ROOT/target/release/sluice")
+	SLUICE_DESC="target/release/sluice"
+fi
+[ -x "${SLUICE_CMD[0]}" ] || command -v "${SLUICE_CMD[0]}" >/dev/null || die "${SLUICE_CMD[0]} is not executable"
+GIT_REV=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo "no commit")
+if [ -n "$(git -C "$ROOT" status --porcelain -- crates Cargo.toml Cargo.lock 2>/dev/null)" ]; then
+	GIT_REV+=" (+ uncommitted changes)"
+fi
+
+# --- processes and teardown -----------------------------------------------------------
+WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX)
+DB_PID="" DB_PORT="" SLUICE_PID="" SLUICE_PORT="" SLUICE_RUNTIME="" RUN_PID=""
+SOCK=$WORK/mysqld.sock
+
+# A process is alive if /proc/<pid> exists and it is not a zombie.
+alive() {
+	local st
+	st=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	st=${st##*) }
+	[ "${st%% *}" != Z ]
+}
+
+# stop_proc PID NAME TIMEOUT: SIGTERM, then SIGKILL after TIMEOUT seconds. It polls /proc
+# rather than using `wait`: bash 5.2 can hang in `wait PID` run from a trap when PID was
+# reaped meanwhile (seen here after Ctrl-C). Exit statuses come from sluice's supervisor.
+stop_proc() {
+	local pid=$1 name=$2 limit=$3 i
+	kill -TERM "$pid" 2>/dev/null || true
+	for ((i = 0; i < limit * 10; i++)); do
+		alive "$pid" || break
+		sleep 0.1
+	done
+	if alive "$pid"; then
+		echo "compare.sh: $name (pid $pid) ignored SIGTERM for ${limit}s, killing it" >&2
+		kill -KILL "$pid" 2>/dev/null || true
+		for ((i = 0; i < 50; i++)); do
+			alive "$pid" || break
+			sleep 0.1
+		done
+	fi
+}
+
+# sluice_status: sluice's exit status as written by its supervisor (waits up to 5 s for it).
+sluice_status() {
+	local i
+	for ((i = 0; i < 50; i++)); do
+		[ -s "$WORK/sluice.rc" ] && break
+		sleep 0.1
+	done
+	cat "$WORK/sluice.rc" 2>/dev/null || echo unknown
+}
+
+stop_sluice() {
+	[ -n "$SLUICE_PID" ] || return 0
+	if alive "$SLUICE_PID"; then
+		stop_proc "$SLUICE_PID" sluice 10
+		local st
+		st=$(sluice_status)
+		[ "$st" = 0 ] || log "note: sluice exited with status $st on SIGTERM (expected 0)"
+	else
+		log "sluice had exited by itself, with status $(sluice_status)"
+	fi
+	SLUICE_PID=""
+}
+
+# run_bounded LIMIT LOGFILE COMMAND...: runs COMMAND under `timeout LIMIT` in the background
+# and waits for it, so that Ctrl-C or SIGTERM interrupts the wait at once (cleanup then stops
+# COMMAND). Returns COMMAND's exit status.
+run_bounded() {
+	local limit=$1 logf=$2 rc=0
+	shift 2
+	timeout --kill-after=10 "$limit" "$@" </dev/null >"$logf" 2>&1 &
+	RUN_PID=$!
+	wait "$RUN_PID" || rc=$?
+	RUN_PID=""
+	return "$rc"
+}
+
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	set +e
+	if [ "$rc" -ne 0 ] && [ "$rc" -ne 130 ] && [ "$rc" -ne 143 ]; then
+		[ -s "$WORK/sluice.log" ] && { echo "--- last lines of sluice's log:" >&2; tail -n 20 "$WORK/sluice.log" >&2; }
+		[ -s "$WORK/mysqld.err" ] && { echo "--- last lines of mariadbd's log:" >&2; tail -n 10 "$WORK/mysqld.err" >&2; }
+	fi
+	if [ -n "$RUN_PID" ]; then
+		stop_proc "$RUN_PID" sysbench 15 # timeout passes SIGTERM on to sysbench
+		RUN_PID=""
+	fi
+	stop_sluice
+	if [ -n "$DB_PID" ]; then
+		stop_proc "$DB_PID" mariadbd 60
+		DB_PID=""
+	fi
+	if [ "$KEEP_TMP" = 1 ]; then
+		log "kept $WORK"
+	else
+		rm -rf "$WORK"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+free_port() {
+	local p i
+	for ((i = 0; i < 200; i++)); do
+		p=$((20000 + RANDOM % 40000))
+		if command -v ss >/dev/null; then
+			[ -z "$(ss -Htan "( sport = :$p )" 2>/dev/null)" ] && { echo "$p"; return 0; }
+		elif ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return 0
+		fi
+	done
+	die "no free port found"
+}
+
+sql() { mariadb --no-defaults -S "$SOCK" -uroot -N -B "$@"; }
+
+start_mariadb() {
+	log "initialising a private MariaDB in $WORK"
+	mariadb-install-db --no-defaults --datadir="$WORK/data" --auth-root-authentication-method=normal \
+		--skip-test-db --user=root >"$WORK/install.log" 2>&1 ||
+		{ tail -n 20 "$WORK/install.log" >&2; die "mariadb-install-db failed"; }
+	DB_PORT=$(free_port)
+	mariadbd --no-defaults --datadir="$WORK/data" --bind-address=127.0.0.1 --port="$DB_PORT" \
+		--socket="$SOCK" --pid-file="$WORK/mysqld.pid" --log-error="$WORK/mysqld.err" --user=root \
+		--skip-name-resolve --max-connections=1000 --innodb-buffer-pool-size=256M --skip-log-bin \
+		</dev/null >/dev/null 2>&1 &
+	DB_PID=$!
+	local i
+	for ((i = 0; i < 600; i++)); do
+		alive "$DB_PID" || die "mariadbd exited during start-up"
+		mariadb-admin --no-defaults -S "$SOCK" -uroot --connect-timeout=1 ping >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	((i < 600)) || die "mariadbd not ready after 60 s"
+	sql -e "CREATE USER IF NOT EXISTS root@'127.0.0.1' IDENTIFIED BY '';
+		GRANT ALL PRIVILEGES ON *.* TO root@'127.0.0.1' WITH GRANT OPTION;
+		CREATE DATABASE IF NOT EXISTS sbtest;"
+	DB_VERSION=$(sql -e 'SELECT VERSION()')
+	log "mariadbd $DB_VERSION on 127.0.0.1:$DB_PORT (pid $DB_PID)"
+}
+
+# start_sluice [extra args...]: starts sluice on a fresh port, waits until SELECT 1 works.
+start_sluice() {
+	SLUICE_PORT=$(free_port)
+	echo "=== $(date +%T) start: ${SLUICE_CMD[*]} $* ${SLUICE_EXTRA[*]:-}" >>"$WORK/sluice.log"
+	rm -f "$WORK/sluice.pid" "$WORK/sluice.rc"
+	# A supervisor subshell starts sluice, records its pid and, when it ends, its exit status.
+	(
+		"${SLUICE_CMD[@]}" --listen "127.0.0.1:$SLUICE_PORT" --backend "127.0.0.1:$DB_PORT" \
+			--user root --password '' "$@" ${SLUICE_EXTRA[@]+"${SLUICE_EXTRA[@]}"} \
+			</dev/null >>"$WORK/sluice.log" 2>&1 &
+		echo $! >"$WORK/sluice.pid"
+		rc=0
+		wait $! || rc=$?
+		echo "$rc" >"$WORK/sluice.rc.tmp"
+		mv "$WORK/sluice.rc.tmp" "$WORK/sluice.rc"
+	) &
+	local i err=""
+	for ((i = 0; i < 50; i++)); do
+		[ -s "$WORK/sluice.pid" ] && break
+		sleep 0.1
+	done
+	SLUICE_PID=$(cat "$WORK/sluice.pid")
+	for ((i = 0; i < 300; i++)); do
+		alive "$SLUICE_PID" || { SLUICE_PID=""; die "sluice exited during start-up"; }
+		if err=$(timeout 5 mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$SLUICE_PORT" -uroot \
+			--connect-timeout=2 -N -B -e 'SELECT 1' 2>&1); then
+			log "sluice listening on 127.0.0.1:$SLUICE_PORT (pid $SLUICE_PID)${*:+ $*}"
+			return 0
+		fi
+		sleep 0.1
+	done
+	die "SELECT 1 through sluice still fails after 30 s: $err"
+}
+
+# Clock ticks of CPU used by PID: utime + stime (fields 14, 15) plus cutime + cstime
+# (16, 17: reaped children; always 0 for sluice, but counts a forking stand-in like socat).
+cpu_ticks() {
+	local st f
+	st=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	st=${st##*) } # fields from 3 on; comm (field 2) may contain spaces
+	read -ra f <<<"$st"
+	echo $((f[11] + f[12] + f[13] + f[14]))
+}
+
+# sb_args WORKLOAD THREADS PORT SECONDS: sets SB to the sysbench command line (without the command).
+sb_args() {
+	SB=(sysbench "$1" --mysql-host=127.0.0.1 --mysql-port="$3" --mysql-user=root --mysql-db=sbtest
+		--tables="$TABLES" --table-size="$TABLE_SIZE" --threads="$2" --time="$4" --report-interval=0
+		--percentile=95 --db-ps-mode="$DB_PS_MODE")
+}
+
+# --- results --------------------------------------------------------------------------
+declare -A QPS P95 CPU # key "workload|threads|variant" -> space-separated values, one per good run
+FAILURES=()
+NOTES=()
+RUN_NO=0
+
+# measure WORKLOAD THREADS VARIANT ROUND: one sysbench run, direct or through the running sluice.
+measure() {
+	local wl=$1 thr=$2 variant=$3 round=$4 port t0="" t1="" logf rc=0
+	RUN_NO=$((RUN_NO + 1))
+	logf=$WORK/run-$(printf %03d "$RUN_NO")-$wl-$thr-$variant-$round.log
+	if [ "$variant" = direct ]; then
+		port=$DB_PORT
+	else
+		port=$SLUICE_PORT
+		t0=$(cpu_ticks "$SLUICE_PID") || t0=""
+	fi
+	sb_args "$wl" "$thr" "$port" "$DURATION"
+	run_bounded $((DURATION + 60)) "$logf" "${SB[@]}" run || rc=$?
+	local what="$wl, $thr threads, $variant, round $round"
+	if [ "$variant" != direct ]; then
+		sleep 0.3 # let the proxy finish closing the sessions
+		if ! alive "$SLUICE_PID"; then
+			FAILURES+=("$what: sluice died (see its log)")
+			log "[$RUN_NO/$NRUNS] $what: FAILED, sluice died; last lines of its log:"
+			tail -n 20 "$WORK/sluice.log" >&2
+			stop_sluice
+			start_sluice ${SLUICE_RUNTIME:+--runtime "$SLUICE_RUNTIME"}
+			return 0
+		fi
+		t1=$(cpu_ticks "$SLUICE_PID") || t1=""
+	fi
+	local parsed q qps p95 errs reconn
+	parsed=$(awk '
+		/^ *queries:/ { q = $2; qps = $3; gsub(/[(]/, "", qps) }
+		/95th percentile:/ { p = $3 }
+		/ignored errors:/ { e = $3 }
+		/reconnects:/ { r = $2 }
+		END { if (q != "" && p != "") print q, qps, p, e + 0, r + 0 }' "$logf")
+	if [ "$rc" -ne 0 ] || [ -z "$parsed" ]; then
+		local last
+		last=$(grep -m1 -E 'FATAL|ERROR|error' "$logf" || tail -n 1 "$logf")
+		FAILURES+=("$what: sysbench exit $rc: $last")
+		log "[$RUN_NO/$NRUNS] $what: FAILED (sysbench exit $rc); last lines of its output:"
+		tail -n 15 "$logf" >&2
+		return 0
+	fi
+	read -r q qps p95 errs reconn <<<"$parsed"
+	if [ "$errs" != 0 ] || [ "$reconn" != 0 ]; then
+		NOTES+=("$what: $errs ignored errors, $reconn reconnects")
+	fi
+	local key="$wl|$thr|$variant" cpu_txt=""
+	QPS[$key]+="$qps "
+	P95[$key]+="$p95 "
+	if [ -n "$t0" ] && [ -n "$t1" ]; then
+		local us
+		us=$(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" -v q="$q" 'BEGIN { printf "%.2f", d / hz * 1e6 / q }')
+		CPU[$key]+="$us "
+		cpu_txt=", sluice CPU $(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", d / hz }') s = $us µs/query"
+	fi
+	log "[$RUN_NO/$NRUNS] $what: $qps qps, p95 $p95 ms, $q queries$cpu_txt"
+}
+
+# median "v1 v2 ..." [printf format] -> formatted median, or "FAIL" when there are no values.
+median() {
+	local fmt=${2:-%.0f}
+	# shellcheck disable=SC2086 # word splitting of the value list is intended
+	printf '%s\n' $1 | sort -g | awk -v fmt="$fmt" 'NF { v[++n] = $1 }
+		END {
+			if (n == 0) { print "FAIL"; exit }
+			m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+			printf fmt "\n", m
+		}'
+}
+ratio() { # a b -> a/b with 3 decimals
+	awk -v a="$1" -v b="$2" 'BEGIN { if (a == "FAIL" || b == "FAIL" || b == 0) print "n/a"; else printf "%.3f\n", a / b }'
+}
+
+# --- run ------------------------------------------------------------------------------
+START_TS=$(date -u '+%Y-%m-%d %H:%M UTC')
+START_S=$SECONDS
+start_mariadb
+
+log "sysbench prepare: $TABLES tables × $TABLE_SIZE rows"
+sb_args oltp_read_only $((TABLES < 8 ? TABLES : 8)) "$DB_PORT" 1
+run_bounded 3600 "$WORK/prepare.log" "${SB[@]}" prepare || { tail -n 20 "$WORK/prepare.log" >&2; die "sysbench prepare failed"; }
+
+if [ "$WARMUP" -gt 0 ]; then
+	log "warm-up: ${WARMUP}s of direct oltp_point_select"
+	sb_args oltp_point_select 4 "$DB_PORT" "$WARMUP"
+	run_bounded $((WARMUP + 60)) "$WORK/warmup.log" "${SB[@]}" run || { tail -n 20 "$WORK/warmup.log" >&2; die "warm-up run failed"; }
+fi
+
+if [ "$MODE" = ab ]; then
+	start_sluice
+	for wl in "${WORKLOAD_LIST[@]}"; do
+		for thr in "${THREAD_LIST[@]}"; do
+			for ((r = 1; r <= ROUNDS; r++)); do
+				measure "$wl" "$thr" direct "$r"
+				measure "$wl" "$thr" sluice "$r"
+			done
+		done
+	done
+	stop_sluice
+else
+	for wl in "${WORKLOAD_LIST[@]}"; do
+		for thr in "${THREAD_LIST[@]}"; do
+			for ((r = 1; r <= ROUNDS; r++)); do
+				measure "$wl" "$thr" direct "$r"
+				# alternate which runtime goes first, so neither always follows the direct run
+				if ((r % 2)); then order=(steal per-core); else order=(per-core steal); fi
+				for rt in "${order[@]}"; do
+					SLUICE_RUNTIME=$rt
+					start_sluice --runtime "$rt"
+					measure "$wl" "$thr" "$rt" "$r"
+					stop_sluice
+				done
+			done
+		done
+	done
+fi
+ELAPSED=$((SECONDS - START_S))
+
+# --- report ---------------------------------------------------------------------------
+CPU_MODEL=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+[ -n "$CPU_MODEL" ] || CPU_MODEL=$(uname -m)
+PARAMS="MODE=$MODE DURATION=$DURATION THREADS=$(shq "$THREADS") WORKLOADS=$(shq "$WORKLOADS")"
+PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS DB_PS_MODE=$DB_PS_MODE WARMUP=$WARMUP"
+[ -n "$SLUICE_ARGS" ] && PARAMS+=" SLUICE_ARGS=$(shq "$SLUICE_ARGS")"
+[ -n "$SLUICE_BIN" ] && PARAMS+=" SLUICE_BIN=$(shq "$SLUICE_BIN")"
+
+{
+	echo
+	if [ "$MODE" = ab ]; then
+		echo "### sluice vs direct, $START_TS"
+	else
+		echo "### sluice runtimes: steal vs per-core, $START_TS"
+	fi
+	echo
+	echo "- machine: $(nproc) CPUs, $CPU_MODEL, Linux $(uname -r); sysbench, mariadbd and sluice share these CPUs"
+	echo "- mariadbd $DB_VERSION (private instance, buffer pool 256M); $(sysbench --version)"
+	echo "- sluice: $SLUICE_DESC, git $GIT_REV${SLUICE_ARGS:+, args \`$SLUICE_ARGS\`}"
+	echo "- command: \`$INVOCATION\`"
+	echo "- parameters: \`$PARAMS bench/compare.sh\`"
+	sb_args '<workload>' '<N>' '<port>' "$DURATION"
+	echo "- each run: \`${SB[*]} run\`;" \
+		"$ROUNDS round(s) alternated, medians shown; sluice CPU = utime+stime (+cutime+cstime) of its process from /proc/PID/stat; total ${ELAPSED}s"
+	echo
+	if [ "$MODE" = ab ]; then
+		echo "| workload | threads | direct QPS (median) | sluice QPS (median) | ratio sluice/direct | direct p95 ms | sluice p95 ms | sluice CPU µs/query (median) |"
+		echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+		for wl in "${WORKLOAD_LIST[@]}"; do
+			for thr in "${THREAD_LIST[@]}"; do
+				d=$(median "${QPS[$wl|$thr|direct]:-}")
+				s=$(median "${QPS[$wl|$thr|sluice]:-}")
+				echo "| $wl | $thr | $d | $s | $(ratio "$s" "$d") | $(median "${P95[$wl|$thr|direct]:-}" %.2f)" \
+					"| $(median "${P95[$wl|$thr|sluice]:-}" %.2f) | $(median "${CPU[$wl|$thr|sluice]:-}" %.1f) |"
+			done
+		done
+	else
+		echo "| workload | threads | direct QPS | steal QPS | per-core QPS | steal/direct | per-core/direct | steal p95 ms | per-core p95 ms | steal CPU µs/query | per-core CPU µs/query |"
+		echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+		for wl in "${WORKLOAD_LIST[@]}"; do
+			for thr in "${THREAD_LIST[@]}"; do
+				d=$(median "${QPS[$wl|$thr|direct]:-}")
+				s=$(median "${QPS[$wl|$thr|steal]:-}")
+				p=$(median "${QPS[$wl|$thr|per-core]:-}")
+				echo "| $wl | $thr | $d | $s | $p | $(ratio "$s" "$d") | $(ratio "$p" "$d")" \
+					"| $(median "${P95[$wl|$thr|steal]:-}" %.2f) | $(median "${P95[$wl|$thr|per-core]:-}" %.2f)" \
+					"| $(median "${CPU[$wl|$thr|steal]:-}" %.1f) | $(median "${CPU[$wl|$thr|per-core]:-}" %.1f) |"
+			done
+		done
+	fi
+	if [ ${#FAILURES[@]} -gt 0 ] || [ ${#NOTES[@]} -gt 0 ]; then
+		echo
+		for f in ${FAILURES[@]+"${FAILURES[@]}"}; do echo "- FAILED: $f"; done
+		for n in ${NOTES[@]+"${NOTES[@]}"}; do echo "- note: $n"; done
+	fi
+} >"$WORK/report.md"
+
+cat "$WORK/report.md"
+if [ -n "$OUT" ]; then
+	cat "$WORK/report.md" >>"$OUT"
+	log "appended to $OUT"
+fi
+if [ ${#FAILURES[@]} -gt 0 ]; then
+	log "${#FAILURES[@]} run(s) failed"
+	exit 1
+fi
