@@ -96,6 +96,15 @@ impl Registry {
         sessions.values().find(|h| h.backend().is_some_and(|(_, t)| t as u64 == id)).cloned()
     }
 
+    /// Asks every session to end (shutdown): idle ones at once, busy ones after their statement.
+    pub fn close_all(&self) {
+        if let Ok(sessions) = self.sessions.lock() {
+            for h in sessions.values() {
+                h.kill();
+            }
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.sessions.lock().map_or(0, |s| s.len())
     }

@@ -45,12 +45,27 @@ pub struct Shared {
     rsa: OnceLock<Option<RsaKeys>>,
     pub registry: Registry,
     profile: RwLock<Profile>,
+    /// Stops the listeners and workers.
     pub shutdown: CancellationToken,
+    /// Set at shutdown; sessions check it between commands.
+    closing: std::sync::atomic::AtomicBool,
     /// Client connections open now.
     pub clients: AtomicUsize,
 }
 
 impl Shared {
+    /// True once shutdown began: sessions end after their current statement.
+    pub fn closing(&self) -> bool {
+        self.closing.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Begins shutdown: no new connections; idle sessions end now, busy ones after their statement.
+    pub fn begin_shutdown(&self) {
+        self.closing.store(true, std::sync::atomic::Ordering::Release);
+        self.shutdown.cancel();
+        self.registry.close_all();
+    }
+
     pub fn profile(&self) -> Profile {
         self.profile.read().map(|p| p.clone()).unwrap_or_default()
     }
@@ -135,6 +150,7 @@ impl Server {
             registry: Registry::default(),
             profile: RwLock::new(Profile::default()),
             shutdown: CancellationToken::new(),
+            closing: std::sync::atomic::AtomicBool::new(false),
             clients: AtomicUsize::new(0),
             config,
         });
@@ -158,7 +174,7 @@ impl Server {
     /// Stops accepting, lets in-flight statements finish (up to the shutdown timeout), then
     /// closes every session and returns.
     pub fn shutdown(self) {
-        self.shared.shutdown.cancel();
+        self.shared.begin_shutdown();
         for t in self.threads {
             let _ = t.join();
         }

@@ -70,12 +70,19 @@ fn rewritable(first: &[u8]) -> bool {
         .any(|k| eq_ignore_case(first, k))
 }
 
+/// Cheap pre-check on every statement: is "connection_id" anywhere (any case)? Looks only
+/// around underscores (memchr), so ordinary statements cost a few nanoseconds.
+fn mentions_connection_id(sql: &[u8]) -> bool {
+    memchr::memchr_iter(b'_', sql).any(|i| {
+        i >= 10 && sql.len() >= i + 3 && sql[i - 10..i].eq_ignore_ascii_case(b"connection") && sql[i + 1..i + 3].eq_ignore_ascii_case(b"id")
+    })
+}
+
 /// Replaces each `CONNECTION_ID()` call with the literal `id`. A call that is a whole select
 /// item keeps its column name through an alias. `None` when there is nothing to replace
 /// (the common case, found without allocating).
 pub fn rewrite_connection_id(sql: &[u8], id: u32) -> Option<Vec<u8>> {
-    // Cheap pre-check: no "connection_id" anywhere, nothing to do.
-    if !sql.windows(13).any(|w| w.eq_ignore_ascii_case(b"connection_id")) {
+    if !mentions_connection_id(sql) {
         return None;
     }
     if !rewritable(first_keyword(sql)) {
@@ -152,6 +159,14 @@ mod tests {
         assert_eq!(r("SELECT `connection_id`"), None);
         assert_eq!(r("CREATE PROCEDURE p() SELECT CONNECTION_ID()"), None);
         assert_eq!(r("SELECT 1"), None);
+    }
+
+    #[test]
+    fn pre_check_finds_every_spelling() {
+        assert!(mentions_connection_id(b"select Connection_Id()"));
+        assert!(mentions_connection_id(b"connection_id"));
+        assert!(!mentions_connection_id(b"select _id, connection_x, connectionid"));
+        assert!(!mentions_connection_id(b"_"));
     }
 
     #[test]

@@ -176,10 +176,14 @@ impl Session {
 
     async fn command_loop(&mut self) {
         loop {
+            // Shutdown and KILL both arrive through this session's own handle (no shared waiter
+            // list on the query path); the flag catches a shutdown that began during login.
+            if self.shared.closing() {
+                return;
+            }
             let read = tokio::select! {
                 biased;
                 _ = self.handle.killed() => return,
-                _ = self.shared.shutdown.cancelled() => return,
                 r = self.client.read_frame(self.max_packet()) => r,
             };
             let frame = match read {
