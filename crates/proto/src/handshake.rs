@@ -66,6 +66,10 @@ pub fn parse_greeting(payload: &[u8]) -> Result<ServerGreeting, ProtoError> {
     if payload.first() != Some(&10) {
         return Err(ProtoError::Malformed("greeting (protocol version is not 10)"));
     }
+    // mysql_common computes `max(13, len as i8 - 8)` for the auth-plugin-data length, which
+    // overflows (a panic with overflow checks) for bytes 0x80..=0x87. Any byte with the high bit
+    // set means the same as 0 there (13 bytes follow), so normalise it before parsing.
+    let payload = &sanitize_greeting(payload);
     let p: HandshakePacket<'_> = ParseBuf(payload).parse(()).map_err(|_| ProtoError::Malformed("greeting"))?;
     let mut nonce = p.nonce();
     nonce.truncate(20);
@@ -83,6 +87,23 @@ pub fn parse_greeting(payload: &[u8]) -> Result<ServerGreeting, ProtoError> {
             p.mariadb_ext_capabilities().bits()
         },
     })
+}
+
+/// A copy of a greeting whose auth-plugin-data length byte is made safe for `mysql_common`.
+fn sanitize_greeting(payload: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let Some(version_end) = payload.get(1..).and_then(|p| p.iter().position(|&b| b == 0)) else {
+        return std::borrow::Cow::Borrowed(payload);
+    };
+    // protocol(1) version NUL | conn id(4) scramble(8) filler(1) caps(2) collation(1) status(2) caps(2) | len
+    let at = 1 + version_end + 1 + 20;
+    match payload.get(at) {
+        Some(&b) if b >= 0x80 => {
+            let mut owned = payload.to_vec();
+            owned[at] = 0;
+            std::borrow::Cow::Owned(owned)
+        }
+        _ => std::borrow::Cow::Borrowed(payload),
+    }
 }
 
 /// An SSLRequest is the first 32 bytes of a HandshakeResponse41 with CLIENT_SSL set, alone.
@@ -328,6 +349,14 @@ mod tests {
         assert_eq!(s.mariadb_caps, 0b10100, "no CLIENT_MYSQL bit: extended capabilities travel");
         assert!(parse_greeting(&p[..10]).is_err());
         assert!(parse_greeting(&[9]).is_err());
+    }
+
+    #[test]
+    fn greeting_with_a_negative_plugin_data_length_does_not_panic() {
+        // Found by the fuzzer: auth-plugin-data length 0x82 with CLIENT_SECURE_CONNECTION.
+        let hex = "0a000000000041414141414141410000822102000000800000000000000000000042424242424242424242424200";
+        let bytes: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+        let _ = parse_greeting(&bytes);
     }
 
     #[test]

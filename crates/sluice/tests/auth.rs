@@ -220,3 +220,29 @@ password = "pw2"
         }
     }
 }
+
+#[tokio::test]
+async fn backend_tls_to_mariadb_with_and_without_verification() {
+    let certs = testkit::TestCerts::generate().unwrap();
+    let ca = certs.ca_cert.clone();
+    let db = MariaDb::start_with(testkit::MariaDbOptions { tls: Some(certs), ..Default::default() }).unwrap();
+    for ssl_ca in [None, Some(ca.clone())] {
+        let mut cfg = quick_config(&db);
+        cfg.servers[0].use_ssl = true;
+        cfg.servers[0].ssl_ca = ssl_ca.clone();
+        let proxy = Proxy::start(cfg);
+        let mut c = connect(proxy.port).await;
+        // Ssl_cipher is the server's view of its connection: sluice's backend connection.
+        let cipher: Option<(String, String)> = c.query_first("SHOW SESSION STATUS LIKE 'Ssl_cipher'").await.unwrap();
+        let cipher = cipher.map(|(_, v)| v).unwrap_or_default();
+        assert!(!cipher.is_empty(), "backend connection is TLS (verified: {})", ssl_ca.is_some());
+    }
+    // A CA that did not sign the server's certificate: the login fails, naming the server.
+    let other = testkit::TestCerts::generate().unwrap();
+    let mut cfg = quick_config(&db);
+    cfg.servers[0].use_ssl = true;
+    cfg.servers[0].ssl_ca = Some(other.ca_cert.clone());
+    let proxy = Proxy::start(cfg);
+    let Err(e) = mysql_async::Conn::new(opts(proxy.port, "root", "")).await else { panic!("an unverifiable backend was accepted") };
+    assert!(e.to_string().contains(&db.addr()), "{e}");
+}

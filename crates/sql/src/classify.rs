@@ -113,9 +113,18 @@ pub fn rewrite_connection_id(sql: &[u8], id: u32) -> Option<Vec<u8>> {
         out.extend_from_slice(&sql[copied..t.start]);
         out.extend_from_slice(id.to_string().as_bytes());
         if select_item {
+            // The column keeps the call's own text as its name; backticks in it are doubled.
             out.extend_from_slice(b" AS `");
-            out.extend_from_slice(&sql[t.start..close.end]);
+            for &b in &sql[t.start..close.end] {
+                out.push(b);
+                if b == b'`' {
+                    out.push(b'`');
+                }
+            }
             out.push(b'`');
+        } else if sql.get(close.end).is_some_and(|&b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80) {
+            // `CONNECTION_ID()e5` is the call followed by the alias `e5`: keep them apart.
+            out.push(b' ');
         }
         copied = close.end;
         changed = true;
@@ -155,6 +164,9 @@ mod tests {
         assert_eq!(r("SELECT * FROM t WHERE id = CONNECTION_ID()").as_deref(), Some("SELECT * FROM t WHERE id = 42"));
         assert_eq!(r("SELECT CONNECTION_ID() AS me").as_deref(), Some("SELECT 42 AS me"));
         assert_eq!(r("KILL CONNECTION_ID()").as_deref(), Some("KILL 42"));
+        assert_eq!(r("SELECT CONNECTION_ID()e5").as_deref(), Some("SELECT 42 e5"));
+        assert_eq!(r("SELECT CONNECTION_ID()abc, 1").as_deref(), Some("SELECT 42 abc, 1"));
+        assert_eq!(r("SELECT CONNECTION_ID(/*`*/) FROM t").as_deref(), Some("SELECT 42 AS `CONNECTION_ID(/*``*/)` FROM t"));
         assert_eq!(r("SELECT 'CONNECTION_ID()'"), None);
         assert_eq!(r("SELECT `connection_id`"), None);
         assert_eq!(r("CREATE PROCEDURE p() SELECT CONNECTION_ID()"), None);
