@@ -160,7 +160,12 @@ log "estimated run time: $(estimate "$NRUNS" "$DURATION") (with the default sett
 if [ -n "$SLUICE_BIN" ]; then
 	read -ra SLUICE_CMD <<<"$SLUICE_BIN"
 	command -v "${SLUICE_CMD[0]}" >/dev/null || die "SLUICE_BIN: '${SLUICE_CMD[0]}' not found"
-	SLUICE_DESC="stand-in \`$SLUICE_BIN\` (not the real sluice)"
+	# The real binary reports its name; anything else is a stand-in (e.g. socat for testing).
+	if "${SLUICE_CMD[0]}" --version 2>/dev/null | grep -q '^sluice '; then
+		SLUICE_DESC="\`$SLUICE_BIN\` ($("${SLUICE_CMD[0]}" --version))"
+	else
+		SLUICE_DESC="stand-in \`$SLUICE_BIN\` (not the real sluice)"
+	fi
 else
 	log "building sluice (cargo build --release -p sluice)"
 	(cd "$ROOT" && cargo build --release -p sluice) >&2 ||

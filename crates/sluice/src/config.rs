@@ -14,9 +14,10 @@ use std::time::Duration;
 #[serde(rename_all = "kebab-case")]
 pub enum RuntimeKind {
     /// One tokio runtime per worker thread; a session never leaves its worker.
-    #[default]
     PerCore,
-    /// One work-stealing tokio runtime shared by all workers.
+    /// One work-stealing tokio runtime shared by all workers: the default, because it measured
+    /// faster here (BENCHMARKS.md, "runtimes").
+    #[default]
     Steal,
 }
 

@@ -250,6 +250,12 @@ async fn kill_query_and_connection_by_the_id_the_client_knows() {
     assert!(a.query_drop("SELECT 1").await.is_err());
     let e = b.query_drop("KILL 4000000000").await.unwrap_err();
     assert_eq!(server_code(&e), Some(1094));
+    // A KILL followed by other statements is refused whole: never passed to the backend, where
+    // the number would name an unrelated thread.
+    let mut bystander = connect(proxy.port).await;
+    let e = b.query_drop(format!("KILL {}; SELECT 1", bystander.id())).await.unwrap_err();
+    assert_eq!(server_code(&e), Some(proto::errors::ER_NOT_SUPPORTED_YET));
+    bystander.ping().await.unwrap();
     // COM_PROCESS_KILL from a raw client.
     let victim = connect(proxy.port).await;
     let mut raw = RawClient::connect(proxy.port, "root", "");

@@ -26,10 +26,13 @@ pub struct Kill {
     /// `Some(true)` for HARD, `Some(false)` for SOFT.
     pub hard: Option<bool>,
     pub id: u64,
+    /// False when other statements follow in the same COM_QUERY: the id is sluice's, so the
+    /// text must not reach the backend (it would kill whatever backend thread has that number).
+    pub alone: bool,
 }
 
-/// Parses a KILL of a thread id. Other forms (`KILL USER u`, `KILL QUERY ID n`) return `None`
-/// and go to the backend unchanged.
+/// Parses a KILL of a thread id, alone or first of several statements. Other forms (`KILL
+/// USER u`, `KILL QUERY ID n`) return `None` and go to the backend unchanged.
 pub fn parse_kill(sql: &[u8]) -> Option<Kill> {
     let mut toks = code_tokens(sql).peekable();
     let t = toks.next()?;
@@ -53,13 +56,13 @@ pub fn parse_kill(sql: &[u8]) -> Option<Kill> {
         return None;
     }
     let id = std::str::from_utf8(t.text(sql)).ok()?.parse().ok()?;
-    // Only an optional semicolon may follow.
-    match toks.next() {
-        None => {}
-        Some(s) if s.kind == Kind::Punct && s.text(sql) == b";" && toks.next().is_none() => {}
-        _ => return None,
-    }
-    Some(Kill { scope, hard, id })
+    // Alone, or followed by more statements (which sluice must not pass on: see `alone`).
+    let alone = match toks.next() {
+        None => true,
+        Some(s) if s.kind == Kind::Punct && s.text(sql) == b";" => toks.next().is_none(),
+        Some(_) => return None,
+    };
+    Some(Kill { scope, hard, id, alone })
 }
 
 /// Statement kinds whose text may be rewritten: not DDL that stores the text (a procedure or
@@ -144,11 +147,13 @@ mod tests {
     #[test]
     fn kill_forms() {
         let k = |s: &str| parse_kill(s.as_bytes());
-        assert_eq!(k("KILL 5"), Some(Kill { scope: KillScope::Connection, hard: None, id: 5 }));
-        assert_eq!(k("kill connection 7;"), Some(Kill { scope: KillScope::Connection, hard: None, id: 7 }));
-        assert_eq!(k("/* x */ KILL QUERY 9"), Some(Kill { scope: KillScope::Query, hard: None, id: 9 }));
-        assert_eq!(k("KILL HARD QUERY 9"), Some(Kill { scope: KillScope::Query, hard: Some(true), id: 9 }));
-        assert_eq!(k("KILL SOFT 3"), Some(Kill { scope: KillScope::Connection, hard: Some(false), id: 3 }));
+        let kill = |scope, hard, id| Some(Kill { scope, hard, id, alone: true });
+        assert_eq!(k("KILL 5"), kill(KillScope::Connection, None, 5));
+        assert_eq!(k("kill connection 7;"), kill(KillScope::Connection, None, 7));
+        assert_eq!(k("/* x */ KILL QUERY 9"), kill(KillScope::Query, None, 9));
+        assert_eq!(k("KILL HARD QUERY 9"), kill(KillScope::Query, Some(true), 9));
+        assert_eq!(k("KILL SOFT 3"), kill(KillScope::Connection, Some(false), 3));
+        assert_eq!(k("KILL 5; SELECT 1"), Some(Kill { scope: KillScope::Connection, hard: None, id: 5, alone: false }));
         assert_eq!(k("KILL USER bob"), None);
         assert_eq!(k("KILL QUERY ID 4"), None);
         assert_eq!(k("KILL 5 6"), None);

@@ -210,7 +210,10 @@ impl Session {
             if cmd == COM_QUERY {
                 if let Some(k) = sql::classify::parse_kill(&payload[1..]) {
                     self.client.consume(frame.wire_len);
-                    if !self.kill(k.id, k.scope, k.hard, seq).await {
+                    if !k.alone {
+                        let msg = "KILL <id> must be sent on its own through sluice (the id is sluice's session id)";
+                        self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, msg).await;
+                    } else if !self.kill(k.id, k.scope, k.hard, seq).await {
                         return;
                     }
                     continue;
@@ -226,11 +229,13 @@ impl Session {
                         Some(sql) => {
                             self.client.consume(frame.wire_len);
                             let mut buf = Vec::with_capacity(sql.len() + 5);
-                            let mut s = frame.first_seq;
-                            proto::frame::write_packet(&mut buf, &mut s, &[&[cmd][..], &sql].concat());
-                            bytes::BytesMut::from(&buf[..])
+                            let packet = proto::frame::PacketBuilder::begin(&mut buf);
+                            buf.push(cmd);
+                            buf.extend_from_slice(&sql);
+                            packet.finish(&mut buf, &mut frame.first_seq.clone());
+                            bytes::Bytes::from(buf)
                         }
-                        None => self.client.rbuf.split_to(frame.wire_len),
+                        None => self.client.rbuf.split_to(frame.wire_len).freeze(),
                     };
                     if !self.forward(&request, reply).await {
                         return;
