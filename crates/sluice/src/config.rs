@@ -44,6 +44,9 @@ pub struct ProxySection {
     pub default_auth_plugin: String,
     /// Client connections accepted at once; more get ER_CON_COUNT_ERROR.
     pub max_connections: usize,
+    /// A client must finish its handshake and login within this (MariaDB's connect_timeout).
+    pub client_connect_timeout_ms: u64,
+    /// Backend connect and login.
     pub connect_timeout_ms: u64,
     /// Per-session reply buffer: stop reading the backend above `high`, resume below `low`.
     pub buffer_high_watermark: usize,
@@ -74,6 +77,7 @@ impl Default for ProxySection {
             server_version: None,
             default_auth_plugin: proto::auth::MYSQL_NATIVE_PASSWORD.into(),
             max_connections: 10_000,
+            client_connect_timeout_ms: 10_000,
             connect_timeout_ms: 5_000,
             buffer_high_watermark: 1 << 20,
             buffer_low_watermark: 256 << 10,

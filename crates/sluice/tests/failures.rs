@@ -235,3 +235,35 @@ fn bad_config_exits_2_naming_file_line_and_field() {
     let out = sluice_bin().arg("--config").arg(dir.path().join("missing.toml")).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn a_client_that_never_logs_in_is_disconnected() {
+    let mut cfg = quick_config(shared());
+    cfg.proxy.client_connect_timeout_ms = 300;
+    let proxy = Proxy::start(cfg);
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", proxy.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut greeting = [0u8; 512];
+    assert!(s.read(&mut greeting).unwrap() > 0, "greeted");
+    let started = Instant::now();
+    let mut rest = [0u8; 16];
+    assert_eq!(s.read(&mut rest).unwrap(), 0, "sluice closes the silent connection");
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+/// What a client sees when the server's wait_timeout closes its idle session, through `port`.
+async fn after_wait_timeout(port: u16) -> (bool, bool) {
+    let mut c = connect(port).await;
+    c.query_drop("SET SESSION wait_timeout = 1").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let e = c.query_drop("SELECT 1").await.expect_err("the session is gone");
+    // Same shape as direct: the connection just ends, no error packet made up by a proxy.
+    (matches!(e, mysql_async::Error::Server(_)), c.ping().await.is_err())
+}
+
+#[tokio::test]
+async fn backend_closing_an_idle_session_looks_the_same_as_direct() {
+    let db = shared();
+    let direct = after_wait_timeout(db.port()).await;
+    assert_eq!(after_wait_timeout(shared_proxy_port()).await, direct);
+}

@@ -62,7 +62,11 @@ pub async fn run(shared: Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAd
 }
 
 async fn start(shared: &Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAddr, id: u32) -> Result<Session, String> {
-    let login = auth::login(shared, tcp, peer, id).await.map_err(|e| e.to_string())?;
+    let timeout = std::time::Duration::from_millis(shared.config.proxy.client_connect_timeout_ms);
+    let login = match tokio::time::timeout(timeout, auth::login(shared, tcp, peer, id)).await {
+        Ok(r) => r.map_err(|e| e.to_string())?,
+        Err(_) => return Err(format!("no login within {} ms", timeout.as_millis())),
+    };
     let auth::Login { mut client, hello, capabilities, user, credential, nonce, mariadb_caps, mut seq } = login;
     let backend_login = user.backend_credential(credential);
     let database = hello.database.clone().or_else(|| user.default_schema.clone());
@@ -185,6 +189,12 @@ impl Session {
                 biased;
                 _ = self.handle.killed() => return,
                 r = self.client.read_frame(self.max_packet()) => r,
+                _ = self.backend.conn.stream.tcp().readable(), if !self.backend.conn.stream.is_tls() => {
+                    if self.backend_spoke_while_idle().await {
+                        continue;
+                    }
+                    return;
+                }
             };
             let frame = match read {
                 Ok(Some(f)) => f,
@@ -266,6 +276,26 @@ impl Session {
                     debug!(id = self.id, command = proto::command::name(cmd), "unsupported command");
                     self.reply_err(seq, ER_UNKNOWN_COM_ERROR, SQLSTATE_UNKNOWN_COM, "Unknown command").await;
                 }
+            }
+        }
+    }
+
+    /// The backend sent something between commands: normally it is closing the connection
+    /// (wait_timeout, KILL from elsewhere, shutdown), perhaps after an error packet (MySQL 8's
+    /// ER_CLIENT_INTERACTION_TIMEOUT). Pass on what it said and report whether the session
+    /// goes on, so the client sees the server's own behaviour.
+    async fn backend_spoke_while_idle(&mut self) -> bool {
+        let mut buf = [0u8; 4096];
+        match self.backend.conn.stream.tcp().try_read(&mut buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
+            Ok(0) | Err(_) => {
+                debug!(id = self.id, backend = %self.backend.server.name, "backend closed an idle session");
+                false
+            }
+            Ok(n) => {
+                debug!(id = self.id, bytes = n, "unsolicited bytes from the backend; passing them on");
+                let _ = self.client.write_all(&buf[..n]).await;
+                true
             }
         }
     }
