@@ -61,7 +61,8 @@ pub async fn forward(
     wm: Watermarks,
     max_packet: usize,
 ) -> Result<Outcome, ExecError> {
-    let request_seq = request.get(3).copied().unwrap_or(0);
+    // The reply continues the sequence from the request's last chunk.
+    let request_seq = proto::frame::frame(request, usize::MAX).ok().flatten().map_or(0, |f| f.last_seq);
     if backend.write_all(request).await.is_err() {
         return Err(ExecError::BackendLost { reply_seq: Some(request_seq.wrapping_add(1)) });
     }
@@ -76,9 +77,8 @@ pub async fn forward(
                 let last = relay_infile(client, backend, max_packet).await?;
                 scanner.after_infile(last);
             }
-            Event::More => {
-                unreachable!("stream_reply returns only at the reply's end or an infile request")
-            }
+            // stream_reply returns only at the reply's end or an infile request.
+            Event::More => return Err(ExecError::BackendProtocol(proto::ProtoError::Unexpected("reply scanning stopped early"))),
         }
     }
 }
