@@ -36,17 +36,7 @@ pub async fn load_accounts(shared: &Shared) -> anyhow::Result<Vec<(String, Strin
     let hostgroup = shared.users.backend.as_ref().map_or(0, |b| b.hostgroup());
     let server = shared.hostgroups.pick(hostgroup).ok_or_else(|| anyhow::anyhow!("hostgroup {hostgroup} has no ONLINE server"))?;
     let credential = if monitor.password.is_empty() { Credential::Empty } else { Credential::Plain(monitor.password.clone()) };
-    let params = pool::ConnectParams {
-        server,
-        username: &monitor.username,
-        credential: &credential,
-        database: None,
-        collation: 45,
-        capabilities: pool::backend::internal_capabilities(),
-        attrs: &[],
-        mariadb_caps: 0,
-        timeout: shared.config.connect_timeout(),
-    };
+    let params = pool::ConnectParams::internal(server, &monitor.username, &credential, shared.config.connect_timeout());
     let (mut conn, _) = pool::connect(&params).await?;
     let rows =
         conn.query("SELECT User, Host, plugin, IF(authentication_string = '', Password, authentication_string) FROM mysql.user").await;

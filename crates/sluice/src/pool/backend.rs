@@ -61,6 +61,24 @@ pub struct ConnectParams<'a> {
     pub timeout: Duration,
 }
 
+impl<'a> ConnectParams<'a> {
+    /// sluice's own connections (reading accounts, KILL): no client capabilities, attributes
+    /// or schema, utf8mb4.
+    pub fn internal(server: &'a Server, username: &'a str, credential: &'a Credential, timeout: Duration) -> Self {
+        ConnectParams {
+            server,
+            username,
+            credential,
+            database: None,
+            collation: 45,
+            capabilities: internal_capabilities(),
+            attrs: &[],
+            mariadb_caps: 0,
+            timeout,
+        }
+    }
+}
+
 /// An authenticated backend connection.
 pub struct Backend {
     pub conn: Conn,
@@ -388,27 +406,16 @@ impl Backend {
     ) -> Result<Vec<u8>, BackendError> {
         let is_tls = self.conn.stream.is_tls();
         let (plugin, reply) = first_reply(&self.greeting, credential, is_tls);
-        let mut payload = vec![proto::command::COM_CHANGE_USER];
-        payload.extend_from_slice(username.as_bytes());
-        payload.push(0);
-        payload.push(reply.len() as u8);
-        payload.extend_from_slice(&reply);
-        payload.extend_from_slice(database.unwrap_or("").as_bytes());
-        payload.push(0);
-        payload.extend_from_slice(&collation.to_le_bytes());
-        payload.extend_from_slice(plugin.as_bytes());
-        payload.push(0);
-        if self.capabilities.contains(CapabilityFlags::CLIENT_CONNECT_ATTRS) {
-            let mut a = Vec::new();
-            for (k, v) in attrs {
-                proto::codec::write_lenenc_str(&mut a, k.as_bytes());
-                proto::codec::write_lenenc_str(&mut a, v.as_bytes());
-            }
-            proto::codec::write_lenenc(&mut payload, a.len() as u64);
-            payload.extend_from_slice(&a);
-        }
+        let cu = handshake::ChangeUser {
+            user: username.to_string(),
+            auth_response: reply,
+            database: database.map(str::to_string),
+            collation: Some(collation),
+            auth_plugin: Some(plugin.clone()),
+            attrs: attrs.to_vec(),
+        };
         let mut out = Vec::new();
-        proto::frame::write_packet(&mut out, &mut 0, &payload);
+        handshake::write_change_user(&mut out, &cu, self.capabilities);
         let server = self.server.name.clone();
         self.conn.write_all(&out).await.map_err(|e| BackendError::Lost { server: server.clone(), source: e })?;
         let login = Login { server: &server, username, credential, is_tls };

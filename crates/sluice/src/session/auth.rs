@@ -149,7 +149,7 @@ pub async fn authenticate(
     let mut user = shared.find_user(a.user, a.peer.ip(), false).await;
     // caching_sha2 clients whose account has only a native hash give their password in full.
     let mut clear: Option<Vec<u8>> = None;
-    if plugin == CACHING_SHA2_PASSWORD && !reply.is_empty() && user.as_ref().is_none_or(|u| !u.secret.has_plain()) && user.is_some() {
+    if plugin == CACHING_SHA2_PASSWORD && !reply.is_empty() && user.as_ref().is_some_and(|u| !u.secret.has_plain()) {
         clear = Some(match full_auth(shared, client, seq, a.nonce).await? {
             Some(pw) => pw,
             None => return Ok(Err(denied(true))),

@@ -30,17 +30,8 @@ impl Session {
         };
         let what = if scope == KillScope::Query { "QUERY" } else { "CONNECTION" };
         let sql = format!("KILL {modifier}{what} {thread}");
-        let params = pool::ConnectParams {
-            server: &server,
-            username: &self.backend_login.0,
-            credential: &self.backend_login.1,
-            database: None,
-            collation: self.negotiated.collation,
-            capabilities: crate::pool::backend::internal_capabilities(),
-            attrs: &[],
-            mariadb_caps: 0,
-            timeout: self.shared.config.connect_timeout(),
-        };
+        let timeout = self.shared.config.connect_timeout();
+        let params = pool::ConnectParams::internal(&server, &self.backend_login.0, &self.backend_login.1, timeout);
         let result = match pool::connect(&params).await {
             Ok((mut conn, _)) => {
                 let r = conn.query(&sql).await;
