@@ -21,3 +21,9 @@ pub const SQLSTATE_UNKNOWN_COM: &[u8; 5] = b"08S01";
 pub const SQLSTATE_CONN_COUNT: &[u8; 5] = b"08004";
 pub const SQLSTATE_NOT_SUPPORTED: &[u8; 5] = b"42000";
 pub const SQLSTATE_SHUTDOWN: &[u8; 5] = b"08S01";
+
+/// What ProxySQL answers when a query rule's error_msg blocks a statement (kept for alerting
+/// that already knows it).
+pub const ER_NOT_ALLOWED_COMMAND: u16 = 1148;
+/// No backend of the chosen hostgroup can take the statement (ProxySQL's number for it).
+pub const ER_PROXY_NO_BACKEND: u16 = 9001;

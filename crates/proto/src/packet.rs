@@ -94,6 +94,12 @@ pub fn write_err(out: &mut Vec<u8>, seq: &mut u8, code: u16, sqlstate: &[u8; 5],
 }
 
 /// Appends an OK packet. `header` is 0x00, or 0xFE when it ends a result set under DEPRECATE_EOF.
+/// An OK packet carrying a human-readable message (the "info" field). Servers send it
+/// length-prefixed whatever the capabilities (MySQL's net_send_ok), and clients read it so.
+pub fn write_ok_message(out: &mut Vec<u8>, seq: &mut u8, status: u16, message: &[u8]) {
+    write_ok(out, seq, OK_HEADER, &Ok { status, ..Default::default() }, message);
+}
+
 pub fn write_ok(out: &mut Vec<u8>, seq: &mut u8, header: u8, ok: &Ok, info: &[u8]) {
     let b = PacketBuilder::begin(out);
     out.push(header);

@@ -30,7 +30,7 @@ pub enum ServerStatus {
     OfflineHard,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProxySection {
     /// Addresses the client listener binds.
@@ -95,7 +95,7 @@ impl Default for ProxySection {
 }
 
 /// Client-side TLS. Without a certificate, a self-signed one is generated at start-up.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TlsSection {
     pub enabled: bool,
@@ -112,7 +112,7 @@ impl Default for TlsSection {
 }
 
 /// The account sluice uses for its own backend queries (reading mysql.user, health checks).
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct MonitorSection {
     pub username: String,
@@ -120,7 +120,7 @@ pub struct MonitorSection {
 }
 
 /// A `[[mysql_servers]]` row (ProxySQL's mysql_servers columns).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerRow {
     pub hostgroup_id: u32,
@@ -143,7 +143,7 @@ pub struct ServerRow {
 }
 
 /// A `[[mysql_users]]` row (ProxySQL's mysql_users columns).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UserRow {
     pub username: String,
@@ -165,6 +165,70 @@ pub struct UserRow {
     pub comment: String,
 }
 
+/// A `[[mysql_query_rules]]` row (ProxySQL's mysql_query_rules columns; docs/rules.md).
+/// Integer actions left out (or negative, as ProxySQL stores "no change") change nothing.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct QueryRuleRow {
+    pub rule_id: u32,
+    /// Unlike ProxySQL's table default (0), a rule written in the file is active unless it says otherwise.
+    #[serde(default = "yes", deserialize_with = "bool_or_int")]
+    pub active: bool,
+    #[serde(default)]
+    pub username: Option<String>,
+    #[serde(default)]
+    pub schemaname: Option<String>,
+    /// An exact client IP, or a prefix ending in `%` (`10.0.%`).
+    #[serde(default)]
+    pub client_addr: Option<String>,
+    #[serde(default)]
+    pub proxy_addr: Option<String>,
+    #[serde(default)]
+    pub proxy_port: Option<i64>,
+    /// A digest id, `0x…` as ProxySQL shows it (or a decimal number).
+    #[serde(default, deserialize_with = "string_or_int")]
+    pub digest: Option<String>,
+    #[serde(default)]
+    pub match_digest: Option<String>,
+    #[serde(default)]
+    pub match_pattern: Option<String>,
+    #[serde(default, deserialize_with = "bool_or_int")]
+    pub negate_match_pattern: bool,
+    /// Comma-separated: CASELESS, GLOBAL. ProxySQL's default is CASELESS.
+    #[serde(default = "caseless")]
+    pub re_modifiers: String,
+    #[serde(default, rename = "flagIN", alias = "flagin", alias = "flag_in")]
+    pub flag_in: i64,
+    #[serde(default, rename = "flagOUT", alias = "flagout", alias = "flag_out")]
+    pub flag_out: Option<i64>,
+    #[serde(default)]
+    pub replace_pattern: Option<String>,
+    #[serde(default)]
+    pub destination_hostgroup: Option<i64>,
+    #[serde(default)]
+    pub cache_ttl: Option<i64>,
+    #[serde(default)]
+    pub timeout: Option<i64>,
+    #[serde(default)]
+    pub retries: Option<i64>,
+    #[serde(default)]
+    pub delay: Option<i64>,
+    #[serde(default)]
+    pub mirror_hostgroup: Option<i64>,
+    #[serde(default)]
+    pub error_msg: Option<String>,
+    #[serde(default, rename = "OK_msg", alias = "ok_msg")]
+    pub ok_msg: Option<String>,
+    #[serde(default)]
+    pub multiplex: Option<i64>,
+    #[serde(default)]
+    pub log: Option<i64>,
+    #[serde(default, deserialize_with = "bool_or_int")]
+    pub apply: bool,
+    #[serde(default)]
+    pub comment: String,
+}
+
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
@@ -178,6 +242,8 @@ pub struct FileConfig {
     pub mysql_servers: Vec<ServerRow>,
     #[serde(default)]
     pub mysql_users: Vec<UserRow>,
+    #[serde(default)]
+    pub mysql_query_rules: Vec<QueryRuleRow>,
 }
 
 fn default_port() -> u16 {
@@ -191,6 +257,23 @@ fn yes() -> bool {
 }
 fn default_server_max_connections() -> u32 {
     1000
+}
+fn caseless() -> String {
+    "CASELESS".into()
+}
+
+/// Digests are written `0x…` but a bare number is accepted too.
+fn string_or_int<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum S {
+        Str(String),
+        Int(u64),
+    }
+    Ok(Some(match S::deserialize(d)? {
+        S::Str(s) => s,
+        S::Int(n) => n.to_string(),
+    }))
 }
 
 /// ProxySQL stores booleans as 0/1; accept both spellings.
@@ -219,6 +302,9 @@ pub struct Config {
     pub monitor: Option<MonitorSection>,
     pub servers: Vec<ServerRow>,
     pub users: Vec<UserRow>,
+    pub query_rules: Vec<QueryRuleRow>,
+    /// `query_rules` compiled and indexed.
+    pub rules: std::sync::Arc<crate::rules::RuleSet>,
 }
 
 impl Config {
@@ -227,6 +313,19 @@ impl Config {
     }
     pub fn shutdown_timeout(&self) -> Duration {
         Duration::from_millis(self.proxy.shutdown_timeout_ms)
+    }
+
+    /// True when `other` differs from this config in its query rules at most (command-line
+    /// overrides of workers and runtime aside).
+    pub fn same_except_rules(&self, other: &Config) -> bool {
+        let mut proxy = other.proxy.clone();
+        proxy.workers = self.proxy.workers;
+        proxy.runtime = self.proxy.runtime;
+        self.proxy == proxy
+            && self.tls == other.tls
+            && self.monitor == other.monitor
+            && self.servers == other.servers
+            && self.users == other.users
     }
 }
 
@@ -367,6 +466,7 @@ impl FileConfig {
         if let Some(p) = self.problems().into_iter().next() {
             return Err(locate_problem(file, src, &p));
         }
+        let rules = self.compile_rules().map_err(|p| locate_problem(file, src, &p))?;
         let listen = self.proxy.listen.iter().filter_map(|a| a.parse().ok()).collect();
         let workers = self.proxy.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         Ok(Config {
@@ -376,7 +476,18 @@ impl FileConfig {
             monitor: self.monitor,
             servers: self.mysql_servers,
             users: self.mysql_users,
+            query_rules: self.mysql_query_rules,
+            rules: std::sync::Arc::new(rules),
             proxy: self.proxy,
+        })
+    }
+
+    /// The query rules, compiled: the same step the admin port's LOAD will take.
+    fn compile_rules(&self) -> Result<crate::rules::RuleSet, Problem> {
+        let exists = |hg: u32| self.mysql_servers.iter().any(|s| s.hostgroup_id == hg);
+        crate::rules::RuleSet::new(&self.mysql_query_rules, &exists).map_err(|e| {
+            use PathPart::{Index, Key};
+            problem(vec![Key("mysql_query_rules"), Index(e.index), Key(e.field)], format!("rule_id {}: {}", e.rule_id, e.message))
         })
     }
 }

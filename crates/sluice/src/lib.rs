@@ -1,5 +1,5 @@
 //! sluice: a MySQL/MariaDB-protocol proxy. The data path, in six steps:
-//! ① `listener` → ② `session` → ③ rules (issue 3) → ④ `route` → ⑤ `pool` → ⑥ `exec`;
+//! ① `listener` → ② `session` → ③ `rules` → ④ `route` → ⑤ `pool` → ⑥ `exec`;
 //! beside it `server` (workers, start/stop), `config`, `users`, `registry`, `monitor`, `tls`, `net`.
 
 pub mod config;
@@ -10,6 +10,7 @@ pub mod net;
 pub mod pool;
 pub mod registry;
 pub mod route;
+pub mod rules;
 pub mod server;
 pub mod session;
 pub mod tls;

@@ -1,4 +1,5 @@
-//! The `sluice` command: load the config (file or quick-start flags), run until SIGTERM/SIGINT.
+//! The `sluice` command: load the config (file or quick-start flags), run until SIGTERM/SIGINT;
+//! SIGHUP re-reads the file's query rules (a bad file is rejected and the running rules stay).
 
 use clap::Parser;
 use sluice::config::{self, RuntimeKind};
@@ -77,26 +78,53 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    wait_for_signal();
+    wait_for_signal(|| {
+        if let Some(path) = &args.config {
+            reload_rules(&server, path);
+        }
+    });
     tracing::info!("shutting down: no new connections; letting in-flight statements finish");
     server.shutdown();
     tracing::info!("stopped");
     ExitCode::SUCCESS
 }
 
-fn wait_for_signal() {
+/// Waits for SIGTERM or SIGINT, calling `on_hup` at each SIGHUP meanwhile.
+fn wait_for_signal(mut on_hup: impl FnMut()) {
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(_) => return,
     };
     rt.block_on(async {
         use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
+            (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
+        else {
             return;
         };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+        loop {
+            tokio::select! {
+                _ = term.recv() => return,
+                _ = int.recv() => return,
+                _ = hup.recv() => on_hup(),
+            }
         }
     });
+}
+
+/// SIGHUP: the file's `[[mysql_query_rules]]` go live if the whole file is valid and the rules
+/// compile against the running hostgroups; otherwise the error is logged and nothing changes.
+/// Other sections need a restart until the admin port lands (issue 5).
+fn reload_rules(server: &sluice::Server, path: &std::path::Path) {
+    let config = match config::load_file(path) {
+        Ok(c) => c,
+        Err(e) => return tracing::error!("reload rejected, running configuration kept: {e}"),
+    };
+    match server.shared.load_rules(&config.query_rules) {
+        Ok(n) => tracing::info!(rules = n, "reload: query rules in force"),
+        Err(e) => tracing::error!("reload rejected, running rules kept: {}: mysql_query_rules[{}]: {e}", path.display(), e.index),
+    }
+    if !server.shared.config.same_except_rules(&config) {
+        tracing::warn!("reload: only [[mysql_query_rules]] change live; other sections of {} need a restart", path.display());
+    }
 }

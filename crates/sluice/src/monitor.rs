@@ -34,7 +34,7 @@ pub fn probe_profile(shared: &Shared) {
 pub async fn load_accounts(shared: &Shared) -> anyhow::Result<Vec<(String, String, String, String)>> {
     let monitor = shared.config.monitor.clone().unwrap_or_default();
     let hostgroup = shared.users.backend.as_ref().map_or(0, |b| b.hostgroup());
-    let server = shared.hostgroups.pick(hostgroup).ok_or_else(|| anyhow::anyhow!("hostgroup {hostgroup} has no ONLINE server"))?;
+    let server = shared.hostgroups.pick(hostgroup)?;
     let credential = if monitor.password.is_empty() { Credential::Empty } else { Credential::Plain(monitor.password.clone()) };
     let params = pool::ConnectParams::internal(server, &monitor.username, &credential, shared.config.connect_timeout());
     let (mut conn, _) = pool::connect(&params).await?;

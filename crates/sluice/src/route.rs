@@ -1,7 +1,8 @@
-//! ④ route: from a hostgroup to one of its servers (ONLINE only, chosen by weight).
+//! ④ route: from a hostgroup to one of its servers (ONLINE ones below their max_connections,
+//! chosen by weight).
 
 use crate::config::{Config, ServerStatus};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A backend server as the data path uses it.
@@ -14,6 +15,9 @@ pub struct Server {
     pub name: String,
     pub weight: u32,
     pub status: ServerStatus,
+    pub max_connections: u32,
+    /// Backend connections open to this server now (counted at connect and close only).
+    pub open: Arc<AtomicU32>,
     pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
@@ -43,28 +47,38 @@ impl Hostgroups {
                 name: format!("{}:{}", s.hostname, s.port),
                 weight: s.weight,
                 status: s.status,
+                max_connections: s.max_connections,
+                open: Arc::new(AtomicU32::new(0)),
                 tls,
             });
         }
         Ok(Hostgroups { servers, next: AtomicU64::new(0) })
     }
 
-    /// An ONLINE server of `hostgroup`, chosen by weight. `None` when none is ONLINE.
-    pub fn pick(&self, hostgroup: u32) -> Option<&Server> {
+    /// An ONLINE server of `hostgroup` with room for a connection, chosen by weight.
+    pub fn pick(&self, hostgroup: u32) -> Result<&Server, NoServer> {
         let online = || self.servers.iter().filter(|s| s.hostgroup == hostgroup && s.status == ServerStatus::Online);
-        let total: u64 = online().map(|s| s.weight.max(1) as u64).sum();
+        if online().next().is_none() {
+            return Err(if self.has(hostgroup) { NoServer::NoneOnline(hostgroup) } else { NoServer::NoSuchHostgroup(hostgroup) });
+        }
+        let room = || online().filter(|s| s.open.load(Ordering::Relaxed) < s.max_connections);
+        let total: u64 = room().map(|s| s.weight.max(1) as u64).sum();
         if total == 0 {
-            return None;
+            return Err(NoServer::AllFull(hostgroup));
         }
         let mut ticket = self.next.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37_79B9_7F4A_7C15) % total;
-        for s in online() {
+        for s in room() {
             let w = s.weight.max(1) as u64;
             if ticket < w {
-                return Some(s);
+                return Ok(s);
             }
             ticket -= w;
         }
-        None
+        Err(NoServer::AllFull(hostgroup))
+    }
+
+    pub fn has(&self, hostgroup: u32) -> bool {
+        self.servers.iter().any(|s| s.hostgroup == hostgroup)
     }
 
     pub fn servers(&self) -> &[Server] {
@@ -74,4 +88,15 @@ impl Hostgroups {
     pub fn find(&self, name: &str) -> Option<&Server> {
         self.servers.iter().find(|s| s.name == name)
     }
+}
+
+/// Why no server of a hostgroup can take a new connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NoServer {
+    #[error("hostgroup {0} has no servers")]
+    NoSuchHostgroup(u32),
+    #[error("hostgroup {0} has no ONLINE server")]
+    NoneOnline(u32),
+    #[error("every ONLINE server of hostgroup {0} is at its max_connections")]
+    AllFull(u32),
 }

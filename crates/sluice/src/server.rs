@@ -5,6 +5,7 @@ use crate::config::{Config, RuntimeKind};
 use crate::listener;
 use crate::registry::Registry;
 use crate::route::Hostgroups;
+use crate::rules::{RuleError, RuleSet};
 use crate::tls::RsaKeys;
 use crate::users::{User, Users};
 use proto::handshake::ServerGreeting;
@@ -40,6 +41,9 @@ impl Default for Profile {
 pub struct Shared {
     pub config: Config,
     pub hostgroups: Hostgroups,
+    /// The query rules in force; a reload swaps them, sessions pick the new set up at their
+    /// next statement (in-flight statements finish under the old one).
+    pub rules: Arc<arc_swap::ArcSwap<RuleSet>>,
     pub users: Users,
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     rsa: OnceLock<Option<RsaKeys>>,
@@ -86,6 +90,16 @@ impl Shared {
                 };
             }
         }
+    }
+
+    /// Compiles `rows` and puts them in force, or changes nothing and says which rule is wrong.
+    /// Destinations are checked against the running hostgroups.
+    pub fn load_rules(&self, rows: &[crate::config::QueryRuleRow]) -> Result<usize, RuleError> {
+        let rules = RuleSet::new(rows, &|hg| self.hostgroups.has(hg))?;
+        let n = rules.len();
+        warn_inactive_columns(rows);
+        self.rules.store(Arc::new(rules));
+        Ok(n)
     }
 
     /// The RSA keys for caching_sha2_password without TLS, made on first use.
@@ -142,7 +156,9 @@ impl Server {
             .map(|a| listener::bind(*a).map_err(|e| anyhow::anyhow!("cannot listen on {a}: {e}")))
             .collect::<anyhow::Result<Vec<_>>>()?;
         let addrs = listeners.iter().map(|l| l.local_addr()).collect::<Result<Vec<_>, _>>()?;
+        warn_inactive_columns(&config.query_rules);
         let shared = Arc::new(Shared {
+            rules: Arc::new(arc_swap::ArcSwap::new(config.rules.clone())),
             hostgroups,
             users,
             tls,
@@ -177,6 +193,23 @@ impl Server {
         self.shared.begin_shutdown();
         for t in self.threads {
             let _ = t.join();
+        }
+    }
+}
+
+/// Rule columns sluice accepts but does not act on yet: said once per load, not per query.
+fn warn_inactive_columns(rows: &[crate::config::QueryRuleRow]) {
+    for r in rows.iter().filter(|r| r.active) {
+        let pending = [
+            ("cache_ttl", r.cache_ttl.is_some_and(|v| v >= 0), "the result cache"),
+            ("mirror_hostgroup", r.mirror_hostgroup.is_some_and(|v| v >= 0), "mirroring"),
+            ("log", r.log.is_some_and(|v| v >= 0), "the query log"),
+            ("multiplex", r.multiplex.is_some_and(|v| v >= 0), "multiplexing"),
+        ];
+        for (column, set, feature) in pending {
+            if set {
+                tracing::warn!(rule_id = r.rule_id, "query rule column `{column}` is accepted but has no effect until {feature} lands");
+            }
         }
     }
 }

@@ -44,6 +44,8 @@ pub enum BackendError {
     Protocol { server: String, what: String },
     #[error("Lost connection to backend server '{server}' ({source})")]
     Lost { server: String, source: std::io::Error },
+    #[error("{0}")]
+    Unavailable(#[from] crate::route::NoServer),
 }
 
 /// Everything needed to open one backend connection.
@@ -88,9 +90,52 @@ pub struct Backend {
     pub capabilities: CapabilityFlags,
     pub mariadb_caps: u32,
     pub greeting: ServerGreeting,
+    /// The default database as far as sluice set it (login, COM_INIT_DB, USE).
+    pub schema: Option<String>,
+    /// Server status flags of the last complete reply.
+    pub status: u16,
 }
 
 impl Backend {
+    /// A transaction is open, or may be (autocommit off): the session stays on this connection.
+    pub fn in_transaction(&self) -> bool {
+        use proto::StatusFlags as S;
+        self.status & S::SERVER_STATUS_IN_TRANS.bits() != 0 || self.status & S::SERVER_STATUS_AUTOCOMMIT.bits() == 0
+    }
+
+    /// False when the server has closed this (idle) connection or said something unasked.
+    pub fn is_alive(&self) -> bool {
+        if self.conn.stream.is_tls() {
+            return true;
+        }
+        let mut b = [0u8; 1];
+        matches!(self.conn.stream.tcp().try_read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+
+    /// COM_INIT_DB for sluice's own bookkeeping (bringing a connection to the client's schema).
+    pub async fn init_db(&mut self, db: &str) -> Result<(), BackendError> {
+        let server = self.server.name.clone();
+        let mut out = Vec::with_capacity(db.len() + 5);
+        let mut seq = 0;
+        let mut payload = vec![proto::command::COM_INIT_DB];
+        payload.extend_from_slice(db.as_bytes());
+        proto::frame::write_packet(&mut out, &mut seq, &payload);
+        self.conn.write_all(&out).await.map_err(|e| BackendError::Lost { server: server.clone(), source: e })?;
+        let (_, p) = self.conn.read_packet(1 << 24).await.map_err(|e| BackendError::Lost { server: server.clone(), source: e })?;
+        match p.first() {
+            Some(0x00) => {
+                self.schema = Some(db.to_string());
+                Ok(())
+            }
+            Some(0xFF) => {
+                let e = packet::parse_err(&p).map_err(|_| BackendError::Protocol { server: server.clone(), what: "bad ERR".into() })?;
+                let message = String::from_utf8_lossy(e.message).into_owned();
+                Err(BackendError::Rejected { server, code: e.code, sqlstate: e.sqlstate, message })
+            }
+            _ => Err(BackendError::Protocol { server, what: "unexpected reply to COM_INIT_DB".into() }),
+        }
+    }
+
     pub fn deprecate_eof(&self) -> bool {
         self.capabilities.contains(CapabilityFlags::CLIENT_DEPRECATE_EOF)
     }
@@ -174,6 +219,12 @@ impl Backend {
     /// Says goodbye politely (COM_QUIT) and closes.
     pub async fn quit(mut self) {
         let _ = self.conn.write_all(&[1, 0, 0, 0, proto::command::COM_QUIT]).await;
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.server.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -310,8 +361,11 @@ async fn connect_inner(p: &ConnectParams<'_>) -> Result<(Backend, Vec<u8>), Back
         thread_id: greeting.connection_id,
         capabilities: hello.capabilities,
         mariadb_caps: hello.mariadb_caps,
+        schema: p.database.map(str::to_string),
+        status: greeting.status,
         greeting,
     };
+    backend.server.open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok((backend, ok))
 }
 

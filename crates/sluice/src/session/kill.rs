@@ -3,7 +3,8 @@
 //! server with the killer's own login, so the server's privilege rules decide.
 
 use super::Session;
-use crate::pool::{self, BackendError};
+use crate::pool::{self, BackendError, Credential};
+use crate::route::Server;
 use proto::errors::*;
 use sql::classify::KillScope;
 
@@ -30,17 +31,7 @@ impl Session {
         };
         let what = if scope == KillScope::Query { "QUERY" } else { "CONNECTION" };
         let sql = format!("KILL {modifier}{what} {thread}");
-        let timeout = self.shared.config.connect_timeout();
-        let params = pool::ConnectParams::internal(&server, &self.backend_login.0, &self.backend_login.1, timeout);
-        let result = match pool::connect(&params).await {
-            Ok((mut conn, _)) => {
-                let r = conn.query(&sql).await;
-                conn.quit().await;
-                r
-            }
-            Err(e) => Err(e),
-        };
-        match result {
+        match run_on(&server, &self.backend_login, &sql, self.shared.config.connect_timeout()).await {
             Ok(_) => {
                 if scope == KillScope::Connection {
                     handle.kill();
@@ -69,4 +60,18 @@ impl Session {
             }
         }
     }
+}
+
+/// Runs one statement (a KILL) on `server` over a short-lived connection with `login`.
+pub(super) async fn run_on(
+    server: &Server,
+    login: &(String, Credential),
+    sql: &str,
+    timeout: std::time::Duration,
+) -> Result<(), BackendError> {
+    let params = pool::ConnectParams::internal(server, &login.0, &login.1, timeout);
+    let (mut conn, _) = pool::connect(&params).await?;
+    let r = conn.query(sql).await;
+    conn.quit().await;
+    r.map(|_| ())
 }

@@ -1,11 +1,12 @@
 //! ② session: owns one client connection for its whole life. After login, the command loop
-//! reads like the data path: read a command → (rules, issue 3) → route → exec, with KILL,
-//! COM_CHANGE_USER and unsupported commands answered here.
+//! reads a command and sends it down the data path (`statement`: classify → rules → route →
+//! checkout → exec), with KILL, COM_CHANGE_USER and unsupported commands answered here.
 
 mod auth;
 mod kill;
+mod statement;
 
-use crate::exec::{self, ExecError, Watermarks};
+use crate::exec::{self, ExecError, Outcome, Watermarks};
 use crate::pool::{self, Backend, BackendError, Credential};
 use crate::registry::SessionHandle;
 use crate::server::Shared;
@@ -20,7 +21,7 @@ use tracing::debug;
 
 pub use auth::offered_capabilities;
 
-/// A logged-in client and the backend connection serving it.
+/// A logged-in client and the backend connections serving it.
 struct Session {
     shared: Arc<Shared>,
     id: u32,
@@ -32,7 +33,14 @@ struct Session {
     user: User,
     /// How sluice logs in to backends for this client: (username, credential).
     backend_login: (String, Credential),
+    /// The connection serving the current statement.
     backend: Backend,
+    /// Connections to other hostgroups this session has used, idle (at most one per hostgroup).
+    others: Vec<Backend>,
+    /// The default database, as the server accepted it (login, COM_INIT_DB, USE).
+    schema: Option<String>,
+    origin: statement::Origin,
+    rules: statement::RulesState,
     handle: Arc<SessionHandle>,
     /// Scratch space for packets sluice writes itself.
     out: Vec<u8>,
@@ -43,16 +51,20 @@ struct Session {
 pub async fn run(shared: Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAddr) {
     crate::net::tune(&tcp);
     let id = shared.registry.next_id();
+    let local = tcp.local_addr().ok();
     if shared.clients.fetch_add(1, std::sync::atomic::Ordering::AcqRel) >= shared.config.proxy.max_connections {
         let mut out = Vec::new();
         proto::packet::write_err(&mut out, &mut 0, ER_CON_COUNT_ERROR, SQLSTATE_CONN_COUNT, "Too many connections");
         let mut conn = crate::net::Conn::new(crate::net::Stream::Tcp(tcp));
         let _ = conn.write_all(&out).await;
     } else {
-        match start(&shared, tcp, peer, id).await {
+        match start(&shared, tcp, peer, local, id).await {
             Ok(mut session) => {
                 session.command_loop().await;
                 session.shared.registry.unregister(id);
+                for b in session.others.drain(..) {
+                    b.quit().await;
+                }
                 session.backend.quit().await;
             }
             Err(e) => debug!(id, %peer, "login ended: {e}"),
@@ -61,7 +73,13 @@ pub async fn run(shared: Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAd
     shared.clients.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
 }
 
-async fn start(shared: &Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAddr, id: u32) -> Result<Session, String> {
+async fn start(
+    shared: &Arc<Shared>,
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+    id: u32,
+) -> Result<Session, String> {
     let timeout = std::time::Duration::from_millis(shared.config.proxy.client_connect_timeout_ms);
     let login = match tokio::time::timeout(timeout, auth::login(shared, tcp, peer, id)).await {
         Ok(r) => r.map_err(|e| e.to_string())?,
@@ -72,7 +90,7 @@ async fn start(shared: &Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAdd
     let database = hello.database.clone().or_else(|| user.default_schema.clone());
     let negotiated = Negotiated { capabilities, mariadb_caps, collation: hello.collation, attrs: hello.attrs.clone() };
     let mut out = Vec::new();
-    let connected = connect_backend(shared, &user, &backend_login, database.as_deref(), &negotiated).await;
+    let connected = connect_backend(shared, user.default_hostgroup, &backend_login, database.as_deref(), &negotiated).await;
     match connected {
         Ok((backend, ok)) => {
             proto::handshake::write_raw(&mut out, &mut seq, &ok);
@@ -81,7 +99,34 @@ async fn start(shared: &Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAdd
             let handle = shared.registry.register(id, &user.name);
             handle.set_backend(&backend.server.name, backend.thread_id);
             debug!(id, %peer, user = %user.name, backend = %backend.server.name, thread = backend.thread_id, tls = client.stream.is_tls(), "session started");
-            Ok(Session { shared: shared.clone(), id, peer, client, negotiated, nonce, user, backend_login, backend, handle, out })
+            let origin = statement::Origin {
+                client_ip: peer.ip().to_string(),
+                proxy_addr: local.map(|a| a.ip().to_string()).unwrap_or_default(),
+                proxy_port: local.map_or(0, |a| a.port()),
+            };
+            let rules = statement::RulesState {
+                cache: arc_swap::Cache::new(shared.rules.clone()),
+                scratch: Default::default(),
+                digest_text: Vec::new(),
+            };
+            let schema = backend.schema.clone();
+            Ok(Session {
+                shared: shared.clone(),
+                id,
+                peer,
+                client,
+                negotiated,
+                nonce,
+                user,
+                backend_login,
+                backend,
+                others: Vec::new(),
+                schema,
+                origin,
+                rules,
+                handle,
+                out,
+            })
         }
         Err(e) => {
             write_backend_error(&mut out, &mut seq, &e);
@@ -100,20 +145,15 @@ struct Negotiated {
     attrs: Vec<(String, String)>,
 }
 
-/// Picks a server of the user's hostgroup and logs in to it.
+/// Picks a server of `hostgroup` and logs in to it as the client's backend login.
 async fn connect_backend(
     shared: &Shared,
-    user: &User,
+    hostgroup: u32,
     login: &(String, Credential),
     database: Option<&str>,
     client: &Negotiated,
 ) -> Result<(Backend, Vec<u8>), BackendError> {
-    let Some(server) = shared.hostgroups.pick(user.default_hostgroup) else {
-        return Err(BackendError::Protocol {
-            server: format!("hostgroup {}", user.default_hostgroup),
-            what: "no ONLINE server in the hostgroup".into(),
-        });
-    };
+    let server = shared.hostgroups.pick(hostgroup)?;
     let params = pool::ConnectParams {
         server,
         username: &login.0,
@@ -135,6 +175,7 @@ async fn connect_backend(
 fn write_backend_error(out: &mut Vec<u8>, seq: &mut u8, e: &BackendError) {
     match e {
         BackendError::Rejected { code, sqlstate, message, .. } => proto::packet::write_err(out, seq, *code, sqlstate, message),
+        BackendError::Unavailable(_) => proto::packet::write_err(out, seq, ER_PROXY_NO_BACKEND, SQLSTATE_GENERAL, &e.to_string()),
         _ => proto::packet::write_err(out, seq, CR_CONN_HOST_ERROR, SQLSTATE_GENERAL, &e.to_string()),
     }
 }
@@ -146,6 +187,20 @@ enum Route {
     Kill,
     ChangeUser,
     Unsupported,
+}
+
+/// Commands on a prepared statement (its id lives on one backend connection).
+fn is_statement_command(cmd: u8) -> bool {
+    matches!(
+        cmd,
+        COM_STMT_PREPARE
+            | COM_STMT_EXECUTE
+            | COM_STMT_BULK_EXECUTE
+            | COM_STMT_FETCH
+            | COM_STMT_CLOSE
+            | COM_STMT_RESET
+            | COM_STMT_SEND_LONG_DATA
+    )
 }
 
 fn route_command(cmd: u8, payload: &[u8]) -> Route {
@@ -218,23 +273,36 @@ impl Session {
             };
             let seq = frame.last_seq.wrapping_add(1);
             if cmd == COM_QUERY {
-                if let Some(k) = sql::classify::parse_kill(&payload[1..]) {
-                    self.client.consume(frame.wire_len);
-                    if !k.alone {
-                        let msg = "KILL <id> must be sent on its own through sluice (the id is sluice's session id)";
-                        self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, msg).await;
-                    } else if !self.kill(k.id, k.scope, k.hard, seq).await {
-                        return;
-                    }
-                    continue;
+                if !self.query(frame, seq).await {
+                    return;
                 }
+                continue;
             }
             let rewritten = match cmd {
-                COM_QUERY | COM_STMT_PREPARE if frame.chunks == 1 => sql::classify::rewrite_connection_id(&payload[1..], self.id),
+                COM_STMT_PREPARE if frame.chunks == 1 => sql::classify::rewrite_connection_id(&payload[1..], self.id),
                 _ => None,
             };
+            let init_db = (cmd == COM_INIT_DB).then(|| String::from_utf8_lossy(&payload[1..]).into_owned());
             match route_command(cmd, payload) {
                 Route::Forward(reply) => {
+                    if is_statement_command(cmd) {
+                        if cmd == COM_STMT_PREPARE {
+                            let text = frame.payload(&self.client.rbuf).get(1..).unwrap_or_default().to_vec();
+                            if let Some(msg) = self.blocked(&text) {
+                                self.client.consume(frame.wire_len);
+                                self.reply_err(seq, ER_NOT_ALLOWED_COMMAND, SQLSTATE_NOT_SUPPORTED, &msg).await;
+                                continue;
+                            }
+                        }
+                        // Statement ids belong to one backend connection: the default hostgroup's.
+                        if let Err(e) = self.checkout(self.user.default_hostgroup, 1).await {
+                            self.client.consume(frame.wire_len);
+                            if reply.is_some() {
+                                self.reply_backend_error(seq, &e).await;
+                            }
+                            continue;
+                        }
+                    }
                     let request = match rewritten {
                         Some(sql) => {
                             self.client.consume(frame.wire_len);
@@ -247,8 +315,22 @@ impl Session {
                         }
                         None => self.client.rbuf.split_to(frame.wire_len).freeze(),
                     };
-                    if !self.forward(&request, reply).await {
-                        return;
+                    match self.forward(&request, reply).await {
+                        None => return,
+                        Some(o) if !o.error => {
+                            if let Some(db) = init_db {
+                                self.backend.schema = Some(db.clone());
+                                self.schema = Some(db);
+                            }
+                            if cmd == COM_RESET_CONNECTION {
+                                // The client asked for a clean session: connections to other
+                                // hostgroups carry the old state, so they go.
+                                for b in self.others.drain(..) {
+                                    b.quit().await;
+                                }
+                            }
+                        }
+                        Some(_) => {}
                     }
                 }
                 Route::Quit => return,
@@ -300,13 +382,19 @@ impl Session {
         }
     }
 
-    /// Forwards one request and streams its reply. False when the session must end.
-    async fn forward(&mut self, request: &[u8], reply: Option<Reply>) -> bool {
+    /// Forwards one request to the current backend and streams its reply. `None` when the
+    /// session must end.
+    async fn forward(&mut self, request: &[u8], reply: Option<Reply>) -> Option<Outcome> {
         let format = self.backend.format();
         let wm = self.watermarks();
         let max = self.max_packet();
         match exec::forward(&mut self.client, &mut self.backend.conn, request, reply, format, wm, max).await {
-            Ok(_) => true,
+            Ok(o) => {
+                if reply.is_some() && !o.error {
+                    self.backend.status = o.status;
+                }
+                Some(o)
+            }
             Err(e @ (ExecError::BackendLost { .. } | ExecError::BackendProtocol(_))) if !self.handle.is_killed() => {
                 let reply_seq = match e {
                     ExecError::BackendLost { reply_seq } => reply_seq,
@@ -317,11 +405,11 @@ impl Session {
                     let msg = format!("Lost connection to backend server '{}' during query", self.backend.server.name);
                     self.reply_err(seq, CR_SERVER_LOST, SQLSTATE_GENERAL, &msg).await;
                 }
-                false
+                None
             }
             Err(e) => {
                 debug!(id = self.id, "session ends: {e}");
-                false
+                None
             }
         }
     }
@@ -358,7 +446,13 @@ impl Session {
             can_switch: self.negotiated.capabilities.contains(CapabilityFlags::CLIENT_PLUGIN_AUTH),
             peer: self.peer,
         };
-        let (user, credential) = match auth::authenticate(&self.shared, &mut self.client, &mut seq, attempt).await {
+        let authenticated = auth::authenticate(&self.shared, &mut self.client, &mut seq, attempt).await;
+        // Whatever the outcome, the server resets the session: connections to other hostgroups
+        // hold the old one, so they go.
+        for b in self.others.drain(..) {
+            b.quit().await;
+        }
+        let (user, credential) = match authenticated {
             Ok(Ok(v)) => v,
             Ok(Err(denied)) => {
                 // The server resets the session even for a failed COM_CHANGE_USER; let it fail
@@ -390,7 +484,7 @@ impl Session {
         let database = cu.database.clone().or_else(|| user.default_schema.clone());
         if user.default_hostgroup != self.backend.server.hostgroup {
             // The new user lives elsewhere: a fresh connection there, the old one closed.
-            let connected = connect_backend(&self.shared, &user, &login, database.as_deref(), &negotiated).await;
+            let connected = connect_backend(&self.shared, user.default_hostgroup, &login, database.as_deref(), &negotiated).await;
             return match connected {
                 Ok((backend, ok)) => {
                     let old = std::mem::replace(&mut self.backend, backend);
@@ -407,7 +501,10 @@ impl Session {
         }
         // Same backend: a real COM_CHANGE_USER, so the server resets the session its own way.
         match self.backend.change_user(&login.0, &login.1, database.as_deref(), collation, &negotiated.attrs).await {
-            Ok(ok) => self.finish_change_user(user, login, negotiated, &ok, seq).await,
+            Ok(ok) => {
+                self.backend.schema = database;
+                self.finish_change_user(user, login, negotiated, &ok, seq).await
+            }
             Err(BackendError::Rejected { code, sqlstate, message, .. }) => {
                 self.reply_err(seq, code, &sqlstate, &message).await;
                 true
@@ -431,6 +528,10 @@ impl Session {
         self.user = user;
         self.backend_login = login;
         self.negotiated = negotiated;
+        self.schema = self.backend.schema.clone();
+        if let Ok(o) = proto::packet::parse_ok(ok) {
+            self.backend.status = o.status;
+        }
         self.out.clear();
         proto::handshake::write_raw(&mut self.out, &mut seq, ok);
         self.client.write_all(&self.out).await.is_ok()

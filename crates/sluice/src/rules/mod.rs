@@ -1,0 +1,215 @@
+//! ③ rules: (user, schema, client, digest, text) → `Decision`, with ProxySQL's mysql_query_rules
+//! semantics (docs/rules.md) and a cost that does not grow with the rule count.
+//!
+//! ProxySQL scans its rule list in rule_id order, skipping rules of other flagIN chains; a
+//! match applies its actions (later matches override earlier ones), a flagOUT switches chain
+//! and the scan goes on forward, `apply` stops it, `replace_pattern` rewrites the text later
+//! rules see. `RuleSet::evaluate` returns exactly that scan's result, but visits only the
+//! candidates the index (`index.rs`) finds in one pass over the text; `evaluate_ordered` is
+//! the plain scan, kept as the reference the property tests compare against.
+
+pub mod compile;
+mod hits;
+mod index;
+
+pub use compile::{compile, Rule, RuleError, Who};
+
+use crate::config::QueryRuleRow;
+use compile::Actions;
+use hits::Hits;
+use index::{Chain, Probe};
+
+/// One statement as the rules see it.
+pub struct Query<'a> {
+    pub who: &'a Who<'a>,
+    pub text: &'a [u8],
+    pub digest: u64,
+    pub digest_text: &'a [u8],
+}
+
+/// What the rules decided (`None`: no rule said).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub hostgroup: Option<u32>,
+    /// The statement after replace_pattern rewrites.
+    pub rewritten: Option<Vec<u8>>,
+    pub error_msg: Option<Box<str>>,
+    pub ok_msg: Option<Box<str>>,
+    pub cache_ttl: Option<u32>,
+    pub timeout: Option<u32>,
+    pub retries: Option<u32>,
+    pub delay: Option<u32>,
+    pub mirror_hostgroup: Option<u32>,
+    pub multiplex: Option<u8>,
+    pub log: Option<bool>,
+    /// rule_id of the last rule that matched.
+    pub last_rule: Option<u32>,
+}
+
+impl Decision {
+    fn take(&mut self, rule: &Rule) {
+        let a: &Actions = &rule.actions;
+        macro_rules! set {
+            ($($f:ident <- $g:ident),*) => {$(if a.$g.is_some() { self.$f = a.$g.clone(); })*};
+        }
+        set!(hostgroup <- destination_hostgroup, cache_ttl <- cache_ttl, timeout <- timeout, retries <- retries, delay <- delay,
+            mirror_hostgroup <- mirror_hostgroup, error_msg <- error_msg, ok_msg <- ok_msg, multiplex <- multiplex, log <- log);
+        self.last_rule = Some(rule.rule_id);
+    }
+
+    /// Applies a matched rule's rewrite to the current text; true when it replaced something.
+    fn rewrite(&mut self, rule: &Rule, original: &[u8]) -> bool {
+        let (Some(rep), Some(p)) = (&rule.replace, &rule.match_pattern) else {
+            return false;
+        };
+        let current = self.rewritten.as_deref().unwrap_or(original);
+        match p.replace(current, rep, rule.global) {
+            Some(new) => {
+                self.rewritten = Some(new);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Reusable per-session buffers, so evaluation does not allocate.
+#[derive(Default)]
+pub struct Scratch {
+    candidates: Vec<u32>,
+}
+
+/// The compiled, indexed rules. Immutable; a reload builds a new one.
+#[derive(Debug)]
+pub struct RuleSet {
+    rules: Vec<Rule>,
+    /// (flagIN, chain), sorted by flagIN; a handful in practice.
+    chains: Vec<(i64, Chain)>,
+    /// Some rule tests the digest: only then is it computed.
+    needs_digest: bool,
+    hits: Hits,
+}
+
+impl Default for RuleSet {
+    fn default() -> Self {
+        RuleSet { rules: Vec::new(), chains: Vec::new(), needs_digest: false, hits: Hits::new(0) }
+    }
+}
+
+impl RuleSet {
+    /// Compiles and indexes `rows`; `hostgroup_exists` checks destination hostgroups.
+    pub fn new(rows: &[QueryRuleRow], hostgroup_exists: &dyn Fn(u32) -> bool) -> Result<RuleSet, RuleError> {
+        let rules = compile(rows, hostgroup_exists)?;
+        let mut flags: Vec<i64> = rules.iter().map(|r| r.flag_in).collect();
+        flags.sort_unstable();
+        flags.dedup();
+        let chains = flags
+            .into_iter()
+            .map(|f| {
+                let members: Vec<u32> = (0..rules.len() as u32).filter(|&i| rules[i as usize].flag_in == f).collect();
+                (f, Chain::build(&rules, &members))
+            })
+            .collect();
+        let needs_digest = rules.iter().any(|r| r.digest.is_some() || r.match_digest.is_some());
+        Ok(RuleSet { hits: Hits::new(rules.len()), needs_digest, rules, chains })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    pub fn needs_digest(&self) -> bool {
+        self.needs_digest
+    }
+
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// (rule_id, hits) for every active rule, in rule_id order.
+    pub fn hits(&self) -> Vec<(u32, u64)> {
+        self.rules.iter().map(|r| r.rule_id).zip(self.hits.totals()).collect()
+    }
+
+    fn chain(&self, flag: i64) -> Option<&Chain> {
+        self.chains.binary_search_by_key(&flag, |(f, _)| *f).ok().map(|i| &self.chains[i].1)
+    }
+
+    /// The decision for `q`, counting hits on this thread.
+    pub fn evaluate(&self, q: &Query, scratch: &mut Scratch) -> Decision {
+        if self.rules.is_empty() {
+            return Decision::default();
+        }
+        self.hits.with_local(|bump| self.evaluate_indexed(q, scratch, bump))
+    }
+
+    /// The indexed evaluation; `matched` is told every matching rule's position, in order.
+    pub fn evaluate_indexed(&self, q: &Query, scratch: &mut Scratch, matched: &mut dyn FnMut(usize)) -> Decision {
+        let mut d = Decision::default();
+        let mut flag = 0i64;
+        let mut after: Option<u32> = None;
+        'chains: while let Some(chain) = self.chain(flag) {
+            let text = d.rewritten.as_deref().unwrap_or(q.text);
+            let probe = Probe { user: q.who.user, schema: q.who.schema, digest: q.digest, digest_text: q.digest_text, text };
+            chain.candidates(&probe, after, &mut scratch.candidates);
+            for i in 0..scratch.candidates.len() {
+                let pos = scratch.candidates[i];
+                let rule = &self.rules[pos as usize];
+                let text = d.rewritten.as_deref().unwrap_or(q.text);
+                if !rule.matches(q.who, q.digest, q.digest_text, text) {
+                    continue;
+                }
+                matched(pos as usize);
+                d.take(rule);
+                let rewrote = d.rewrite(rule, q.text);
+                if rule.apply {
+                    break 'chains;
+                }
+                match rule.flag_out {
+                    // Another chain, from the next rule on (ProxySQL does not restart the scan).
+                    Some(out) if out != flag => {
+                        flag = out;
+                        after = Some(pos);
+                        continue 'chains;
+                    }
+                    // Same chain, but the text changed: find candidates again for what follows.
+                    _ if rewrote => {
+                        after = Some(pos);
+                        continue 'chains;
+                    }
+                    _ => {}
+                }
+            }
+            break;
+        }
+        d
+    }
+
+    /// ProxySQL's ordered scan over every rule: the reference for the index.
+    pub fn evaluate_ordered(&self, q: &Query, matched: &mut dyn FnMut(usize)) -> Decision {
+        let mut d = Decision::default();
+        let mut flag = 0i64;
+        for (pos, rule) in self.rules.iter().enumerate() {
+            if rule.flag_in != flag {
+                continue;
+            }
+            let text = d.rewritten.as_deref().unwrap_or(q.text);
+            if !rule.matches(q.who, q.digest, q.digest_text, text) {
+                continue;
+            }
+            matched(pos);
+            d.take(rule);
+            d.rewrite(rule, q.text);
+            if rule.apply {
+                break;
+            }
+            if let Some(out) = rule.flag_out {
+                flag = out;
+            }
+        }
+        d
+    }
+}
+
+#[cfg(test)]
+mod tests;

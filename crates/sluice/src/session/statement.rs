@@ -1,0 +1,250 @@
+//! ② session, one statement through the data path: classify (KILL, USE) → ③ rules (decision)
+//! → ④ route (the hostgroup; an open transaction keeps its connection) → ⑤ checkout (the
+//! session's connection to that hostgroup, opened on first use) → ⑥ exec.
+
+use super::{connect_backend, write_backend_error, Session};
+use crate::pool::{Backend, BackendError};
+use crate::rules::{Decision, Query, RuleSet, Scratch, Who};
+use proto::command::*;
+use proto::errors::*;
+use proto::frame::Frame;
+use proto::response::Reply;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::debug;
+
+/// The rule set in force, re-read only when a reload swapped it (one atomic load per statement).
+pub(super) type RulesCache = arc_swap::Cache<Arc<arc_swap::ArcSwap<RuleSet>>, Arc<RuleSet>>;
+
+/// Where the client is and which listener it came in through, for client_addr/proxy_port rules.
+pub(super) struct Origin {
+    pub client_ip: String,
+    pub proxy_addr: String,
+    pub proxy_port: u16,
+}
+
+/// The per-session state rules need, borrowed apart from the rest of the session.
+pub(super) struct RulesState {
+    pub cache: RulesCache,
+    pub scratch: Scratch,
+    pub digest_text: Vec<u8>,
+}
+
+impl RulesState {
+    /// The rules' decision on `text`; `None` when no rules are loaded (nothing computed then).
+    fn decide(&mut self, who: &Who, text: &[u8]) -> Option<Decision> {
+        let rules = self.cache.load();
+        if rules.is_empty() {
+            return None;
+        }
+        let id = if rules.needs_digest() { sql::digest::digest_into(text, &mut self.digest_text).id } else { 0 };
+        let digest_text = if rules.needs_digest() { &self.digest_text[..] } else { &[] };
+        Some(rules.evaluate(&Query { who, text, digest: id, digest_text }, &mut self.scratch))
+    }
+}
+
+impl Session {
+    /// A COM_QUERY. False when the session must end.
+    pub(super) async fn query(&mut self, frame: Frame, seq: u8) -> bool {
+        let (decision, kill, use_db, request) = {
+            let payload = frame.payload(&self.client.rbuf);
+            let text = payload.get(1..).unwrap_or_default();
+            let kill = sql::classify::parse_kill(text);
+            let who = Who {
+                user: &self.user.name,
+                schema: self.schema.as_deref().unwrap_or(""),
+                client_addr: &self.origin.client_ip,
+                proxy_addr: &self.origin.proxy_addr,
+                proxy_port: self.origin.proxy_port,
+            };
+            let decision = if kill.is_some() { None } else { self.rules.decide(&who, text) };
+            let text = decision.as_ref().and_then(|d| d.rewritten.as_deref()).unwrap_or(text);
+            let use_db = parse_use(text);
+            // The text the backend gets: the rules' rewrite, and sluice's id for CONNECTION_ID().
+            let with_id = if frame.chunks == 1 { sql::classify::rewrite_connection_id(text, self.id) } else { None };
+            let rewritten = decision.as_ref().is_some_and(|d| d.rewritten.is_some());
+            let request = match with_id {
+                Some(sql) => Some(query_packet(&sql, frame.first_seq)),
+                None if rewritten => Some(query_packet(text, frame.first_seq)),
+                None => None,
+            };
+            (decision, kill, use_db, request)
+        };
+        if let Some(k) = kill {
+            self.client.consume(frame.wire_len);
+            if !k.alone {
+                let msg = "KILL <id> must be sent on its own through sluice (the id is sluice's session id)";
+                self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, msg).await;
+                return true;
+            }
+            return self.kill(k.id, k.scope, k.hard, seq).await;
+        }
+        let decision = decision.unwrap_or_default();
+        if let Some(msg) = &decision.error_msg {
+            self.client.consume(frame.wire_len);
+            self.reply_err(seq, ER_NOT_ALLOWED_COMMAND, SQLSTATE_NOT_SUPPORTED, msg).await;
+            return true;
+        }
+        if let Some(msg) = &decision.ok_msg {
+            self.client.consume(frame.wire_len);
+            return self.reply_ok_message(seq, msg).await;
+        }
+        let hostgroup = decision.hostgroup.unwrap_or(self.user.default_hostgroup);
+        if let Err(e) = self.checkout(hostgroup, decision.retries.unwrap_or(1)).await {
+            self.client.consume(frame.wire_len);
+            self.reply_backend_error(seq, &e).await;
+            return true;
+        }
+        if let Some(ms) = decision.delay.filter(|&ms| ms > 0) {
+            tokio::time::sleep(Duration::from_millis(ms.into())).await;
+        }
+        let request = match request {
+            Some(r) => {
+                self.client.consume(frame.wire_len);
+                r
+            }
+            None => self.client.rbuf.split_to(frame.wire_len).freeze(),
+        };
+        let watchdog = decision.timeout.filter(|&ms| ms > 0).map(|ms| self.kill_query_after(Duration::from_millis(ms.into())));
+        let outcome = self.forward(&request, Some(Reply::Query)).await;
+        if let Some(w) = watchdog {
+            w.abort();
+        }
+        let Some(outcome) = outcome else { return false };
+        if let (Some(db), false) = (use_db, outcome.error) {
+            self.backend.schema = Some(db.clone());
+            self.schema = Some(db);
+        }
+        true
+    }
+
+    /// COM_STMT_PREPARE text a rule blocks with error_msg: the message. (Prepared statements
+    /// stay on the user's default hostgroup until statement ids are sluice's own.)
+    pub(super) fn blocked(&mut self, text: &[u8]) -> Option<Box<str>> {
+        let who = Who {
+            user: &self.user.name,
+            schema: self.schema.as_deref().unwrap_or(""),
+            client_addr: &self.origin.client_ip,
+            proxy_addr: &self.origin.proxy_addr,
+            proxy_port: self.origin.proxy_port,
+        };
+        self.rules.decide(&who, text)?.error_msg
+    }
+
+    /// Makes `self.backend` the session's connection to `hostgroup`, opening one if needed,
+    /// unless a transaction holds the current connection (it stays, as ProxySQL's
+    /// transaction_persistent). The connection is brought to the session's schema.
+    pub(super) async fn checkout(&mut self, hostgroup: u32, retries: u32) -> Result<(), BackendError> {
+        if self.backend.server.hostgroup == hostgroup || self.backend.in_transaction() {
+            return Ok(());
+        }
+        let parked = match self.others.iter().position(|b| b.server.hostgroup == hostgroup) {
+            Some(i) => Some(self.others.swap_remove(i)).filter(Backend::is_alive),
+            None => None,
+        };
+        let mut next = match parked {
+            Some(b) => b,
+            None => self.open_backend(hostgroup, retries).await?,
+        };
+        if let Some(db) = &self.schema {
+            if next.schema.as_ref() != Some(db) {
+                if let Err(e) = next.init_db(db).await {
+                    self.others.push(next);
+                    return Err(e);
+                }
+            }
+        }
+        let previous = std::mem::replace(&mut self.backend, next);
+        self.others.push(previous);
+        self.handle.set_backend(&self.backend.server.name, self.backend.thread_id);
+        debug!(id = self.id, hostgroup, backend = %self.backend.server.name, "statement routed to another hostgroup");
+        Ok(())
+    }
+
+    /// A new connection to `hostgroup` for this session: its login, schema and capabilities.
+    /// Connecting is retried (`retries` more times): nothing was sent yet, so that is safe.
+    async fn open_backend(&mut self, hostgroup: u32, retries: u32) -> Result<Backend, BackendError> {
+        let mut attempt = 0;
+        loop {
+            let connected = connect_backend(&self.shared, hostgroup, &self.backend_login, self.schema.as_deref(), &self.negotiated).await;
+            match connected {
+                Ok((backend, _)) => return Ok(backend),
+                Err(e @ (BackendError::Rejected { .. } | BackendError::Unavailable(_))) => return Err(e),
+                Err(e) if attempt >= retries => return Err(e),
+                Err(e) => debug!(id = self.id, hostgroup, "connect failed, retrying: {e}"),
+            }
+            attempt += 1;
+        }
+    }
+
+    /// A rule's timeout: after `after`, KILL QUERY the statement on its backend thread (with
+    /// the session's own login); the client then gets the server's own "interrupted" error.
+    fn kill_query_after(&self, after: Duration) -> tokio::task::JoinHandle<()> {
+        let server = self.backend.server.clone();
+        let login = self.backend_login.clone();
+        let thread = self.backend.thread_id;
+        let timeout = self.shared.config.connect_timeout();
+        let id = self.id;
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            debug!(id, thread, "query rule timeout reached: KILL QUERY");
+            if let Err(e) = super::kill::run_on(&server, &login, &format!("KILL QUERY {thread}"), timeout).await {
+                tracing::warn!(id, "query rule timeout: KILL QUERY {thread} on {} failed: {e}", server.name);
+            }
+        })
+    }
+
+    pub(super) async fn reply_backend_error(&mut self, mut seq: u8, e: &BackendError) {
+        self.out.clear();
+        write_backend_error(&mut self.out, &mut seq, e);
+        let _ = self.client.write_all(&self.out).await;
+    }
+
+    async fn reply_ok_message(&mut self, mut seq: u8, msg: &str) -> bool {
+        self.out.clear();
+        proto::packet::write_ok_message(&mut self.out, &mut seq, self.backend.status, msg.as_bytes());
+        self.client.write_all(&self.out).await.is_ok()
+    }
+}
+
+fn query_packet(sql: &[u8], seq: u8) -> bytes::Bytes {
+    let mut buf = Vec::with_capacity(sql.len() + 5);
+    let packet = proto::frame::PacketBuilder::begin(&mut buf);
+    buf.push(COM_QUERY);
+    buf.extend_from_slice(sql);
+    packet.finish(&mut buf, &mut seq.clone());
+    bytes::Bytes::from(buf)
+}
+
+/// `USE db` (alone): the schema the session moves to if the server accepts it.
+fn parse_use(sql: &[u8]) -> Option<String> {
+    if !sql::classify::first_keyword(sql).eq_ignore_ascii_case(b"USE") {
+        return None;
+    }
+    let mut toks = sql::lexer::code_tokens(sql).skip(1);
+    let t = toks.next()?;
+    let name = match t.kind {
+        sql::lexer::Kind::Word => String::from_utf8_lossy(t.text(sql)).into_owned(),
+        sql::lexer::Kind::QuotedIdent => {
+            let quoted = t.text(sql);
+            String::from_utf8_lossy(quoted.get(1..quoted.len() - 1)?).replace("``", "`")
+        }
+        _ => return None,
+    };
+    match toks.next() {
+        None => Some(name),
+        Some(t) if t.text(sql) == b";" && toks.next().is_none() => Some(name),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn use_statements() {
+        assert_eq!(super::parse_use(b"USE shop").as_deref(), Some("shop"));
+        assert_eq!(super::parse_use(b"/* x */ use `we``ird`;").as_deref(), Some("we`ird"));
+        assert_eq!(super::parse_use(b"USE a; SELECT 1"), None);
+        assert_eq!(super::parse_use(b"SELECT 1"), None);
+    }
+}
