@@ -139,6 +139,15 @@ pub struct Rule {
     pub apply: bool,
 }
 
+/// Which of a rule's regexes being a candidate already proves (its literals are the whole regex).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Proven {
+    #[default]
+    Nothing,
+    MatchPattern,
+    MatchDigest,
+}
+
 /// The session facts a rule can test besides the statement.
 pub struct Who<'a> {
     pub user: &'a str,
@@ -152,6 +161,11 @@ pub struct Who<'a> {
 impl Rule {
     /// Everything ProxySQL tests, in its order; `text` is the statement as rewritten so far.
     pub fn matches(&self, who: &Who, digest: u64, digest_text: &[u8], text: &[u8]) -> bool {
+        self.matches_except(who, digest, digest_text, text, Proven::Nothing)
+    }
+
+    /// `matches`, skipping the regex the index has already proven.
+    pub fn matches_except(&self, who: &Who, digest: u64, digest_text: &[u8], text: &[u8], proven: Proven) -> bool {
         if self.username.as_deref().is_some_and(|u| u != who.user) {
             return false;
         }
@@ -179,12 +193,12 @@ impl Rule {
             return false;
         }
         if let Some(p) = &self.match_digest {
-            if p.is_match(digest_text) == self.negate {
+            if proven != Proven::MatchDigest && p.is_match(digest_text) == self.negate {
                 return false;
             }
         }
         if let Some(p) = &self.match_pattern {
-            if p.is_match(text) == self.negate {
+            if proven != Proven::MatchPattern && p.is_match(text) == self.negate {
                 return false;
             }
         }

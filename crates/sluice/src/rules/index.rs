@@ -12,7 +12,7 @@
 //! Candidates are a superset of the matching rules; the full test still runs on each, in
 //! rule_id order, so the result is exactly the ordered scan's.
 
-use super::compile::Rule;
+use super::compile::{Proven, Rule};
 use aho_corasick::AhoCorasick;
 use regex_syntax::hir::literal::{ExtractKind, Extractor};
 use regex_syntax::hir::Look;
@@ -41,7 +41,9 @@ pub struct Probe<'a> {
 }
 
 impl Chain {
-    pub fn build(rules: &[Rule], members: &[u32]) -> Chain {
+    /// Indexes the `members` of one chain; `proven[pos]` is set for rules whose candidacy
+    /// alone proves a regex.
+    pub fn build(rules: &[Rule], members: &[u32], proven: &mut [Proven]) -> Chain {
         let mut c = Chain::default();
         let mut pattern = LiteralsBuilder::default();
         let mut digest_text = LiteralsBuilder::default();
@@ -54,12 +56,18 @@ impl Chain {
             // A negated pattern matches when the literal is absent: no use as a filter.
             if !r.negate {
                 if let Some(src) = &r.match_pattern_src {
-                    if pattern.add(src, r.caseless, pos) {
+                    if let Some(exact) = pattern.add(src, r.caseless, pos) {
+                        if exact {
+                            proven[pos as usize] = Proven::MatchPattern;
+                        }
                         continue;
                     }
                 }
                 if let Some(src) = &r.match_digest_src {
-                    if digest_text.add(src, r.caseless, pos) {
+                    if let Some(exact) = digest_text.add(src, r.caseless, pos) {
+                        if exact {
+                            proven[pos as usize] = Proven::MatchDigest;
+                        }
                         continue;
                     }
                 }
@@ -127,26 +135,25 @@ impl Literals {
 
 #[derive(Default)]
 struct LiteralsBuilder {
-    trie: Trie,
+    trie: TrieBuilder,
     ac_literals: Vec<Vec<u8>>,
     ac_rules: Vec<Vec<u32>>,
     ac_ids: HashMap<Vec<u8>, usize>,
 }
 
 impl LiteralsBuilder {
-    /// Files the rule under its regex's literals; false when it has no usable ones.
-    fn add(&mut self, source: &str, caseless: bool, pos: u32) -> bool {
-        let Some(hir) = super::compile::Pattern::hir(source, caseless) else {
-            return false;
-        };
+    /// Files the rule under its regex's literals: `None` when it has no usable ones, else
+    /// whether finding a literal proves the regex (the literals are exactly its matches, and
+    /// have no letters whose case the folding could blur).
+    fn add(&mut self, source: &str, caseless: bool, pos: u32) -> Option<bool> {
+        let hir = super::compile::Pattern::hir(source, caseless)?;
         let anchored = hir.properties().look_set_prefix().contains(Look::Start);
         let seq = Extractor::new().kind(ExtractKind::Prefix).extract(&hir);
-        let Some(lits) = seq.literals() else {
-            return false;
-        };
+        let lits = seq.literals()?;
         if lits.is_empty() || lits.iter().any(|l| l.as_bytes().is_empty()) {
-            return false;
+            return None;
         }
+        let exact = seq.is_exact() && lits.iter().all(|l| !l.as_bytes().iter().any(u8::is_ascii_alphabetic));
         let mut folded: Vec<Vec<u8>> = lits.iter().map(|l| l.as_bytes().to_ascii_lowercase()).collect();
         folded.sort();
         folded.dedup();
@@ -163,7 +170,7 @@ impl LiteralsBuilder {
                 self.ac_rules[id].push(pos);
             }
         }
-        true
+        Some(exact)
     }
 
     fn build(self) -> Literals {
@@ -180,30 +187,32 @@ impl LiteralsBuilder {
                 }
             }
         };
-        Literals { trie: self.trie, ac }
+        Literals { trie: self.trie.freeze(), ac }
     }
 }
 
 /// A byte trie over lower-cased literals; each node lists the rules whose literal ends there.
+/// Built as nodes with their own vectors, then flattened (`freeze`) so a walk touches a few
+/// contiguous arrays.
 #[derive(Debug)]
-struct Trie {
-    nodes: Vec<TrieNode>,
+struct TrieBuilder {
+    nodes: Vec<BuildNode>,
 }
 
 #[derive(Debug, Default)]
-struct TrieNode {
-    /// (byte, child) sorted by byte; few children per node in practice.
+struct BuildNode {
+    /// (byte, child), sorted by byte.
     next: Vec<(u8, u32)>,
     rules: Vec<u32>,
 }
 
-impl Default for Trie {
+impl Default for TrieBuilder {
     fn default() -> Self {
-        Trie { nodes: vec![TrieNode::default()] }
+        TrieBuilder { nodes: vec![BuildNode::default()] }
     }
 }
 
-impl Trie {
+impl TrieBuilder {
     fn insert(&mut self, lit: &[u8], pos: u32) {
         let mut node = 0usize;
         for &b in lit {
@@ -211,7 +220,7 @@ impl Trie {
                 Ok(i) => i,
                 Err(i) => {
                     let child = self.nodes.len() as u32;
-                    self.nodes.push(TrieNode::default());
+                    self.nodes.push(BuildNode::default());
                     self.nodes[node].next.insert(i, (b, child));
                     i
                 }
@@ -221,22 +230,48 @@ impl Trie {
         self.nodes[node].rules.push(pos);
     }
 
+    fn freeze(self) -> Trie {
+        let mut t = Trie::default();
+        for n in &self.nodes {
+            t.nodes
+                .push(FlatNode { edges: (t.edges.len() as u32, n.next.len() as u32), rules: (t.rules.len() as u32, n.rules.len() as u32) });
+            t.edges.extend_from_slice(&n.next);
+            t.rules.extend_from_slice(&n.rules);
+        }
+        t
+    }
+}
+
+#[derive(Debug, Default)]
+struct Trie {
+    nodes: Vec<FlatNode>,
+    /// (byte, child node) runs, sorted by byte within a node.
+    edges: Vec<(u8, u32)>,
+    rules: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct FlatNode {
+    /// (start, len) in `edges` and in `rules`.
+    edges: (u32, u32),
+    rules: (u32, u32),
+}
+
+impl Trie {
     /// Every rule whose literal is a prefix of `text` (ASCII case folded).
     fn walk(&self, text: &[u8], out: &mut Vec<u32>) {
-        if self.nodes[0].next.is_empty() {
+        let Some(mut node) = self.nodes.first().copied() else {
             return;
-        }
-        let mut node = &self.nodes[0];
+        };
         for &b in text {
             let b = b.to_ascii_lowercase();
-            match node.next.binary_search_by_key(&b, |&(k, _)| k) {
-                Ok(i) => node = &self.nodes[node.next[i].1 as usize],
-                Err(_) => return,
-            }
-            out.extend_from_slice(&node.rules);
-            if node.next.is_empty() {
+            let (start, len) = (node.edges.0 as usize, node.edges.1 as usize);
+            let Some(&(_, child)) = self.edges[start..start + len].iter().find(|e| e.0 >= b).filter(|e| e.0 == b) else {
                 return;
-            }
+            };
+            node = self.nodes[child as usize];
+            let (start, len) = (node.rules.0 as usize, node.rules.1 as usize);
+            out.extend_from_slice(&self.rules[start..start + len]);
         }
     }
 }
@@ -248,7 +283,7 @@ mod tests {
     fn lits(srcs: &[(&str, bool)], text: &str) -> Vec<u32> {
         let mut b = LiteralsBuilder::default();
         for (i, (s, caseless)) in srcs.iter().enumerate() {
-            assert!(b.add(s, *caseless, i as u32), "{s} has literals");
+            assert!(b.add(s, *caseless, i as u32).is_some(), "{s} has literals");
         }
         let l = b.build();
         let mut out = Vec::new();
@@ -275,8 +310,11 @@ mod tests {
     #[test]
     fn patterns_without_literals_are_not_filed() {
         let mut b = LiteralsBuilder::default();
-        assert!(!b.add(r".*", true, 0));
-        assert!(!b.add(r"^\w+", true, 0));
-        assert!(!b.add(r"^SELECT (?!x)", true, 0), "look-around is for the backtracking engine");
+        assert_eq!(b.add(r".*", true, 0), None);
+        assert_eq!(b.add(r"^(a|)", true, 0), None);
+        assert_eq!(b.add(r"^SELECT (?!x)", true, 0), None, "look-around is for the backtracking engine");
+        assert_eq!(b.add(r"^/\* 000", true, 0), Some(true), "exact and letterless: the literal is the match");
+        assert_eq!(b.add(r"^/\* 000 x", true, 0), Some(false));
+        assert_eq!(b.add(r"^/\* 0+", true, 0), Some(false));
     }
 }

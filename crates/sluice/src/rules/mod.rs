@@ -15,7 +15,7 @@ mod index;
 pub use compile::{compile, Rule, RuleError, Who};
 
 use crate::config::QueryRuleRow;
-use compile::Actions;
+use compile::{Actions, Proven};
 use hits::Hits;
 use index::{Chain, Probe};
 
@@ -85,6 +85,8 @@ pub struct RuleSet {
     rules: Vec<Rule>,
     /// (flagIN, chain), sorted by flagIN; a handful in practice.
     chains: Vec<(i64, Chain)>,
+    /// Per rule: the regex the index proves when it offers the rule as a candidate.
+    proven: Vec<Proven>,
     /// Some rule tests the digest: only then is it computed.
     needs_digest: bool,
     hits: Hits,
@@ -92,7 +94,7 @@ pub struct RuleSet {
 
 impl Default for RuleSet {
     fn default() -> Self {
-        RuleSet { rules: Vec::new(), chains: Vec::new(), needs_digest: false, hits: Hits::new(0) }
+        RuleSet { rules: Vec::new(), chains: Vec::new(), proven: Vec::new(), needs_digest: false, hits: Hits::new(0) }
     }
 }
 
@@ -103,15 +105,16 @@ impl RuleSet {
         let mut flags: Vec<i64> = rules.iter().map(|r| r.flag_in).collect();
         flags.sort_unstable();
         flags.dedup();
+        let mut proven = vec![Proven::Nothing; rules.len()];
         let chains = flags
             .into_iter()
             .map(|f| {
                 let members: Vec<u32> = (0..rules.len() as u32).filter(|&i| rules[i as usize].flag_in == f).collect();
-                (f, Chain::build(&rules, &members))
+                (f, Chain::build(&rules, &members, &mut proven))
             })
             .collect();
         let needs_digest = rules.iter().any(|r| r.digest.is_some() || r.match_digest.is_some());
-        Ok(RuleSet { hits: Hits::new(rules.len()), needs_digest, rules, chains })
+        Ok(RuleSet { hits: Hits::new(rules.len()), needs_digest, rules, chains, proven })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -156,7 +159,7 @@ impl RuleSet {
                 let pos = scratch.candidates[i];
                 let rule = &self.rules[pos as usize];
                 let text = d.rewritten.as_deref().unwrap_or(q.text);
-                if !rule.matches(q.who, q.digest, q.digest_text, text) {
+                if !rule.matches_except(q.who, q.digest, q.digest_text, text, self.proven[pos as usize]) {
                     continue;
                 }
                 matched(pos as usize);
