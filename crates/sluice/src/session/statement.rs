@@ -63,6 +63,11 @@ impl Session {
             // The text the backend gets: the rules' rewrite, and sluice's id for CONNECTION_ID().
             let with_id = if frame.chunks == 1 { sql::classify::rewrite_connection_id(text, self.id) } else { None };
             let rewritten = decision.as_ref().is_some_and(|d| d.rewritten.is_some());
+            // The reply's sequence ids follow the request's last chunk, and replies stream
+            // through unchanged: a rewrite must not change the number of 16 MiB chunks.
+            if rewritten && chunks(text.len() + 1) != frame.chunks {
+                return self.refuse_rewrite(frame, seq, decision.and_then(|d| d.last_rule)).await;
+            }
             let request = match with_id {
                 Some(sql) => Some(query_packet(&sql, frame.first_seq)),
                 None if rewritten => Some(query_packet(text, frame.first_seq)),
@@ -194,6 +199,14 @@ impl Session {
         })
     }
 
+    async fn refuse_rewrite(&mut self, frame: Frame, seq: u8, rule: Option<u32>) -> bool {
+        self.client.consume(frame.wire_len);
+        let rule = rule.map_or(String::new(), |r| format!(" (rule_id {r})"));
+        let msg = format!("sluice cannot apply a rewrite that moves a statement across a 16 MiB packet boundary{rule}");
+        self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, &msg).await;
+        true
+    }
+
     pub(super) async fn reply_backend_error(&mut self, mut seq: u8, e: &BackendError) {
         self.out.clear();
         write_backend_error(&mut self.out, &mut seq, e);
@@ -205,6 +218,11 @@ impl Session {
         proto::packet::write_ok_message(&mut self.out, &mut seq, self.backend.status, msg.as_bytes());
         self.client.write_all(&self.out).await.is_ok()
     }
+}
+
+/// Packets a payload of `len` bytes takes (a payload of exactly 16 MiB − 1 needs an empty tail).
+fn chunks(len: usize) -> usize {
+    len / proto::frame::MAX_CHUNK + 1
 }
 
 fn query_packet(sql: &[u8], seq: u8) -> bytes::Bytes {
