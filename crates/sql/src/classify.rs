@@ -140,8 +140,42 @@ pub fn rewrite_connection_id(sql: &[u8], id: u32) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// `USE db` (alone): the schema the session moves to if the server accepts it.
+pub fn parse_use(sql: &[u8]) -> Option<String> {
+    if !first_keyword(sql).eq_ignore_ascii_case(b"USE") {
+        return None;
+    }
+    let mut toks = code_tokens(sql).skip(1);
+    let t = toks.next()?;
+    let name = match t.kind {
+        Kind::Word => String::from_utf8_lossy(t.text(sql)).into_owned(),
+        Kind::QuotedIdent => {
+            let quoted = t.text(sql);
+            if quoted.len() < 2 || !quoted.ends_with(b"`") {
+                return None;
+            }
+            String::from_utf8_lossy(&quoted[1..quoted.len() - 1]).replace("``", "`")
+        }
+        _ => return None,
+    };
+    match toks.next() {
+        None => Some(name),
+        Some(t) if t.text(sql) == b";" && toks.next().is_none() => Some(name),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn use_statements() {
+        assert_eq!(parse_use(b"USE shop").as_deref(), Some("shop"));
+        assert_eq!(parse_use(b"/* x */ use `we``ird`;").as_deref(), Some("we`ird"));
+        assert_eq!(parse_use(b"USE a; SELECT 1"), None);
+        assert_eq!(parse_use(b"USE `unterminated"), None);
+        assert_eq!(parse_use(b"SELECT 1"), None);
+    }
     use super::*;
 
     #[test]

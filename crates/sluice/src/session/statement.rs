@@ -59,7 +59,7 @@ impl Session {
             };
             let decision = if kill.is_some() { None } else { self.rules.decide(&who, text) };
             let text = decision.as_ref().and_then(|d| d.rewritten.as_deref()).unwrap_or(text);
-            let use_db = parse_use(text);
+            let use_db = sql::classify::parse_use(text);
             // The text the backend gets: the rules' rewrite, and sluice's id for CONNECTION_ID().
             let with_id = if frame.chunks == 1 { sql::classify::rewrite_connection_id(text, self.id) } else { None };
             let rewritten = decision.as_ref().is_some_and(|d| d.rewritten.is_some());
@@ -232,37 +232,4 @@ fn query_packet(sql: &[u8], seq: u8) -> bytes::Bytes {
     buf.extend_from_slice(sql);
     packet.finish(&mut buf, &mut seq.clone());
     bytes::Bytes::from(buf)
-}
-
-/// `USE db` (alone): the schema the session moves to if the server accepts it.
-fn parse_use(sql: &[u8]) -> Option<String> {
-    if !sql::classify::first_keyword(sql).eq_ignore_ascii_case(b"USE") {
-        return None;
-    }
-    let mut toks = sql::lexer::code_tokens(sql).skip(1);
-    let t = toks.next()?;
-    let name = match t.kind {
-        sql::lexer::Kind::Word => String::from_utf8_lossy(t.text(sql)).into_owned(),
-        sql::lexer::Kind::QuotedIdent => {
-            let quoted = t.text(sql);
-            String::from_utf8_lossy(quoted.get(1..quoted.len() - 1)?).replace("``", "`")
-        }
-        _ => return None,
-    };
-    match toks.next() {
-        None => Some(name),
-        Some(t) if t.text(sql) == b";" && toks.next().is_none() => Some(name),
-        _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn use_statements() {
-        assert_eq!(super::parse_use(b"USE shop").as_deref(), Some("shop"));
-        assert_eq!(super::parse_use(b"/* x */ use `we``ird`;").as_deref(), Some("we`ird"));
-        assert_eq!(super::parse_use(b"USE a; SELECT 1"), None);
-        assert_eq!(super::parse_use(b"SELECT 1"), None);
-    }
 }
