@@ -162,6 +162,9 @@ apply = 1
     let e = c.query_drop("drop   table test.keep").await.unwrap_err();
     assert_eq!(server_code(&e), Some(1148), "{e}");
     assert!(e.to_string().contains("DROP is not allowed through sluice"), "{e}");
+    // …and a prepared statement cannot get around it.
+    let e = c.prep("DROP TABLE test.keep").await.unwrap_err();
+    assert_eq!(server_code(&e), Some(1148), "{e}");
     assert!(trio.dbs[0].sql("SHOW TABLES FROM test LIKE 'keep'").unwrap().contains("keep"));
     // OK_msg: an OK with the message, nothing sent.
     c.query_drop("SET @ignored = 1").await.unwrap();

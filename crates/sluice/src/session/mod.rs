@@ -286,7 +286,7 @@ impl Session {
             match route_command(cmd, payload) {
                 Route::Forward(reply) => {
                     if is_statement_command(cmd) {
-                        if cmd == COM_STMT_PREPARE {
+                        if cmd == COM_STMT_PREPARE && self.rules.active() {
                             let text = frame.payload(&self.client.rbuf).get(1..).unwrap_or_default().to_vec();
                             if let Some(msg) = self.blocked(&text) {
                                 self.client.consume(frame.wire_len);

@@ -31,6 +31,11 @@ pub(super) struct RulesState {
 }
 
 impl RulesState {
+    /// Some rules are loaded.
+    pub(super) fn active(&mut self) -> bool {
+        !self.cache.load().is_empty()
+    }
+
     /// The rules' decision on `text`; `None` when no rules are loaded (nothing computed then).
     fn decide(&mut self, who: &Who, text: &[u8]) -> Option<Decision> {
         let rules = self.cache.load();
@@ -47,7 +52,13 @@ impl Session {
     /// A COM_QUERY. False when the session must end.
     pub(super) async fn query(&mut self, frame: Frame, seq: u8) -> bool {
         let (decision, kill, use_db, request) = {
-            let payload = frame.payload(&self.client.rbuf);
+            // A statement split over 16 MiB packets is joined only when rules must read it all;
+            // otherwise its first chunk tells all sluice needs (KILL, USE).
+            let payload = match frame.single_payload(&self.client.rbuf) {
+                Some(p) => std::borrow::Cow::Borrowed(p),
+                None if self.rules.active() => frame.payload(&self.client.rbuf),
+                None => std::borrow::Cow::Borrowed(self.client.rbuf.get(4..4 + proto::frame::MAX_CHUNK).unwrap_or_default()),
+            };
             let text = payload.get(1..).unwrap_or_default();
             let kill = sql::classify::parse_kill(text);
             let who = Who {
