@@ -297,3 +297,24 @@ async fn reload_rejects_a_bad_regex_and_keeps_the_rules() {
     let _ = child.wait();
     let _ = std::io::stderr().flush();
 }
+
+/// A session's idle connection to another hostgroup that the server closed meanwhile is
+/// noticed when the session goes back to that hostgroup, and replaced (nothing was sent on it).
+#[tokio::test]
+async fn a_parked_connection_closed_by_the_server_is_replaced() {
+    let trio = Trio::start();
+    let proxy = trio.proxy(&shard_rules());
+    let mut c = connect(proxy.port).await;
+    assert_eq!(port_of(&mut c, "/* 001 */ SELECT @@port").await, trio.port(1));
+    assert_eq!(port_of(&mut c, "/* 000 */ SELECT @@port").await, trio.port(0));
+    let sleeping = trio.dbs[1].sql("SELECT GROUP_CONCAT(ID) FROM information_schema.PROCESSLIST WHERE COMMAND = 'Sleep'").unwrap();
+    let ids: Vec<&str> = sleeping.split(',').map(str::trim).filter(|s| !s.is_empty() && *s != "NULL").collect();
+    assert!(!ids.is_empty(), "the parked connection shows in hostgroup 1's processlist");
+    for id in ids {
+        trio.dbs[1].sql(&format!("KILL {id}")).unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(port_of(&mut c, "/* 001 */ SELECT @@port").await, trio.port(1), "a fresh connection serves it");
+    let db: Option<String> = c.query_first("/* 001 */ SELECT DATABASE()").await.unwrap().unwrap();
+    assert_eq!(db.as_deref(), Some("test"), "on the session's schema");
+}
