@@ -4,6 +4,7 @@
 
 use anyhow::{anyhow, Context};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use std::path::Path;
@@ -17,19 +18,14 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 pub fn server_config(cert: Option<&Path>, key: Option<&Path>) -> anyhow::Result<Arc<rustls::ServerConfig>> {
     let (chain, key) = match (cert, key) {
         (Some(cert), Some(key)) => {
-            let chain: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut std::io::BufReader::new(
-                std::fs::File::open(cert).with_context(|| format!("tls.cert {}", cert.display()))?,
-            ))
-            .collect::<Result<_, _>>()
-            .with_context(|| format!("tls.cert {}: not PEM certificates", cert.display()))?;
+            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+                .and_then(|certs| certs.collect::<Result<_, _>>())
+                .with_context(|| format!("tls.cert {}: not readable as PEM certificates", cert.display()))?;
             if chain.is_empty() {
                 return Err(anyhow!("tls.cert {}: no certificate found", cert.display()));
             }
-            let key = rustls_pemfile::private_key(&mut std::io::BufReader::new(
-                std::fs::File::open(key).with_context(|| format!("tls.key {}", key.display()))?,
-            ))
-            .with_context(|| format!("tls.key {}: not a PEM private key", key.display()))?
-            .ok_or_else(|| anyhow!("tls.key {}: no private key found", key.display()))?;
+            let key = PrivateKeyDer::from_pem_file(key)
+                .with_context(|| format!("tls.key {}: no PEM private key could be read", key.display()))?;
             (chain, key)
         }
         _ => self_signed()?,
@@ -58,10 +54,8 @@ pub fn client_config(ca: Option<&Path>) -> anyhow::Result<Arc<rustls::ClientConf
     let config = match ca {
         Some(ca) => {
             let mut roots = rustls::RootCertStore::empty();
-            for cert in rustls_pemfile::certs(&mut std::io::BufReader::new(
-                std::fs::File::open(ca).with_context(|| format!("ssl_ca {}", ca.display()))?,
-            )) {
-                roots.add(cert?)?;
+            for cert in CertificateDer::pem_file_iter(ca).with_context(|| format!("ssl_ca {}", ca.display()))? {
+                roots.add(cert.with_context(|| format!("ssl_ca {}: not PEM certificates", ca.display()))?)?;
             }
             builder.with_root_certificates(roots).with_no_client_auth()
         }
@@ -120,8 +114,8 @@ impl RsaKeys {
     }
 
     pub fn load(path: &Path) -> anyhow::Result<RsaKeys> {
-        let key = rustls_pemfile::private_key(&mut std::io::BufReader::new(std::fs::File::open(path)?))?
-            .ok_or_else(|| anyhow!("tls.rsa_key {}: no private key found", path.display()))?;
+        let key = PrivateKeyDer::from_pem_file(path)
+            .with_context(|| format!("tls.rsa_key {}: no PEM private key could be read", path.display()))?;
         let private = match key {
             PrivateKeyDer::Pkcs8(der) => aws_lc_rs::rsa::PrivateDecryptingKey::from_pkcs8(der.secret_pkcs8_der()),
             _ => return Err(anyhow!("tls.rsa_key {}: expected a PKCS#8 RSA key", path.display())),
@@ -217,6 +211,22 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn rsa_key_loads_from_a_pem_file() {
+        use aws_lc_rs::encoding::AsDer;
+        let private = aws_lc_rs::rsa::PrivateDecryptingKey::generate(aws_lc_rs::rsa::KeySize::Rsa2048).unwrap();
+        let der: aws_lc_rs::encoding::Pkcs8V1Der = private.as_der().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rsa.pem");
+        std::fs::write(&path, pem_encode("PRIVATE KEY", der.as_ref())).unwrap();
+        let keys = RsaKeys::load(&path).unwrap();
+        let ct = mysql_common_encrypt(b"pw\0", &keys.public_pem);
+        assert_eq!(keys.decrypt(&ct).unwrap(), b"pw\0");
+        std::fs::write(&path, "not pem").unwrap();
+        let Err(e) = RsaKeys::load(&path) else { panic!("not PEM must fail") };
+        assert!(e.to_string().contains("tls.rsa_key"), "{e}");
     }
 
     #[test]

@@ -492,7 +492,8 @@ fn rejected(server: &str, payload: &[u8]) -> BackendError {
 /// RSA-OAEP (SHA-1) encryption with a PEM public key, as MySQL clients do for caching_sha2.
 fn rsa_encrypt(pem: &[u8], data: &[u8]) -> Option<Vec<u8>> {
     use aws_lc_rs::rsa::{OaepPublicEncryptingKey, PublicEncryptingKey, OAEP_SHA1_MGF1SHA1};
-    let der = rustls_pemfile::public_keys(&mut std::io::BufReader::new(pem)).next()?.ok()?;
+    use rustls_pki_types::pem::PemObject;
+    let der = rustls_pki_types::SubjectPublicKeyInfoDer::from_pem_slice(pem).ok()?;
     let key = OaepPublicEncryptingKey::new(PublicEncryptingKey::from_der(der.as_ref()).ok()?).ok()?;
     let mut out = vec![0; key.ciphertext_size()];
     Some(key.encrypt(&OAEP_SHA1_MGF1SHA1, data, &mut out, None).ok()?.to_vec())
