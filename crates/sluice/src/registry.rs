@@ -1,5 +1,6 @@
 //! Live client sessions by the id sluice gave them, so `KILL <id>` from one session can reach
-//! another's backend thread. Touched at connect, disconnect and KILL only — never per query.
+//! another's backend thread. Touched at connect, disconnect, KILL and when a session moves to
+//! another hostgroup's connection (a pointer copy under the session's own lock).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -10,19 +11,19 @@ pub struct SessionHandle {
     pub id: u32,
     pub user: String,
     /// (server name, backend thread id) of the connection serving the session now.
-    backend: Mutex<Option<(String, u32)>>,
+    backend: Mutex<Option<(Arc<str>, u32)>>,
     killed: AtomicBool,
     kill: Notify,
 }
 
 impl SessionHandle {
-    pub fn set_backend(&self, server: &str, thread_id: u32) {
+    pub fn set_backend(&self, server: &Arc<str>, thread_id: u32) {
         if let Ok(mut b) = self.backend.lock() {
-            *b = Some((server.to_string(), thread_id));
+            *b = Some((server.clone(), thread_id));
         }
     }
 
-    pub fn backend(&self) -> Option<(String, u32)> {
+    pub fn backend(&self) -> Option<(Arc<str>, u32)> {
         self.backend.lock().ok().and_then(|b| b.clone())
     }
 

@@ -11,8 +11,9 @@ pub struct Server {
     pub hostgroup: u32,
     pub hostname: String,
     pub port: u16,
-    /// `host:port`, the name in every message about this server.
-    pub name: String,
+    /// `host:port`, the name in every message about this server (shared: sessions hand it to
+    /// the registry at every hostgroup switch).
+    pub name: Arc<str>,
     pub weight: u32,
     pub status: ServerStatus,
     pub max_connections: u32,
@@ -44,7 +45,7 @@ impl Hostgroups {
                 hostgroup: s.hostgroup_id,
                 hostname: s.hostname.clone(),
                 port: s.port,
-                name: format!("{}:{}", s.hostname, s.port),
+                name: format!("{}:{}", s.hostname, s.port).into(),
                 weight: s.weight,
                 status: s.status,
                 max_connections: s.max_connections,
@@ -86,7 +87,7 @@ impl Hostgroups {
     }
 
     pub fn find(&self, name: &str) -> Option<&Server> {
-        self.servers.iter().find(|s| s.name == name)
+        self.servers.iter().find(|s| &*s.name == name)
     }
 }
 

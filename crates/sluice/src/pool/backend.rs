@@ -114,7 +114,7 @@ impl Backend {
 
     /// COM_INIT_DB for sluice's own bookkeeping (bringing a connection to the client's schema).
     pub async fn init_db(&mut self, db: &str) -> Result<(), BackendError> {
-        let server = self.server.name.clone();
+        let server = self.server.name.to_string();
         let mut out = Vec::with_capacity(db.len() + 5);
         let mut seq = 0;
         let mut payload = vec![proto::command::COM_INIT_DB];
@@ -148,7 +148,7 @@ impl Backend {
     /// Runs a statement whose result is small and returns its rows as text (NULL as `None`).
     /// For sluice's own queries only: client traffic is streamed by `exec`.
     pub async fn query(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, BackendError> {
-        let server = self.server.name.clone();
+        let server = self.server.name.to_string();
         let lost = |e| BackendError::Lost { server: server.clone(), source: e };
         let proto_err = |what: &str| BackendError::Protocol { server: server.clone(), what: what.to_string() };
         let mut out = Vec::new();
@@ -282,7 +282,7 @@ fn auth_reply(plugin: &str, cred: &Credential, nonce: &[u8], tls: bool) -> Optio
 /// Connects and authenticates. The backend's OK payload is returned so the client can be
 /// answered with the server's own status flags and session-state information.
 pub async fn connect(p: &ConnectParams<'_>) -> Result<(Backend, Vec<u8>), BackendError> {
-    let server = p.server.name.clone();
+    let server = p.server.name.to_string();
     match tokio::time::timeout(p.timeout, connect_inner(p)).await {
         Ok(r) => r,
         Err(_) => Err(BackendError::Timeout { server, ms: p.timeout.as_millis() }),
@@ -290,12 +290,12 @@ pub async fn connect(p: &ConnectParams<'_>) -> Result<(Backend, Vec<u8>), Backen
 }
 
 async fn connect_inner(p: &ConnectParams<'_>) -> Result<(Backend, Vec<u8>), BackendError> {
-    let server = &p.server.name;
-    let lost = |e| BackendError::Lost { server: server.clone(), source: e };
-    let protocol = |what: String| BackendError::Protocol { server: server.clone(), what };
+    let server = &*p.server.name;
+    let lost = |e| BackendError::Lost { server: server.to_string(), source: e };
+    let protocol = |what: String| BackendError::Protocol { server: server.to_string(), what };
     let tcp = TcpStream::connect((p.server.hostname.as_str(), p.server.port))
         .await
-        .map_err(|e| BackendError::Connect { server: server.clone(), source: e })?;
+        .map_err(|e| BackendError::Connect { server: server.to_string(), source: e })?;
     tune(&tcp);
     let mut conn = Conn::new(Stream::Tcp(tcp));
     let (seq, payload) = conn.read_packet(1 << 16).await.map_err(lost)?;
@@ -470,7 +470,7 @@ impl Backend {
         };
         let mut out = Vec::new();
         handshake::write_change_user(&mut out, &cu, self.capabilities);
-        let server = self.server.name.clone();
+        let server = self.server.name.to_string();
         self.conn.write_all(&out).await.map_err(|e| BackendError::Lost { server: server.clone(), source: e })?;
         let login = Login { server: &server, username, credential, is_tls };
         auth_exchange(&mut self.conn, &login, plugin, self.greeting.nonce.clone()).await
