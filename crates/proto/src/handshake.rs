@@ -164,18 +164,29 @@ fn write_hello_head(out: &mut Vec<u8>, caps: CapabilityFlags, max_packet: u32, c
     out.extend_from_slice(&ext.to_le_bytes());
 }
 
+/// Writes the SSLRequest that precedes `hello` over TLS. It carries the same capabilities
+/// (standard and MariaDB's extended ones) as the HandshakeResponse that follows: MariaDB takes
+/// the extended ones from this first packet.
 pub fn write_ssl_request(out: &mut Vec<u8>, seq: &mut u8, hello: &ClientHello) {
     let b = PacketBuilder::begin(out);
-    write_hello_head(out, hello.capabilities | CapabilityFlags::CLIENT_SSL, hello.max_packet, hello.collation, hello.mariadb_caps);
+    let caps = response_capabilities(hello) | CapabilityFlags::CLIENT_SSL;
+    write_hello_head(out, caps, hello.max_packet, hello.collation, hello.mariadb_caps);
     b.finish(out, seq);
 }
 
-/// Writes a HandshakeResponse41. Capability bits that the fields contradict are fixed up.
-pub fn write_client_hello(out: &mut Vec<u8>, seq: &mut u8, hello: &ClientHello) {
+/// The capabilities a HandshakeResponse announces: `hello.capabilities` with the bits its
+/// fields contradict fixed up.
+fn response_capabilities(hello: &ClientHello) -> CapabilityFlags {
     let mut caps = hello.capabilities | CapabilityFlags::CLIENT_PROTOCOL_41 | CapabilityFlags::CLIENT_SECURE_CONNECTION;
     caps.set(CapabilityFlags::CLIENT_CONNECT_WITH_DB, hello.database.is_some());
     caps.set(CapabilityFlags::CLIENT_PLUGIN_AUTH, hello.auth_plugin.is_some());
     caps.set(CapabilityFlags::CLIENT_CONNECT_ATTRS, !hello.attrs.is_empty());
+    caps
+}
+
+/// Writes a HandshakeResponse41. Capability bits that the fields contradict are fixed up.
+pub fn write_client_hello(out: &mut Vec<u8>, seq: &mut u8, hello: &ClientHello) {
+    let caps = response_capabilities(hello);
     let b = PacketBuilder::begin(out);
     write_hello_head(out, caps, hello.max_packet, hello.collation, hello.mariadb_caps);
     out.extend_from_slice(hello.user.as_bytes());

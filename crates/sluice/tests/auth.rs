@@ -236,6 +236,13 @@ async fn backend_tls_to_mariadb_with_and_without_verification() {
         let cipher: Option<(String, String)> = c.query_first("SHOW SESSION STATUS LIKE 'Ssl_cipher'").await.unwrap();
         let cipher = cipher.map(|(_, v)| v).unwrap_or_default();
         assert!(!cipher.is_empty(), "backend connection is TLS (verified: {})", ssl_ca.is_some());
+        // libmariadb negotiates MariaDB's extended capabilities (metadata caching): the backend
+        // must get them in the SSLRequest too, or result sets come back in the wrong format.
+        let out = std::process::Command::new("mariadb")
+            .args(["-h127.0.0.1", &format!("-P{}", proxy.port), "-uroot", "--skip-ssl", "-N", "-B", "-e", "SELECT 1, 'two'"])
+            .output()
+            .expect("the mariadb CLI runs");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "1\ttwo\n", "{}", String::from_utf8_lossy(&out.stderr));
     }
     // A CA that did not sign the server's certificate: the login fails, naming the server.
     let other = testkit::TestCerts::generate().unwrap();

@@ -317,16 +317,18 @@ async fn connect_inner(p: &ConnectParams<'_>) -> Result<(Backend, Vec<u8>), Back
         return Err(protocol(format!("does not support capabilities the client negotiated: {missing:?}")));
     }
     let mut seq = seq.wrapping_add(1);
+    // Everything the HandshakeResponse will say is settled before an SSLRequest repeats it.
+    let (plugin, reply) = first_reply(&greeting, p.credential, p.server.tls.is_some());
     let mut hello = ClientHello {
         capabilities: caps,
         max_packet: 1 << 30,
         collation: p.collation,
         user: p.username.to_string(),
-        auth_response: Vec::new(),
+        auth_response: reply,
         database: p.database.map(str::to_string),
-        auth_plugin: None,
+        auth_plugin: Some(plugin.clone()),
         attrs: p.attrs.to_vec(),
-        mariadb_caps: 0,
+        mariadb_caps: p.mariadb_caps & greeting.mariadb_caps & MARIADB_PASSTHROUGH,
     };
     let mut out = Vec::new();
     if let Some(tls) = &p.server.tls {
@@ -347,10 +349,6 @@ async fn connect_inner(p: &ConnectParams<'_>) -> Result<(Backend, Vec<u8>), Back
         conn = Conn::new(Stream::ClientTls(Box::new(tls_stream)));
     }
     let is_tls = conn.stream.is_tls();
-    let (plugin, reply) = first_reply(&greeting, p.credential, is_tls);
-    hello.auth_plugin = Some(plugin.clone());
-    hello.auth_response = reply;
-    hello.mariadb_caps = p.mariadb_caps & greeting.mariadb_caps & MARIADB_PASSTHROUGH;
     handshake::write_client_hello(&mut out, &mut seq, &hello);
     conn.write_all(&out).await.map_err(lost)?;
     let login = Login { server, username: p.username, credential: p.credential, is_tls };
