@@ -81,6 +81,23 @@ fn mentions_connection_id(sql: &[u8]) -> bool {
     })
 }
 
+/// Tables keyed by the server's own thread ids: a statement reading them compares
+/// CONNECTION_ID() with those ids (`WHERE PROCESSLIST_ID = CONNECTION_ID()`), so the call must
+/// stay the server's there.
+fn names_server_threads(word: &[u8]) -> bool {
+    [
+        "PROCESSLIST",
+        "SESSION_ACCOUNT_CONNECT_ATTRS",
+        "SESSION_CONNECT_ATTRS",
+        "THREADS",
+        "USER_VARIABLES_BY_THREAD",
+        "STATUS_BY_THREAD",
+        "VARIABLES_BY_THREAD",
+    ]
+    .iter()
+    .any(|k| eq_ignore_case(word, k))
+}
+
 /// Replaces each `CONNECTION_ID()` call with the literal `id`. A call that is a whole select
 /// item keeps its column name through an alias. `None` when there is nothing to replace
 /// (the common case, found without allocating).
@@ -92,6 +109,21 @@ pub fn rewrite_connection_id(sql: &[u8], id: u32) -> Option<Vec<u8>> {
         return None;
     }
     let toks: Vec<_> = code_tokens(sql).collect();
+    let name = |t: &crate::lexer::Token| match t.kind {
+        Kind::Word => t.text(sql),
+        Kind::QuotedIdent => t.text(sql).get(1..t.text(sql).len().saturating_sub(1)).unwrap_or_default(),
+        _ => b"",
+    };
+    let thread_table = toks.iter().enumerate().any(|(i, t)| {
+        names_server_threads(name(t))
+            || (eq_ignore_case(name(t), "THREADS")
+                && i >= 2
+                && toks[i - 1].text(sql) == b"."
+                && eq_ignore_case(name(&toks[i - 2]), "performance_schema"))
+    });
+    if thread_table {
+        return None;
+    }
     let mut out = Vec::with_capacity(sql.len() + 32);
     let mut copied = 0;
     let mut i = 0;
@@ -167,6 +199,19 @@ pub fn parse_use(sql: &[u8]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn connection_id_stays_the_servers_against_thread_tables() {
+        let q = b"SELECT ATTR_VALUE FROM performance_schema.session_account_connect_attrs WHERE PROCESSLIST_ID = CONNECTION_ID()";
+        assert_eq!(rewrite_connection_id(q, 7), None);
+        assert_eq!(rewrite_connection_id(b"SELECT * FROM information_schema.PROCESSLIST WHERE ID = connection_id()", 7), None);
+        assert_eq!(rewrite_connection_id(b"SELECT * FROM `performance_schema`.`threads` WHERE PROCESSLIST_ID = CONNECTION_ID()", 7), None);
+        assert!(
+            rewrite_connection_id(b"SELECT CONNECTION_ID(), threads FROM t", 7).is_none(),
+            "a column named like a thread table: kept too"
+        );
+        assert!(rewrite_connection_id(b"DELETE FROM locks WHERE owner = CONNECTION_ID()", 7).is_some());
+    }
 
     #[test]
     fn use_statements() {
