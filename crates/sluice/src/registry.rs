@@ -14,6 +14,9 @@ pub struct SessionHandle {
     backend: Mutex<Option<(Arc<str>, u32)>>,
     killed: AtomicBool,
     kill: Notify,
+    /// Set once the session has closed its client connection.
+    closed: AtomicBool,
+    closed_notify: Notify,
 }
 
 impl SessionHandle {
@@ -41,6 +44,24 @@ impl SessionHandle {
     pub async fn killed(&self) {
         while !self.is_killed() {
             self.kill.notified().await;
+        }
+    }
+
+    /// The session has closed its client connection.
+    pub fn mark_closed(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.closed_notify.notify_waiters();
+    }
+
+    /// Resolves once the session has closed its client connection (the server closes a killed
+    /// connection before it answers the KILL; clients rely on that order).
+    pub async fn closed(&self) {
+        loop {
+            let notified = self.closed_notify.notified();
+            if self.closed.load(Ordering::Acquire) {
+                return;
+            }
+            notified.await;
         }
     }
 }
@@ -74,6 +95,8 @@ impl Registry {
             backend: Mutex::new(None),
             killed: AtomicBool::new(false),
             kill: Notify::new(),
+            closed: AtomicBool::new(false),
+            closed_notify: Notify::new(),
         });
         if let Ok(mut s) = self.sessions.lock() {
             s.insert(id, h.clone());

@@ -39,6 +39,9 @@ impl Session {
                         self.reply_err(seq, 1927, b"70100", "Connection was killed").await;
                         return false;
                     }
+                    // Answer once the target's client connection is closed, as the server does
+                    // (bounded: a target stuck writing to a slow client must not hold us).
+                    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), handle.closed()).await;
                 }
                 self.reply_ok(seq).await
             }

@@ -62,10 +62,15 @@ pub async fn run(shared: Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAd
             Ok(mut session) => {
                 session.command_loop().await;
                 session.shared.registry.unregister(id);
-                for b in session.others.drain(..) {
+                // The client's socket closes first, as on the server: a KILL's issuer is
+                // answered only once its target is gone.
+                let Session { client, backend, others, handle, .. } = session;
+                drop(client);
+                handle.mark_closed();
+                for b in others {
                     b.quit().await;
                 }
-                session.backend.quit().await;
+                backend.quit().await;
             }
             Err(e) => debug!(id, %peer, "login ended: {e}"),
         }
@@ -422,7 +427,7 @@ impl Session {
 
     async fn reply_ok(&mut self, mut seq: u8) -> bool {
         self.out.clear();
-        let ok = proto::packet::Ok { status: proto::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits(), ..Default::default() };
+        let ok = proto::packet::Ok { status: self.backend.status, ..Default::default() };
         proto::packet::write_ok(&mut self.out, &mut seq, proto::packet::OK_HEADER, &ok, b"");
         self.client.write_all(&self.out).await.is_ok()
     }
