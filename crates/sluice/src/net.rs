@@ -29,6 +29,21 @@ impl Stream {
         }
     }
 
+    /// Reads what has already arrived, without waiting: `WouldBlock` when nothing has. Through
+    /// TLS, records that carry no data (session tickets) are absorbed and read as `WouldBlock`;
+    /// a close_notify or EOF reads as `Ok(0)`.
+    pub fn try_read_now(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Stream::Tcp(s) = self {
+            return s.try_read(buf);
+        }
+        let mut rb = ReadBuf::new(buf);
+        match Pin::new(self).poll_read(&mut Context::from_waker(std::task::Waker::noop()), &mut rb) {
+            Poll::Ready(Ok(())) => Ok(rb.filled().len()),
+            Poll::Ready(Err(e)) => Err(e),
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
     /// The cipher suite in use, for logs and tests.
     pub fn tls_cipher(&self) -> Option<String> {
         let suite = match self {

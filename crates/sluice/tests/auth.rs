@@ -243,6 +243,18 @@ async fn backend_tls_to_mariadb_with_and_without_verification() {
             .output()
             .expect("the mariadb CLI runs");
         assert_eq!(String::from_utf8_lossy(&out.stdout), "1\ttwo\n", "{}", String::from_utf8_lossy(&out.stderr));
+        if ssl_ca.is_none() {
+            // The server closing an idle TLS backend connection (wait_timeout) closes the
+            // client's, as a direct connection would be closed: drivers check for that.
+            let mut raw = RawClient::connect(proxy.port, "root", "");
+            raw.send(b"\x03SET SESSION wait_timeout = 1");
+            assert_eq!(raw.read_packet().unwrap().1[0], 0);
+            std::thread::sleep(std::time::Duration::from_millis(2500));
+            raw.stream.set_nonblocking(true).unwrap();
+            let mut buf = [0u8; 256];
+            let r = std::io::Read::read(&mut raw.stream, &mut buf);
+            assert!(matches!(r, Ok(0)) || r.as_ref().is_err_and(|e| e.kind() != std::io::ErrorKind::WouldBlock), "closed: {r:?}");
+        }
     }
     // A CA that did not sign the server's certificate: the login fails, naming the server.
     let other = testkit::TestCerts::generate().unwrap();

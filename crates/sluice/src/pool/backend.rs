@@ -104,12 +104,9 @@ impl Backend {
     }
 
     /// False when the server has closed this (idle) connection or said something unasked.
-    pub fn is_alive(&self) -> bool {
-        if self.conn.stream.is_tls() {
-            return true;
-        }
-        let mut b = [0u8; 1];
-        matches!(self.conn.stream.tcp().try_read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    pub fn is_alive(&mut self) -> bool {
+        let mut b = [0u8; 64];
+        matches!(self.conn.stream.try_read_now(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
     }
 
     /// COM_INIT_DB for sluice's own bookkeeping (bringing a connection to the client's schema).

@@ -249,7 +249,7 @@ impl Session {
                 biased;
                 _ = self.handle.killed() => return,
                 r = self.client.read_frame(self.max_packet()) => r,
-                _ = self.backend.conn.stream.tcp().readable(), if !self.backend.conn.stream.is_tls() => {
+                _ = self.backend.conn.stream.tcp().readable() => {
                     if self.backend_spoke_while_idle().await {
                         continue;
                     }
@@ -373,7 +373,7 @@ impl Session {
     /// goes on, so the client sees the server's own behaviour.
     async fn backend_spoke_while_idle(&mut self) -> bool {
         let mut buf = [0u8; 4096];
-        match self.backend.conn.stream.tcp().try_read(&mut buf) {
+        match self.backend.conn.stream.try_read_now(&mut buf) {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
             Ok(0) | Err(_) => {
                 debug!(id = self.id, backend = %self.backend.server.name, "backend closed an idle session");

@@ -155,7 +155,10 @@ impl Session {
             return Ok(());
         }
         let parked = match self.others.iter().position(|b| b.server.hostgroup == hostgroup) {
-            Some(i) => Some(self.others.swap_remove(i)).filter(Backend::is_alive),
+            Some(i) => {
+                let mut parked = self.others.swap_remove(i);
+                parked.is_alive().then_some(parked)
+            }
             None => None,
         };
         let mut next = match parked {
