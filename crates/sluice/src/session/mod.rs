@@ -98,11 +98,15 @@ async fn start(
     let connected = connect_backend(shared, user.default_hostgroup, &backend_login, database.as_deref(), &negotiated).await;
     match connected {
         Ok((backend, ok)) => {
-            proto::handshake::write_raw(&mut out, &mut seq, &ok);
-            client.write_all(&out).await.map_err(|e| e.to_string())?;
-            out.clear();
+            // Registered before the client hears OK: from then on, KILL with its id must find it.
             let handle = shared.registry.register(id, &user.name);
             handle.set_backend(&backend.server.name, backend.thread_id);
+            proto::handshake::write_raw(&mut out, &mut seq, &ok);
+            if let Err(e) = client.write_all(&out).await {
+                shared.registry.unregister(id);
+                return Err(e.to_string());
+            }
+            out.clear();
             debug!(id, %peer, user = %user.name, backend = %backend.server.name, thread = backend.thread_id, tls = client.stream.is_tls(), "session started");
             let origin = statement::Origin {
                 client_ip: peer.ip().to_string(),
