@@ -57,14 +57,14 @@ fn bench(c: &mut Criterion) {
             let text = format!("/* {shard:05} */ select 'test' from dual");
             let q = Query { who: &who, text: text.as_bytes(), digest: 0, digest_text: b"" };
             let mut scratch = Scratch::default();
-            let expect = rs.evaluate(&q, &mut scratch).hostgroup;
+            let expect = rs.evaluate(&q, &mut scratch).actions.destination_hostgroup;
             assert_eq!(expect, Some(shard % 3), "{name} routes shard {shard}");
             g.bench_with_input(BenchmarkId::new(format!("{name}/index"), label), &q, |b, q| {
-                b.iter(|| black_box(rs.evaluate(black_box(q), &mut scratch).hostgroup))
+                b.iter(|| black_box(rs.evaluate(black_box(q), &mut scratch).actions.destination_hostgroup))
             });
             if !name.starts_with("tree") && *n <= 200 {
                 g.bench_with_input(BenchmarkId::new(format!("{name}/ordered-scan"), label), &q, |b, q| {
-                    b.iter(|| black_box(rs.evaluate_ordered(black_box(q), &mut |_| {}).hostgroup))
+                    b.iter(|| black_box(rs.evaluate_ordered(black_box(q), &mut |_| {}).actions.destination_hostgroup))
                 });
             }
         }

@@ -111,25 +111,22 @@ impl Backend {
 
     /// COM_INIT_DB for sluice's own bookkeeping (bringing a connection to the client's schema).
     pub async fn init_db(&mut self, db: &str) -> Result<(), BackendError> {
-        let server = self.server.name.to_string();
+        let server = self.server.name.clone();
+        let lost = |e| BackendError::Lost { server: server.to_string(), source: e };
         let mut out = Vec::with_capacity(db.len() + 5);
         let mut seq = 0;
         let mut payload = vec![proto::command::COM_INIT_DB];
         payload.extend_from_slice(db.as_bytes());
         proto::frame::write_packet(&mut out, &mut seq, &payload);
-        self.conn.write_all(&out).await.map_err(|e| BackendError::Lost { server: server.clone(), source: e })?;
-        let (_, p) = self.conn.read_packet(1 << 24).await.map_err(|e| BackendError::Lost { server: server.clone(), source: e })?;
+        self.conn.write_all(&out).await.map_err(lost)?;
+        let (_, p) = self.conn.read_packet(1 << 24).await.map_err(lost)?;
         match p.first() {
             Some(0x00) => {
                 self.schema = Some(db.to_string());
                 Ok(())
             }
-            Some(0xFF) => {
-                let e = packet::parse_err(&p).map_err(|_| BackendError::Protocol { server: server.clone(), what: "bad ERR".into() })?;
-                let message = String::from_utf8_lossy(e.message).into_owned();
-                Err(BackendError::Rejected { server, code: e.code, sqlstate: e.sqlstate, message })
-            }
-            _ => Err(BackendError::Protocol { server, what: "unexpected reply to COM_INIT_DB".into() }),
+            Some(0xFF) => Err(rejected(&server, &p)),
+            _ => Err(BackendError::Protocol { server: server.to_string(), what: "unexpected reply to COM_INIT_DB".into() }),
         }
     }
 
@@ -165,15 +162,7 @@ impl Backend {
                         return Ok(rows);
                     }
                 }
-                Some(0xFF) => {
-                    let e = packet::parse_err(&p).map_err(|_| proto_err("bad ERR"))?;
-                    return Err(BackendError::Rejected {
-                        server: server.clone(),
-                        code: e.code,
-                        sqlstate: e.sqlstate,
-                        message: String::from_utf8_lossy(e.message).into_owned(),
-                    });
-                }
+                Some(0xFF) => return Err(rejected(&server, &p)),
                 _ => {
                     let (cols, _) = proto::codec::read_lenenc(&p).ok_or_else(|| proto_err("bad column count"))?;
                     for _ in 0..cols {

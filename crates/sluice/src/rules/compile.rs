@@ -107,6 +107,16 @@ pub struct Actions {
     pub log: Option<bool>,
 }
 
+impl Actions {
+    /// Takes every action `later` sets: a later matching rule overrides field by field.
+    pub fn merge(&mut self, later: &Actions) {
+        macro_rules! take {
+            ($($f:ident),*) => {$(if later.$f.is_some() { self.$f = later.$f.clone(); })*};
+        }
+        take!(destination_hostgroup, cache_ttl, timeout, retries, delay, mirror_hostgroup, error_msg, ok_msg, multiplex, log);
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClientAddr {
     Exact(Box<str>),
@@ -125,9 +135,7 @@ pub struct Rule {
     pub digest: Option<u64>,
     pub match_digest: Option<Pattern>,
     pub match_pattern: Option<Pattern>,
-    /// Sources and case flag, for the prefilter.
-    pub match_digest_src: Option<Box<str>>,
-    pub match_pattern_src: Option<Box<str>>,
+    /// CASELESS, for the prefilter (which reads the regexes' own sources).
     pub caseless: bool,
     pub negate: bool,
     pub global: bool,
@@ -308,8 +316,6 @@ fn compile_row(row: &QueryRuleRow, hostgroup_exists: &dyn Fn(u32) -> bool) -> Re
         digest,
         match_digest,
         match_pattern,
-        match_digest_src: non_empty(&row.match_digest).map(Into::into),
-        match_pattern_src: non_empty(&row.match_pattern).map(Into::into),
         caseless,
         negate: row.negate_match_pattern,
         global,

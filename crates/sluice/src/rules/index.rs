@@ -12,7 +12,7 @@
 //! Candidates are a superset of the matching rules; the full test still runs on each, in
 //! rule_id order, so the result is exactly the ordered scan's.
 
-use super::compile::{Proven, Rule};
+use super::compile::{Pattern, Proven, Rule};
 use aho_corasick::AhoCorasick;
 use regex_syntax::hir::literal::{ExtractKind, Extractor};
 use regex_syntax::hir::Look;
@@ -55,16 +55,16 @@ impl Chain {
             }
             // A negated pattern matches when the literal is absent: no use as a filter.
             if !r.negate {
-                if let Some(src) = &r.match_pattern_src {
-                    if let Some(exact) = pattern.add(src, r.caseless, pos) {
+                if let Some(Pattern::Linear(re)) = &r.match_pattern {
+                    if let Some(exact) = pattern.add(re.as_str(), r.caseless, pos) {
                         if exact {
                             proven[pos as usize] = Proven::MatchPattern;
                         }
                         continue;
                     }
                 }
-                if let Some(src) = &r.match_digest_src {
-                    if let Some(exact) = digest_text.add(src, r.caseless, pos) {
+                if let Some(Pattern::Linear(re)) = &r.match_digest {
+                    if let Some(exact) = digest_text.add(re.as_str(), r.caseless, pos) {
                         if exact {
                             proven[pos as usize] = Proven::MatchDigest;
                         }
@@ -89,20 +89,9 @@ impl Chain {
     pub fn candidates(&self, p: &Probe, after: Option<u32>, out: &mut Vec<u32>) {
         out.clear();
         out.extend_from_slice(&self.always);
-        if !self.by_digest.is_empty() {
-            if let Some(v) = self.by_digest.get(&p.digest) {
-                out.extend_from_slice(v);
-            }
-        }
-        if !self.by_user.is_empty() {
-            if let Some(v) = self.by_user.get(p.user) {
-                out.extend_from_slice(v);
-            }
-        }
-        if !self.by_schema.is_empty() {
-            if let Some(v) = self.by_schema.get(p.schema) {
-                out.extend_from_slice(v);
-            }
+        // (A lookup in an empty map returns before hashing.)
+        for v in [self.by_digest.get(&p.digest), self.by_user.get(p.user), self.by_schema.get(p.schema)].into_iter().flatten() {
+            out.extend_from_slice(v);
         }
         self.pattern.candidates(p.text, out);
         self.digest_text.candidates(p.digest_text, out);
@@ -146,7 +135,7 @@ impl LiteralsBuilder {
     /// whether finding a literal proves the regex (the literals are exactly its matches, and
     /// have no letters whose case the folding could blur).
     fn add(&mut self, source: &str, caseless: bool, pos: u32) -> Option<bool> {
-        let hir = super::compile::Pattern::hir(source, caseless)?;
+        let hir = Pattern::hir(source, caseless)?;
         let anchored = hir.properties().look_set_prefix().contains(Look::Start);
         let seq = Extractor::new().kind(ExtractKind::Prefix).extract(&hir);
         let lits = seq.literals()?;

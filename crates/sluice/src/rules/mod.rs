@@ -12,10 +12,10 @@ pub mod compile;
 mod hits;
 mod index;
 
-pub use compile::{compile, Rule, RuleError, Who};
+pub use compile::{compile, Actions, Rule, RuleError, Who};
 
 use crate::config::QueryRuleRow;
-use compile::{Actions, Proven};
+use compile::Proven;
 use hits::Hits;
 use index::{Chain, Probe};
 
@@ -27,33 +27,21 @@ pub struct Query<'a> {
     pub digest_text: &'a [u8],
 }
 
-/// What the rules decided (`None`: no rule said).
+/// What the rules decided.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Decision {
-    pub hostgroup: Option<u32>,
+    /// The matched rules' actions, later rules overriding earlier ones field by field
+    /// (`None`: no rule said).
+    pub actions: Actions,
     /// The statement after replace_pattern rewrites.
     pub rewritten: Option<Vec<u8>>,
-    pub error_msg: Option<Box<str>>,
-    pub ok_msg: Option<Box<str>>,
-    pub cache_ttl: Option<u32>,
-    pub timeout: Option<u32>,
-    pub retries: Option<u32>,
-    pub delay: Option<u32>,
-    pub mirror_hostgroup: Option<u32>,
-    pub multiplex: Option<u8>,
-    pub log: Option<bool>,
     /// rule_id of the last rule that matched.
     pub last_rule: Option<u32>,
 }
 
 impl Decision {
     fn take(&mut self, rule: &Rule) {
-        let a: &Actions = &rule.actions;
-        macro_rules! set {
-            ($($f:ident <- $g:ident),*) => {$(if a.$g.is_some() { self.$f = a.$g.clone(); })*};
-        }
-        set!(hostgroup <- destination_hostgroup, cache_ttl <- cache_ttl, timeout <- timeout, retries <- retries, delay <- delay,
-            mirror_hostgroup <- mirror_hostgroup, error_msg <- error_msg, ok_msg <- ok_msg, multiplex <- multiplex, log <- log);
+        self.actions.merge(&rule.actions);
         self.last_rule = Some(rule.rule_id);
     }
 

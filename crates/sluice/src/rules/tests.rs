@@ -40,7 +40,7 @@ fn seed_000_list_routes_each_shard() {
     let rs = set(&shard_rules());
     for shard in [0, 1, 2, 100, 198, 199] {
         let (d, matched) = decide(&rs, &who(), &format!("/* {shard:03} */ select 'test' from dual"));
-        assert_eq!(d.hostgroup, Some(shard % 3));
+        assert_eq!(d.actions.destination_hostgroup, Some(shard % 3));
         assert_eq!(matched, vec![shard + 1]);
     }
     assert_eq!(decide(&rs, &who(), "select 1").0, Decision::default());
@@ -74,13 +74,13 @@ fn seed_000_flag_chains() {
     let expect = [(0, vec![1, 2]), (1, vec![1, 3]), (2, vec![4]), (3, vec![5])];
     for (shard, path) in expect {
         let (d, matched) = decide(&rs, &who(), &format!("/* {shard} */ select 1"));
-        assert_eq!((d.hostgroup, matched), (Some(shard), path));
+        assert_eq!((d.actions.destination_hostgroup, matched), (Some(shard), path));
     }
     // The scan goes forward after a jump: a chain-1 rule before the jumping rule is never seen.
     rows[0].rule_id = 10;
     let rs = set(&rows);
     let (d, matched) = decide(&rs, &who(), "/* 0 */ select 1");
-    assert_eq!((d.hostgroup, matched), (Some(999), vec![10]));
+    assert_eq!((d.actions.destination_hostgroup, matched), (Some(999), vec![10]));
 }
 
 #[test]
@@ -93,7 +93,7 @@ fn rewrite_is_seen_by_later_rules_and_the_backend() {
     let rs = set(&rows);
     let (d, matched) = decide(&rs, &who(), "select a from t1 where x = 1");
     assert_eq!(d.rewritten.as_deref(), Some(&b"SELECT a FROM t2 where x = 1"[..]));
-    assert_eq!((d.hostgroup, matched), (Some(2), vec![1, 2]));
+    assert_eq!((d.actions.destination_hostgroup, matched), (Some(2), vec![1, 2]));
 }
 
 #[test]
@@ -109,16 +109,16 @@ fn filters_negation_error_and_ok() {
     ];
     let rs = set(&rows);
     let (d, m) = decide(&rs, &who(), "select 1");
-    assert_eq!((d.hostgroup, d.log, m), (Some(3), Some(true), vec![2, 6]));
+    assert_eq!((d.actions.destination_hostgroup, d.actions.log, m), (Some(3), Some(true), vec![2, 6]));
     let (d, m) = decide(&rs, &who(), "update t set a = 1");
-    assert_eq!((d.hostgroup, m), (Some(0), vec![2, 3, 6]));
+    assert_eq!((d.actions.destination_hostgroup, m), (Some(0), vec![2, 3, 6]));
     let (d, _) = decide(&rs, &who(), "drop   table x");
-    assert_eq!(d.error_msg.as_deref(), Some("no drops here"));
+    assert_eq!(d.actions.error_msg.as_deref(), Some("no drops here"));
     let (d, _) = decide(&rs, &who(), "SET @ignored = 1");
-    assert_eq!(d.ok_msg.as_deref(), Some("ignored"));
+    assert_eq!(d.actions.ok_msg.as_deref(), Some("ignored"));
     let bob = Who { user: "bob", schema: "", ..who() };
     let (d, m) = decide(&rs, &bob, "select 1");
-    assert_eq!((d.hostgroup, m), (Some(7), vec![1, 6]));
+    assert_eq!((d.actions.destination_hostgroup, m), (Some(7), vec![1, 6]));
 }
 
 #[test]
@@ -126,8 +126,8 @@ fn digest_rules_match_exact_ids() {
     let (_, dg) = sql::digest::digest("SELECT * FROM t WHERE id = 5");
     let rows = vec![QueryRuleRow { digest: Some(sql::digest::format_id(dg.id)), destination_hostgroup: Some(4), ..row(1) }];
     let rs = set(&rows);
-    assert_eq!(decide(&rs, &who(), "select *  from t where id=77").0.hostgroup, Some(4));
-    assert_eq!(decide(&rs, &who(), "select * from u where id=77").0.hostgroup, None);
+    assert_eq!(decide(&rs, &who(), "select *  from t where id=77").0.actions.destination_hostgroup, Some(4));
+    assert_eq!(decide(&rs, &who(), "select * from u where id=77").0.actions.destination_hostgroup, None);
 }
 
 #[test]

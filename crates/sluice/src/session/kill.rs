@@ -43,7 +43,7 @@ impl Session {
                     // (bounded: a target stuck writing to a slow client must not hold us).
                     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), handle.closed()).await;
                 }
-                self.reply_ok(seq).await
+                self.reply_ok(seq, "").await
             }
             Err(BackendError::Rejected { code: ER_KILL_DENIED_ERROR, .. }) => {
                 self.reply_err(seq, ER_KILL_DENIED_ERROR, SQLSTATE_GENERAL, &format!("You are not owner of thread {target}")).await;

@@ -429,10 +429,18 @@ impl Session {
         let _ = self.client.write_all(&self.out).await;
     }
 
-    async fn reply_ok(&mut self, mut seq: u8) -> bool {
+    /// A backend failure as the client sees it (`write_backend_error`). False when the client
+    /// could not be told.
+    async fn reply_backend_error(&mut self, mut seq: u8, e: &BackendError) -> bool {
         self.out.clear();
-        let ok = proto::packet::Ok { status: self.backend.status, ..Default::default() };
-        proto::packet::write_ok(&mut self.out, &mut seq, proto::packet::OK_HEADER, &ok, b"");
+        write_backend_error(&mut self.out, &mut seq, e);
+        self.client.write_all(&self.out).await.is_ok()
+    }
+
+    /// An OK of sluice's own (KILL, a rule's OK_msg), with the backend's status flags.
+    async fn reply_ok(&mut self, mut seq: u8, message: &str) -> bool {
+        self.out.clear();
+        proto::packet::write_ok_message(&mut self.out, &mut seq, self.backend.status, message.as_bytes());
         self.client.write_all(&self.out).await.is_ok()
     }
 
@@ -501,11 +509,7 @@ impl Session {
                     self.handle.set_backend(&self.backend.server.name, self.backend.thread_id);
                     self.finish_change_user(user, login, negotiated, &ok, seq).await
                 }
-                Err(e) => {
-                    self.out.clear();
-                    write_backend_error(&mut self.out, &mut seq, &e);
-                    self.client.write_all(&self.out).await.is_ok()
-                }
+                Err(e) => self.reply_backend_error(seq, &e).await,
             };
         }
         // Same backend: a real COM_CHANGE_USER, so the server resets the session its own way.

@@ -2,7 +2,7 @@
 //! → ④ route (the hostgroup; an open transaction keeps its connection) → ⑤ checkout (the
 //! session's connection to that hostgroup, opened on first use) → ⑥ exec.
 
-use super::{connect_backend, write_backend_error, Session};
+use super::{connect_backend, Session};
 use crate::pool::{Backend, BackendError};
 use crate::rules::{Decision, Query, RuleSet, Scratch, Who};
 use proto::command::*;
@@ -21,6 +21,13 @@ pub(super) struct Origin {
     pub client_ip: String,
     pub proxy_addr: String,
     pub proxy_port: u16,
+}
+
+impl Origin {
+    /// What rules may test about a session with this login and schema, coming from here.
+    fn who<'a>(&'a self, user: &'a str, schema: Option<&'a str>) -> Who<'a> {
+        Who { user, schema: schema.unwrap_or(""), client_addr: &self.client_ip, proxy_addr: &self.proxy_addr, proxy_port: self.proxy_port }
+    }
 }
 
 /// The per-session state rules need, borrowed apart from the rest of the session.
@@ -42,9 +49,11 @@ impl RulesState {
         if rules.is_empty() {
             return None;
         }
-        let id = if rules.needs_digest() { sql::digest::digest_into(text, &mut self.digest_text).id } else { 0 };
-        let digest_text = if rules.needs_digest() { &self.digest_text[..] } else { &[] };
-        Some(rules.evaluate(&Query { who, text, digest: id, digest_text }, &mut self.scratch))
+        let (digest, digest_text) = match rules.needs_digest() {
+            true => (sql::digest::digest_into(text, &mut self.digest_text).id, &self.digest_text[..]),
+            false => (0, &[][..]),
+        };
+        Some(rules.evaluate(&Query { who, text, digest, digest_text }, &mut self.scratch))
     }
 }
 
@@ -61,13 +70,7 @@ impl Session {
             };
             let text = payload.get(1..).unwrap_or_default();
             let kill = sql::classify::parse_kill(text);
-            let who = Who {
-                user: &self.user.name,
-                schema: self.schema.as_deref().unwrap_or(""),
-                client_addr: &self.origin.client_ip,
-                proxy_addr: &self.origin.proxy_addr,
-                proxy_port: self.origin.proxy_port,
-            };
+            let who = self.origin.who(&self.user.name, self.schema.as_deref());
             let decision = if kill.is_some() { None } else { self.rules.decide(&who, text) };
             let text = decision.as_ref().and_then(|d| d.rewritten.as_deref()).unwrap_or(text);
             let use_db = sql::classify::parse_use(text);
@@ -96,22 +99,22 @@ impl Session {
             return self.kill(k.id, k.scope, k.hard, seq).await;
         }
         let decision = decision.unwrap_or_default();
-        if let Some(msg) = &decision.error_msg {
+        if let Some(msg) = &decision.actions.error_msg {
             self.client.consume(frame.wire_len);
             self.reply_err(seq, ER_NOT_ALLOWED_COMMAND, SQLSTATE_NOT_SUPPORTED, msg).await;
             return true;
         }
-        if let Some(msg) = &decision.ok_msg {
+        if let Some(msg) = &decision.actions.ok_msg {
             self.client.consume(frame.wire_len);
-            return self.reply_ok_message(seq, msg).await;
+            return self.reply_ok(seq, msg).await;
         }
-        let hostgroup = decision.hostgroup.unwrap_or(self.user.default_hostgroup);
-        if let Err(e) = self.checkout(hostgroup, decision.retries.unwrap_or(1)).await {
+        let hostgroup = decision.actions.destination_hostgroup.unwrap_or(self.user.default_hostgroup);
+        if let Err(e) = self.checkout(hostgroup, decision.actions.retries.unwrap_or(1)).await {
             self.client.consume(frame.wire_len);
             self.reply_backend_error(seq, &e).await;
             return true;
         }
-        if let Some(ms) = decision.delay.filter(|&ms| ms > 0) {
+        if let Some(ms) = decision.actions.delay.filter(|&ms| ms > 0) {
             tokio::time::sleep(Duration::from_millis(ms.into())).await;
         }
         let request = match request {
@@ -121,7 +124,7 @@ impl Session {
             }
             None => self.client.rbuf.split_to(frame.wire_len).freeze(),
         };
-        let watchdog = decision.timeout.filter(|&ms| ms > 0).map(|ms| self.kill_query_after(Duration::from_millis(ms.into())));
+        let watchdog = decision.actions.timeout.filter(|&ms| ms > 0).map(|ms| self.kill_query_after(Duration::from_millis(ms.into())));
         let outcome = self.forward(&request, Some(Reply::Query)).await;
         if let Some(w) = watchdog {
             w.abort();
@@ -137,14 +140,8 @@ impl Session {
     /// COM_STMT_PREPARE text a rule blocks with error_msg: the message. (Prepared statements
     /// stay on the user's default hostgroup until statement ids are sluice's own.)
     pub(super) fn blocked(&mut self, text: &[u8]) -> Option<Box<str>> {
-        let who = Who {
-            user: &self.user.name,
-            schema: self.schema.as_deref().unwrap_or(""),
-            client_addr: &self.origin.client_ip,
-            proxy_addr: &self.origin.proxy_addr,
-            proxy_port: self.origin.proxy_port,
-        };
-        self.rules.decide(&who, text)?.error_msg
+        let who = self.origin.who(&self.user.name, self.schema.as_deref());
+        self.rules.decide(&who, text)?.actions.error_msg
     }
 
     /// Makes `self.backend` the session's connection to `hostgroup`, opening one if needed,
@@ -219,18 +216,6 @@ impl Session {
         let msg = format!("sluice cannot apply a rewrite that moves a statement across a 16 MiB packet boundary{rule}");
         self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, &msg).await;
         true
-    }
-
-    pub(super) async fn reply_backend_error(&mut self, mut seq: u8, e: &BackendError) {
-        self.out.clear();
-        write_backend_error(&mut self.out, &mut seq, e);
-        let _ = self.client.write_all(&self.out).await;
-    }
-
-    async fn reply_ok_message(&mut self, mut seq: u8, msg: &str) -> bool {
-        self.out.clear();
-        proto::packet::write_ok_message(&mut self.out, &mut seq, self.backend.status, msg.as_bytes());
-        self.client.write_all(&self.out).await.is_ok()
     }
 }
 
