@@ -35,53 +35,12 @@ EOF
 
 PROG=compare.sh
 # shellcheck source=lib.sh source-path=SCRIPTDIR
-. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # die log shq alive stop_proc run_bounded free_port cpu_ticks median ratio
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # die log shq alive stop_proc run_bounded free_port cpu_ticks median ratio parse_options pick_sluice sysbench_figures cpu_per_query report_problems publish_report
 
 # --- options --------------------------------------------------------------------------
 OPT_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS SLUICE_ARGS OUT DB_PS_MODE WARMUP SLUICE_BIN)
-
-# Record what the caller set in the environment, to print the exact invocation.
-INVOCATION=""
-for v in "${OPT_VARS[@]}"; do
-	if [[ -v $v ]]; then INVOCATION+="$v=$(shq "${!v}") "; fi
-done
-INVOCATION+=$(shq "$0")
-for a in "$@"; do INVOCATION+=" $(shq "$a")"; done
-
-while [ $# -gt 0 ]; do
-	opt=$1
-	case "$opt" in
-	-h | --help)
-		usage
-		exit 0
-		;;
-	--*=*)
-		val=${opt#*=}
-		opt=${opt%%=*}
-		shift
-		;;
-	--*)
-		[ $# -ge 2 ] || die "$opt needs a value (see --help)"
-		val=$2
-		shift 2
-		;;
-	*) die "unknown argument: $opt (see --help)" ;;
-	esac
-	case "$opt" in
-	--mode) MODE=$val ;;
-	--duration) DURATION=$val ;;
-	--threads) THREADS=$val ;;
-	--workloads) WORKLOADS=$val ;;
-	--tables) TABLES=$val ;;
-	--table-size) TABLE_SIZE=$val ;;
-	--rounds) ROUNDS=$val ;;
-	--sluice-args) SLUICE_ARGS=$val ;;
-	--out) OUT=$val ;;
-	--db-ps-mode) DB_PS_MODE=$val ;;
-	--warmup) WARMUP=$val ;;
-	*) die "unknown option: $opt (see --help)" ;;
-	esac
-done
+FLAG_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS SLUICE_ARGS OUT DB_PS_MODE WARMUP) # settable as --name too
+parse_options "$@"
 
 MODE=${MODE:-ab}
 case "$MODE" in
@@ -147,27 +106,7 @@ if [ "$MODE" = ab ]; then DEF_RUNS=32; else DEF_RUNS=12; fi
 log "estimated run time: $(estimate "$NRUNS" "$DURATION") (with the default settings of this mode: $DEF_RUNS runs of 20 s, $(estimate "$DEF_RUNS" 20))"
 
 # --- sluice binary --------------------------------------------------------------------
-if [ -n "$SLUICE_BIN" ]; then
-	read -ra SLUICE_CMD <<<"$SLUICE_BIN"
-	command -v "${SLUICE_CMD[0]}" >/dev/null || die "SLUICE_BIN: '${SLUICE_CMD[0]}' not found"
-	# The real binary reports its name; anything else is a stand-in (e.g. socat for testing).
-	if "${SLUICE_CMD[0]}" --version 2>/dev/null | grep -q '^sluice '; then
-		SLUICE_DESC="\`$SLUICE_BIN\` ($("${SLUICE_CMD[0]}" --version))"
-	else
-		SLUICE_DESC="stand-in \`$SLUICE_BIN\` (not the real sluice)"
-	fi
-else
-	log "building sluice (cargo build --release -p sluice)"
-	(cd "$ROOT" && cargo build --release -p sluice) >&2 ||
-		die "cargo build --release -p sluice failed (SLUICE_BIN=target/release/sluice uses an existing binary as is)"
-	SLUICE_CMD=("$ROOT/target/release/sluice")
-	SLUICE_DESC="target/release/sluice"
-fi
-[ -x "${SLUICE_CMD[0]}" ] || command -v "${SLUICE_CMD[0]}" >/dev/null || die "${SLUICE_CMD[0]} is not executable"
-GIT_REV=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo "no commit")
-if [ -n "$(git -C "$ROOT" status --porcelain -- crates Cargo.toml Cargo.lock 2>/dev/null)" ]; then
-	GIT_REV+=" (+ uncommitted changes)"
-fi
+pick_sluice
 
 # --- processes and teardown -----------------------------------------------------------
 WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX)
@@ -325,35 +264,13 @@ measure() {
 		fi
 		t1=$(cpu_ticks "$SLUICE_PID") || t1=""
 	fi
-	local parsed q qps p95 errs reconn
-	parsed=$(awk '
-		/^ *queries:/ { q = $2; qps = $3; gsub(/[(]/, "", qps) }
-		/95th percentile:/ { p = $3 }
-		/ignored errors:/ { e = $3 }
-		/reconnects:/ { r = $2 }
-		END { if (q != "" && p != "") print q, qps, p, e + 0, r + 0 }' "$logf")
-	if [ "$rc" -ne 0 ] || [ -z "$parsed" ]; then
-		local last
-		last=$(grep -m1 -E 'FATAL|ERROR|error' "$logf" || tail -n 1 "$logf")
-		FAILURES+=("$what: sysbench exit $rc: $last")
-		log "[$RUN_NO/$NRUNS] $what: FAILED (sysbench exit $rc); last lines of its output:"
-		tail -n 15 "$logf" >&2
-		return 0
-	fi
-	read -r q qps p95 errs reconn <<<"$parsed"
-	if [ "$errs" != 0 ] || [ "$reconn" != 0 ]; then
-		NOTES+=("$what: $errs ignored errors, $reconn reconnects")
-	fi
-	local key="$wl|$thr|$variant" cpu_txt=""
-	QPS[$key]+="$qps "
-	P95[$key]+="$p95 "
-	if [ -n "$t0" ] && [ -n "$t1" ]; then
-		local us
-		us=$(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" -v q="$q" 'BEGIN { printf "%.2f", d / hz * 1e6 / q }')
-		CPU[$key]+="$us "
-		cpu_txt=", sluice CPU $(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", d / hz }') s = $us µs/query"
-	fi
-	log "[$RUN_NO/$NRUNS] $what: $qps qps, p95 $p95 ms, $q queries$cpu_txt"
+	sysbench_figures "$logf" "$rc" "$what" p95 || return 0
+	local key="$wl|$thr|$variant"
+	QPS[$key]+="$SB_QPS "
+	P95[$key]+="$SB_P95 "
+	cpu_per_query "$t0" "$t1" "$SB_Q"
+	[ -z "$CPU_US" ] || CPU[$key]+="$CPU_US "
+	log "[$RUN_NO/$NRUNS] $what: $SB_QPS qps, p95 $SB_P95 ms, $SB_Q queries$CPU_TXT"
 }
 
 
@@ -452,19 +369,7 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS DB_PS_MODE=$DB_PS
 			done
 		done
 	fi
-	if [ ${#FAILURES[@]} -gt 0 ] || [ ${#NOTES[@]} -gt 0 ]; then
-		echo
-		for f in ${FAILURES[@]+"${FAILURES[@]}"}; do echo "- FAILED: $f"; done
-		for n in ${NOTES[@]+"${NOTES[@]}"}; do echo "- note: $n"; done
-	fi
+	report_problems
 } >"$WORK/report.md"
 
-cat "$WORK/report.md"
-if [ -n "$OUT" ]; then
-	cat "$WORK/report.md" >>"$OUT"
-	log "appended to $OUT"
-fi
-if [ ${#FAILURES[@]} -gt 0 ]; then
-	log "${#FAILURES[@]} run(s) failed"
-	exit 1
-fi
+publish_report "$WORK/report.md"

@@ -2,6 +2,7 @@
 # The sourcing script sets PROG (its name, used in messages) first. run_bounded sets the
 # global RUN_PID while its command runs, so that the script's cleanup can stop it.
 # shellcheck shell=bash
+# shellcheck disable=SC2034 # globals set here (SLUICE_DESC, SB_*, CPU_*) are read by the sourcing script
 
 PROG=${PROG:-$(basename "$0")}
 
@@ -108,4 +109,125 @@ median() {
 }
 ratio() { # a b -> a/b with 3 decimals
 	awk -v a="$1" -v b="$2" 'BEGIN { if (a == "FAIL" || b == "FAIL" || b == 0) print "n/a"; else printf "%.3f\n", a / b }'
+}
+
+# parse_options ARGS...: sets INVOCATION (the exact command line, with the OPT_VARS the caller
+# set in the environment) and, for each `--name VALUE` or `--name=VALUE`, the variable NAME
+# (upper case, `-` as `_`), which must be listed in FLAG_VARS. `-h`/`--help` runs `usage`.
+parse_options() {
+	local v a opt val var
+	INVOCATION=""
+	for v in "${OPT_VARS[@]}"; do
+		if [[ -v $v ]]; then INVOCATION+="$v=$(shq "${!v}") "; fi
+	done
+	INVOCATION+=$(shq "$0")
+	for a in "$@"; do INVOCATION+=" $(shq "$a")"; done
+	while [ $# -gt 0 ]; do
+		opt=$1
+		case "$opt" in
+		-h | --help)
+			usage
+			exit 0
+			;;
+		--*=*)
+			val=${opt#*=}
+			opt=${opt%%=*}
+			shift
+			;;
+		--*)
+			[ $# -ge 2 ] || die "$opt needs a value (see --help)"
+			val=$2
+			shift 2
+			;;
+		*) die "unknown argument: $opt (see --help)" ;;
+		esac
+		var=${opt#--}
+		var=${var//-/_}
+		var=${var^^}
+		[[ " ${FLAG_VARS[*]} " == *" $var "* ]] || die "unknown option: $opt (see --help)"
+		printf -v "$var" '%s' "$val"
+	done
+}
+
+# pick_sluice: the sluice to measure, into SLUICE_CMD (array) and SLUICE_DESC: SLUICE_BIN if
+# set, else a fresh `cargo build --release -p sluice` in ROOT. Also GIT_REV for the report.
+pick_sluice() {
+	if [ -n "$SLUICE_BIN" ]; then
+		read -ra SLUICE_CMD <<<"$SLUICE_BIN"
+		command -v "${SLUICE_CMD[0]}" >/dev/null || die "SLUICE_BIN: '${SLUICE_CMD[0]}' not found"
+		# The real binary reports its name; anything else is a stand-in (e.g. socat for testing).
+		if "${SLUICE_CMD[0]}" --version 2>/dev/null | grep -q '^sluice '; then
+			SLUICE_DESC="\`$SLUICE_BIN\` ($("${SLUICE_CMD[0]}" --version))"
+		else
+			SLUICE_DESC="stand-in \`$SLUICE_BIN\` (not the real sluice)"
+		fi
+	else
+		log "building sluice (cargo build --release -p sluice)"
+		(cd "$ROOT" && cargo build --release -p sluice) >&2 ||
+			die "cargo build --release -p sluice failed (SLUICE_BIN=target/release/sluice uses an existing binary as is)"
+		SLUICE_CMD=("$ROOT/target/release/sluice")
+		SLUICE_DESC="target/release/sluice"
+	fi
+	[ -x "${SLUICE_CMD[0]}" ] || command -v "${SLUICE_CMD[0]}" >/dev/null || die "${SLUICE_CMD[0]} is not executable"
+	GIT_REV=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo "no commit")
+	if [ -n "$(git -C "$ROOT" status --porcelain -- crates Cargo.toml Cargo.lock 2>/dev/null)" ]; then
+		GIT_REV+=" (+ uncommitted changes)"
+	fi
+}
+
+# sysbench_figures LOGFILE EXIT_STATUS WHAT [p95]: reads a sysbench run's figures into SB_Q
+# (queries), SB_QPS and SB_P95 (ms; with `p95` a run that reports none counts as failed);
+# notes ignored errors and reconnects in NOTES. Returns 1, after recording the run in
+# FAILURES, when the run failed.
+sysbench_figures() {
+	local logf=$1 rc=$2 what=$3 need_p95=${4:-} parsed errs reconn last
+	parsed=$(awk -v need="$need_p95" '
+		/^ *queries:/ { q = $2; qps = $3; gsub(/[(]/, "", qps) }
+		/95th percentile:/ { p = $3 }
+		/ignored errors:/ { e = $3 }
+		/reconnects:/ { r = $2 }
+		END { if (q != "" && (need == "" || p != "")) print q, qps, e + 0, r + 0, p }' "$logf")
+	if [ "$rc" -ne 0 ] || [ -z "$parsed" ]; then
+		last=$(grep -m1 -E 'FATAL|ERROR|error' "$logf" || tail -n 1 "$logf")
+		FAILURES+=("$what: sysbench exit $rc: $last")
+		log "[$RUN_NO/$NRUNS] $what: FAILED (sysbench exit $rc); last lines of its output:"
+		tail -n 15 "$logf" >&2
+		return 1
+	fi
+	read -r SB_Q SB_QPS errs reconn SB_P95 <<<"$parsed"
+	if [ "$errs" != 0 ] || [ "$reconn" != 0 ]; then
+		NOTES+=("$what: $errs ignored errors, $reconn reconnects")
+	fi
+}
+
+# cpu_per_query T0 T1 QUERIES: sluice's CPU per query (µs) from two cpu_ticks readings into
+# CPU_US, and CPU_TXT for the run's log line; both empty when a reading is missing.
+cpu_per_query() {
+	CPU_US="" CPU_TXT=""
+	[ -n "$1" ] && [ -n "$2" ] || return 0
+	CPU_US=$(awk -v d=$(($2 - $1)) -v hz="$CLK_TCK" -v q="$3" 'BEGIN { printf "%.2f", d / hz * 1e6 / q }')
+	CPU_TXT=", sluice CPU $(awk -v d=$(($2 - $1)) -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", d / hz }') s = $CPU_US µs/query"
+}
+
+# report_problems: the failed runs and notes, as markdown list items (nothing when none).
+report_problems() {
+	if [ ${#FAILURES[@]} -gt 0 ] || [ ${#NOTES[@]} -gt 0 ]; then
+		echo
+		for f in ${FAILURES[@]+"${FAILURES[@]}"}; do echo "- FAILED: $f"; done
+		for n in ${NOTES[@]+"${NOTES[@]}"}; do echo "- note: $n"; done
+	fi
+}
+
+# publish_report FILE: prints the report, appends it to OUT when set, and exits 1 when a run
+# failed.
+publish_report() {
+	cat "$1"
+	if [ -n "$OUT" ]; then
+		cat "$1" >>"$OUT"
+		log "appended to $OUT"
+	fi
+	if [ ${#FAILURES[@]} -gt 0 ]; then
+		log "${#FAILURES[@]} run(s) failed"
+		exit 1
+	fi
 }

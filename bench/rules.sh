@@ -40,49 +40,12 @@ EOF
 
 PROG=rules.sh
 # shellcheck source=lib.sh source-path=SCRIPTDIR
-. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # die log shq alive stop_proc run_bounded free_port take_port cpu_ticks median ratio
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # die log shq alive stop_proc run_bounded free_port take_port cpu_ticks median ratio parse_options pick_sluice sysbench_figures cpu_per_query report_problems publish_report
 
 # --- options --------------------------------------------------------------------------
 OPT_VARS=(DURATION THREADS ROUNDS CONFIGS WARMUP SLUICE_ARGS OUT SLUICE_BIN KEEP_TMP)
-
-# Record what the caller set in the environment, to print the exact invocation.
-INVOCATION=""
-for v in "${OPT_VARS[@]}"; do
-	if [[ -v $v ]]; then INVOCATION+="$v=$(shq "${!v}") "; fi
-done
-INVOCATION+=$(shq "$0")
-for a in "$@"; do INVOCATION+=" $(shq "$a")"; done
-
-while [ $# -gt 0 ]; do
-	opt=$1
-	case "$opt" in
-	-h | --help)
-		usage
-		exit 0
-		;;
-	--*=*)
-		val=${opt#*=}
-		opt=${opt%%=*}
-		shift
-		;;
-	--*)
-		[ $# -ge 2 ] || die "$opt needs a value (see --help)"
-		val=$2
-		shift 2
-		;;
-	*) die "unknown argument: $opt (see --help)" ;;
-	esac
-	case "$opt" in
-	--duration) DURATION=$val ;;
-	--threads) THREADS=$val ;;
-	--rounds) ROUNDS=$val ;;
-	--configs) CONFIGS=$val ;;
-	--warmup) WARMUP=$val ;;
-	--sluice-args) SLUICE_ARGS=$val ;;
-	--out) OUT=$val ;;
-	*) die "unknown option: $opt (see --help)" ;;
-	esac
-done
+FLAG_VARS=(DURATION THREADS ROUNDS CONFIGS WARMUP SLUICE_ARGS OUT) # settable as --name too
+parse_options "$@"
 
 DURATION=${DURATION:-20}
 THREADS=${THREADS:-16}
@@ -144,26 +107,7 @@ log "${#RUNS[@]} runs per round (${RUNS[*]}) × $ROUNDS round(s) = $NRUNS runs o
 log "estimated run time: $(estimate "$NRUNS" "$DURATION" ${#CONFIG_LIST[@]}) (default settings: 12 runs of 20 s, $(estimate 12 20 3))"
 
 # --- sluice binary --------------------------------------------------------------------
-if [ -n "$SLUICE_BIN" ]; then
-	read -ra SLUICE_CMD <<<"$SLUICE_BIN"
-	command -v "${SLUICE_CMD[0]}" >/dev/null || die "SLUICE_BIN: '${SLUICE_CMD[0]}' not found"
-	if "${SLUICE_CMD[0]}" --version 2>/dev/null | grep -q '^sluice '; then
-		SLUICE_DESC="\`$SLUICE_BIN\` ($("${SLUICE_CMD[0]}" --version))"
-	else
-		SLUICE_DESC="stand-in \`$SLUICE_BIN\` (not the real sluice)"
-	fi
-else
-	log "building sluice (cargo build --release -p sluice)"
-	(cd "$ROOT" && cargo build --release -p sluice) >&2 ||
-		die "cargo build --release -p sluice failed (SLUICE_BIN=target/release/sluice uses an existing binary as is)"
-	SLUICE_CMD=("$ROOT/target/release/sluice")
-	SLUICE_DESC="target/release/sluice"
-fi
-[ -x "${SLUICE_CMD[0]}" ] || command -v "${SLUICE_CMD[0]}" >/dev/null || die "${SLUICE_CMD[0]} is not executable"
-GIT_REV=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo "no commit")
-if [ -n "$(git -C "$ROOT" status --porcelain -- crates Cargo.toml Cargo.lock 2>/dev/null)" ]; then
-	GIT_REV+=" (+ uncommitted changes)"
-fi
+pick_sluice
 
 # --- processes and teardown -----------------------------------------------------------
 WORK=$(mktemp -d /tmp/sluice-rules.XXXXXX)
@@ -601,24 +545,7 @@ measure() {
 		t1=$(cpu_ticks "$pid") || t1=""
 	fi
 	c1=$(com_selects)
-	local parsed q qps errs reconn
-	parsed=$(awk '
-		/^ *queries:/ { q = $2; qps = $3; gsub(/[(]/, "", qps) }
-		/ignored errors:/ { e = $3 }
-		/reconnects:/ { r = $2 }
-		END { if (q != "") print q, qps, e + 0, r + 0 }' "$logf")
-	if [ "$rc" -ne 0 ] || [ -z "$parsed" ]; then
-		local last
-		last=$(grep -m1 -E 'FATAL|ERROR|error' "$logf" || tail -n 1 "$logf")
-		FAILURES+=("$what: sysbench exit $rc: $last")
-		log "[$RUN_NO/$NRUNS] $what: FAILED (sysbench exit $rc); last lines of its output:"
-		tail -n 15 "$logf" >&2
-		return 0
-	fi
-	read -r q qps errs reconn <<<"$parsed"
-	if [ "$errs" != 0 ] || [ "$reconn" != 0 ]; then
-		NOTES+=("$what: $errs ignored errors, $reconn reconnects")
-	fi
+	sysbench_figures "$logf" "$rc" "$what" || return 0
 	# Which instance executed the run's selects (Com_select deltas): all should be on the
 	# expected hostgroup's.
 	local want share served
@@ -631,20 +558,16 @@ measure() {
 		for (i = 0; i < n; i++) printf "%shg%d %d", (i ? ", " : ""), i, d[i]
 		print ""
 	}')
-	local key="$cfg|$shard" cpu_txt=""
+	local key="$cfg|$shard"
 	if awk -v s="$share" 'BEGIN { exit !(s < 0.99) }'; then
 		FAILURES+=("$what: only $(awk -v s="$share" 'BEGIN { printf "%.1f", s * 100 }')% of the selects ran on hostgroup $want ($served)")
 		log "[$RUN_NO/$NRUNS] $what: MISROUTED: selects executed per instance: $served (expected all on hostgroup $want)"
 		return 0
 	fi
-	QPS[$key]+="$qps "
-	if [ -n "$t0" ] && [ -n "$t1" ]; then
-		local us
-		us=$(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" -v q="$q" 'BEGIN { printf "%.2f", d / hz * 1e6 / q }')
-		CPU[$key]+="$us "
-		cpu_txt=", sluice CPU $(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", d / hz }') s = $us µs/query"
-	fi
-	log "[$RUN_NO/$NRUNS] $what: $qps qps, $q queries$cpu_txt; selects executed: $served"
+	QPS[$key]+="$SB_QPS "
+	cpu_per_query "$t0" "$t1" "$SB_Q"
+	[ -z "$CPU_US" ] || CPU[$key]+="$CPU_US "
+	log "[$RUN_NO/$NRUNS] $what: $SB_QPS qps, $SB_Q queries$CPU_TXT; selects executed: $served"
 }
 
 # --- run ------------------------------------------------------------------------------
@@ -756,19 +679,7 @@ compare_row() {
 		"the port must be hostgroup NNN % 3's, or hostgroup 0's with no rules. All correct."
 	echo
 	cat "$WORK/routing.md"
-	if [ ${#FAILURES[@]} -gt 0 ] || [ ${#NOTES[@]} -gt 0 ]; then
-		echo
-		for f in ${FAILURES[@]+"${FAILURES[@]}"}; do echo "- FAILED: $f"; done
-		for n in ${NOTES[@]+"${NOTES[@]}"}; do echo "- note: $n"; done
-	fi
+	report_problems
 } >"$WORK/report.md"
 
-cat "$WORK/report.md"
-if [ -n "$OUT" ]; then
-	cat "$WORK/report.md" >>"$OUT"
-	log "appended to $OUT"
-fi
-if [ ${#FAILURES[@]} -gt 0 ]; then
-	log "${#FAILURES[@]} run(s) failed"
-	exit 1
-fi
+publish_report "$WORK/report.md"
