@@ -113,26 +113,8 @@ WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX)
 DB_PID="" DB_PORT="" SLUICE_PID="" SLUICE_PORT="" SLUICE_RUNTIME="" RUN_PID=""
 SOCK=$WORK/mysqld.sock
 
-# sluice_status: sluice's exit status as written by its supervisor (waits up to 5 s for it).
-sluice_status() {
-	local i
-	for ((i = 0; i < 50; i++)); do
-		[ -s "$WORK/sluice.rc" ] && break
-		sleep 0.1
-	done
-	cat "$WORK/sluice.rc" 2>/dev/null || echo unknown
-}
-
 stop_sluice() {
-	[ -n "$SLUICE_PID" ] || return 0
-	if alive "$SLUICE_PID"; then
-		stop_proc "$SLUICE_PID" sluice 10
-		local st
-		st=$(sluice_status)
-		[ "$st" = 0 ] || log "note: sluice exited with status $st on SIGTERM (expected 0)"
-	else
-		log "sluice had exited by itself, with status $(sluice_status)"
-	fi
+	stop_supervised "$SLUICE_PID" "$WORK/sluice" sluice
 	SLUICE_PID=""
 }
 
@@ -195,24 +177,10 @@ start_mariadb() {
 start_sluice() {
 	SLUICE_PORT=$(free_port)
 	echo "=== $(date +%T) start: ${SLUICE_CMD[*]} $* ${SLUICE_EXTRA[*]:-}" >>"$WORK/sluice.log"
-	rm -f "$WORK/sluice.pid" "$WORK/sluice.rc"
-	# A supervisor subshell starts sluice, records its pid and, when it ends, its exit status.
-	(
-		"${SLUICE_CMD[@]}" --listen "127.0.0.1:$SLUICE_PORT" --backend "127.0.0.1:$DB_PORT" \
-			--user root --password '' "$@" ${SLUICE_EXTRA[@]+"${SLUICE_EXTRA[@]}"} \
-			</dev/null >>"$WORK/sluice.log" 2>&1 &
-		echo $! >"$WORK/sluice.pid"
-		rc=0
-		wait $! || rc=$?
-		echo "$rc" >"$WORK/sluice.rc.tmp"
-		mv "$WORK/sluice.rc.tmp" "$WORK/sluice.rc"
-	) &
+	spawn_supervised "$WORK/sluice" "$WORK/sluice.log" "${SLUICE_CMD[@]}" --listen "127.0.0.1:$SLUICE_PORT" \
+		--backend "127.0.0.1:$DB_PORT" --user root --password '' "$@" ${SLUICE_EXTRA[@]+"${SLUICE_EXTRA[@]}"}
+	SLUICE_PID=$SPAWNED_PID
 	local i err=""
-	for ((i = 0; i < 50; i++)); do
-		[ -s "$WORK/sluice.pid" ] && break
-		sleep 0.1
-	done
-	SLUICE_PID=$(cat "$WORK/sluice.pid")
 	for ((i = 0; i < 300; i++)); do
 		alive "$SLUICE_PID" || { SLUICE_PID=""; die "sluice exited during start-up"; }
 		if err=$(timeout 5 mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$SLUICE_PORT" -uroot \

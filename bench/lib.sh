@@ -231,3 +231,49 @@ publish_report() {
 		exit 1
 	fi
 }
+
+# spawn_supervised PREFIX LOGFILE CMD...: starts CMD (stdout and stderr appended to LOGFILE)
+# under a supervisor subshell that writes its pid to PREFIX.pid and, when it ends, its exit
+# status to PREFIX.rc. Sets SPAWNED_PID once the pid is known.
+spawn_supervised() {
+	local prefix=$1 logf=$2 i
+	shift 2
+	rm -f "$prefix.pid" "$prefix.rc"
+	(
+		"$@" </dev/null >>"$logf" 2>&1 &
+		echo $! >"$prefix.pid"
+		rc=0
+		wait $! || rc=$?
+		echo "$rc" >"$prefix.rc.tmp"
+		mv "$prefix.rc.tmp" "$prefix.rc"
+	) &
+	for ((i = 0; i < 50; i++)); do
+		[ -s "$prefix.pid" ] && break
+		sleep 0.1
+	done
+	SPAWNED_PID=$(cat "$prefix.pid")
+}
+
+# exit_status PREFIX: the exit status its supervisor wrote (waits up to 5 s for it).
+exit_status() {
+	local i
+	for ((i = 0; i < 50; i++)); do
+		[ -s "$1.rc" ] && break
+		sleep 0.1
+	done
+	cat "$1.rc" 2>/dev/null || echo unknown
+}
+
+# stop_supervised PID PREFIX NAME: SIGTERM (see stop_proc) to a process started with
+# spawn_supervised, logging its exit status unless it is the expected 0.
+stop_supervised() {
+	local pid=$1 prefix=$2 name=$3 st
+	[ -n "$pid" ] || return 0
+	if alive "$pid"; then
+		stop_proc "$pid" "$name" 10
+		st=$(exit_status "$prefix")
+		[ "$st" = 0 ] || log "note: $name exited with status $st on SIGTERM (expected 0)"
+	else
+		log "$name had exited by itself, with status $(exit_status "$prefix")"
+	fi
+}

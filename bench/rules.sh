@@ -118,28 +118,8 @@ declare -a DB_PID=() DB_PORT=() # by hostgroup
 declare -A S_PID=() S_PORT=()   # sluice by config name
 RUN_PID=""
 
-# sluice_status NAME: that sluice's exit status as written by its supervisor (waits up to 5 s).
-sluice_status() {
-	local i
-	for ((i = 0; i < 50; i++)); do
-		[ -s "$WORK/sluice-$1.rc" ] && break
-		sleep 0.1
-	done
-	cat "$WORK/sluice-$1.rc" 2>/dev/null || echo unknown
-}
-
-# stop_sluice NAME
 stop_sluice() {
-	local pid=${S_PID[$1]:-}
-	[ -n "$pid" ] || return 0
-	if alive "$pid"; then
-		stop_proc "$pid" "sluice ($1)" 10
-		local st
-		st=$(sluice_status "$1")
-		[ "$st" = 0 ] || log "note: sluice ($1) exited with status $st on SIGTERM (expected 0)"
-	else
-		log "sluice ($1) had exited by itself, with status $(sluice_status "$1")"
-	fi
+	stop_supervised "${S_PID[$1]:-}" "$WORK/sluice-$1" "sluice ($1)"
 	S_PID[$1]=""
 }
 
@@ -394,25 +374,11 @@ through() {
 
 # start_sluice NAME: starts sluice with that configuration, waits until SELECT 1 works.
 start_sluice() {
-	local n=$1 pidf=$WORK/sluice-$1.pid rcf=$WORK/sluice-$1.rc logf=$WORK/sluice-$1.log
+	local n=$1 logf=$WORK/sluice-$1.log
 	echo "=== $(date +%T) start: ${SLUICE_CMD[*]} --config $WORK/sluice-$n.toml ${SLUICE_EXTRA[*]:-}" >>"$logf"
-	rm -f "$pidf" "$rcf"
-	# A supervisor subshell starts sluice, records its pid and, when it ends, its exit status.
-	(
-		"${SLUICE_CMD[@]}" --config "$WORK/sluice-$n.toml" ${SLUICE_EXTRA[@]+"${SLUICE_EXTRA[@]}"} \
-			</dev/null >>"$logf" 2>&1 &
-		echo $! >"$pidf"
-		rc=0
-		wait $! || rc=$?
-		echo "$rc" >"$rcf.tmp"
-		mv "$rcf.tmp" "$rcf"
-	) &
+	spawn_supervised "$WORK/sluice-$n" "$logf" "${SLUICE_CMD[@]}" --config "$WORK/sluice-$n.toml" ${SLUICE_EXTRA[@]+"${SLUICE_EXTRA[@]}"}
+	S_PID[$n]=$SPAWNED_PID
 	local i err=""
-	for ((i = 0; i < 50; i++)); do
-		[ -s "$pidf" ] && break
-		sleep 0.1
-	done
-	S_PID[$n]=$(cat "$pidf")
 	for ((i = 0; i < 300; i++)); do
 		alive "${S_PID[$n]}" || { S_PID[$n]=""; die "sluice ($n) exited during start-up"; }
 		if err=$(through "${S_PORT[$n]}" -e 'SELECT 1' 2>&1); then
