@@ -277,3 +277,9 @@ stop_supervised() {
 		log "$name had exited by itself, with status $(exit_status "$prefix")"
 	fi
 }
+
+# --- added for bench/pool.sh ----------------------------------------------------------
+# vmrss_kib PID: the process's resident set size in KiB (VmRSS in /proc/PID/status).
+vmrss_kib() {
+	awk '/^VmRSS:/ { print $2; found = 1 } END { exit !found }' "/proc/$1/status" 2>/dev/null
+}

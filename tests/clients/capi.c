@@ -852,7 +852,10 @@ static int kill_scenario(int use_connection_id)
         CHECK(e1.code == 1094, "COM_PROCESS_KILL unknown id gave %u '%s'", e1.code, e1.msg);
         CHECK_SAME_ERR(e1, e2, "COM_PROCESS_KILL unknown id");
     }
-    CHECK(wait_processlist(d, sqlf("ID = %lu", cid), 0, 5000), "killed connection %lu still in processlist", cid);
+    /* Directly, the killed thread leaves the processlist. Through a proxy the id is the proxy's
+       own (a pooled backend thread may carry the same number): the check is the client side. */
+    if (EP.port == DI.port && strcmp(EP.host, DI.host) == 0)
+        CHECK(wait_processlist(d, sqlf("ID = %lu", cid), 0, 5000), "killed connection %lu still in processlist", cid);
     int rc = mysql_query(a, "SELECT 'should fail'");
     err_t ae;
     get_err(a, &ae);

@@ -2,7 +2,7 @@
 //! and the old EOF (0xFE, under 9 bytes). Readers take payloads (headers stripped);
 //! writers append a whole packet with its header.
 
-use crate::codec::{read_lenenc, write_lenenc, write_lenenc_str};
+use crate::codec::{read_lenenc, read_lenenc_str, write_lenenc, write_lenenc_str};
 use crate::frame::PacketBuilder;
 use crate::ProtoError;
 
@@ -113,6 +113,57 @@ pub fn write_ok(out: &mut Vec<u8>, seq: &mut u8, header: u8, ok: &Ok, info: &[u8
     b.finish(out, seq);
 }
 
+/// Session-state change types in an OK packet (CLIENT_SESSION_TRACK).
+pub const SESSION_TRACK_SCHEMA: u8 = 1;
+
+/// The payload of a login OK (with session-state information, CLIENT_SESSION_TRACK) made to
+/// report `schema` as the default database instead of the one it named. `None` if malformed.
+pub fn ok_with_schema(payload: &[u8], schema: Option<&str>) -> Option<Vec<u8>> {
+    let ok = parse_ok(payload).ok()?;
+    let changed = crate::StatusFlags::SERVER_SESSION_STATE_CHANGED.bits();
+    let (_, a) = read_lenenc(payload.get(1..)?)?;
+    let (_, b) = read_lenenc(payload.get(1 + a..)?)?;
+    let fixed = 1 + a + b + 4;
+    let mut rest = payload.get(fixed..)?;
+    let info = if rest.is_empty() {
+        &[][..]
+    } else {
+        let (info, n) = read_lenenc_str(rest)?;
+        rest = &rest[n..];
+        info
+    };
+    let mut entries = Vec::new();
+    if ok.status & changed != 0 {
+        let (state, _) = read_lenenc_str(rest)?;
+        let mut s = state;
+        while !s.is_empty() {
+            let kind = s[0];
+            let (data, n) = read_lenenc_str(&s[1..])?;
+            if kind != SESSION_TRACK_SCHEMA {
+                entries.push(kind);
+                write_lenenc_str(&mut entries, data);
+            }
+            s = &s[1 + n..];
+        }
+    }
+    if let Some(db) = schema {
+        let mut data = Vec::new();
+        write_lenenc_str(&mut data, db.as_bytes());
+        entries.push(SESSION_TRACK_SCHEMA);
+        write_lenenc_str(&mut entries, &data);
+    }
+    let mut out = payload[..fixed].to_vec();
+    let status = if entries.is_empty() { ok.status & !changed } else { ok.status | changed };
+    out[1 + a + b..1 + a + b + 2].copy_from_slice(&status.to_le_bytes());
+    if !entries.is_empty() || !info.is_empty() {
+        write_lenenc_str(&mut out, info);
+    }
+    if !entries.is_empty() {
+        write_lenenc_str(&mut out, &entries);
+    }
+    Some(out)
+}
+
 /// Appends an old-style EOF packet.
 pub fn write_eof(out: &mut Vec<u8>, seq: &mut u8, warnings: u16, status: u16) {
     let b = PacketBuilder::begin(out);
@@ -120,6 +171,34 @@ pub fn write_eof(out: &mut Vec<u8>, seq: &mut u8, warnings: u16, status: u16) {
     out.extend_from_slice(&warnings.to_le_bytes());
     out.extend_from_slice(&status.to_le_bytes());
     b.finish(out, seq);
+}
+
+#[cfg(test)]
+mod session_state_tests {
+    use super::*;
+
+    #[test]
+    fn login_ok_schema_is_replaced() {
+        // OK, 0 rows, id 0, status AUTOCOMMIT|STATE_CHANGED, no warnings, empty info, state:
+        // system variable (0) autocommit=ON, schema (1) "a".
+        let mut state = vec![0u8];
+        write_lenenc_str(&mut state, b"\x0aautocommit\x02ON");
+        state.push(1);
+        write_lenenc_str(&mut state, b"\x01a");
+        let mut p = vec![0, 0, 0, 0x02, 0x40, 0, 0, 0];
+        write_lenenc_str(&mut p, &state);
+        let out = ok_with_schema(&p, Some("shop")).unwrap();
+        let mut want_state = vec![0u8];
+        write_lenenc_str(&mut want_state, b"\x0aautocommit\x02ON");
+        want_state.push(1);
+        write_lenenc_str(&mut want_state, b"\x04shop");
+        let mut want = vec![0, 0, 0, 0x02, 0x40, 0, 0, 0];
+        write_lenenc_str(&mut want, &want_state);
+        assert_eq!(out, want);
+        let plain = ok_with_schema(&[0, 0, 0, 2, 0, 0, 0], None).unwrap();
+        assert_eq!(plain, vec![0, 0, 0, 2, 0, 0, 0]);
+        assert!(ok_with_schema(&[0, 0], None).is_none());
+    }
 }
 
 #[cfg(test)]

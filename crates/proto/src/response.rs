@@ -95,6 +95,7 @@ pub struct Scanner {
     last_seq: u8,
     status: u16,
     warnings: u16,
+    last_insert_id: u64,
     packets: u64,
 }
 
@@ -123,6 +124,7 @@ impl Scanner {
             last_seq: 0,
             status: 0,
             warnings: 0,
+            last_insert_id: 0,
             packets: 0,
         }
     }
@@ -147,6 +149,11 @@ impl Scanner {
 
     pub fn warnings(&self) -> u16 {
         self.warnings
+    }
+
+    /// The last insert id of the last OK that reported one (0 if none did).
+    pub fn last_insert_id(&self) -> u64 {
+        self.last_insert_id
     }
 
     /// Sequence id of the last packet header seen.
@@ -244,6 +251,9 @@ impl Scanner {
                         let ok = parse_ok(p).map_err(|_| ProtoError::Malformed("OK"))?;
                         self.status = ok.status;
                         self.warnings = ok.warnings;
+                        if ok.last_insert_id != 0 {
+                            self.last_insert_id = ok.last_insert_id;
+                        }
                         self.more_results_or_done()
                     }
                     Some(LOCAL_INFILE_HEADER) if self.reply == Reply::Query => Ok(Event::LocalInfile),

@@ -111,6 +111,48 @@ impl Default for TlsSection {
     }
 }
 
+/// Backend connection pooling, multiplexing and prepared statements (docs/pooling.md).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoolSection {
+    /// Hand a client's backend connection back to the pool after each statement unless the
+    /// session is pinned (transaction, locks, temporary tables…). Off: a session keeps the
+    /// connections it uses until it ends (they still come from and return to the pool).
+    pub multiplexing: bool,
+    /// Idle connections kept open per server and backend login, opened ahead of need.
+    pub min_idle: u32,
+    /// An idle connection unused this long is closed (down to `min_idle`).
+    pub max_idle_ms: u64,
+    /// A connection older than this is closed when it next falls idle.
+    pub max_lifetime_ms: u64,
+    /// How long a statement waits for a connection when every server of its hostgroup is at
+    /// max_connections; then it fails with an error naming the hostgroup.
+    pub checkout_timeout_ms: u64,
+    /// An idle connection is checked for a server-side close before reuse once it has been
+    /// idle this long (0: always).
+    pub check_idle_after_ms: u64,
+    /// Prepared statements kept open per backend connection; the least recently used is
+    /// closed beyond this.
+    pub max_statements_per_connection: usize,
+    /// Distinct prepared statements (user, schema, text) whose metadata sluice keeps.
+    pub max_statements: usize,
+}
+
+impl Default for PoolSection {
+    fn default() -> Self {
+        PoolSection {
+            multiplexing: true,
+            min_idle: 0,
+            max_idle_ms: 60_000,
+            max_lifetime_ms: 3_600_000,
+            checkout_timeout_ms: 10_000,
+            check_idle_after_ms: 0,
+            max_statements_per_connection: 256,
+            max_statements: 20_000,
+        }
+    }
+}
+
 /// The account sluice uses for its own backend queries (reading mysql.user, health checks).
 #[derive(Debug, Clone, PartialEq, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -239,6 +281,8 @@ pub struct FileConfig {
     #[serde(default)]
     pub monitor: Option<MonitorSection>,
     #[serde(default)]
+    pub pool: PoolSection,
+    #[serde(default)]
     pub mysql_servers: Vec<ServerRow>,
     #[serde(default)]
     pub mysql_users: Vec<UserRow>,
@@ -300,6 +344,7 @@ pub struct Config {
     pub workers: usize,
     pub tls: TlsSection,
     pub monitor: Option<MonitorSection>,
+    pub pool: PoolSection,
     pub servers: Vec<ServerRow>,
     pub users: Vec<UserRow>,
     pub query_rules: Vec<QueryRuleRow>,
@@ -324,6 +369,7 @@ impl Config {
         self.proxy == proxy
             && self.tls == other.tls
             && self.monitor == other.monitor
+            && self.pool == other.pool
             && self.servers == other.servers
             && self.users == other.users
     }
@@ -406,6 +452,10 @@ impl FileConfig {
                 "needs a [monitor] section with a username to read the backend's accounts",
             ));
         }
+        if self.pool.max_statements_per_connection == 0 || self.pool.max_statements == 0 {
+            let field = if self.pool.max_statements == 0 { "max_statements" } else { "max_statements_per_connection" };
+            out.push(problem(vec![Key("pool"), Key(field)], "must be at least 1"));
+        }
         if self.tls.cert.is_some() != self.tls.key.is_some() {
             out.push(problem(vec![Key("tls"), Key(if self.tls.cert.is_some() { "key" } else { "cert" })], "cert and key go together"));
         }
@@ -418,6 +468,9 @@ impl FileConfig {
             }
             if s.port == 0 {
                 out.push(problem(vec![Key("mysql_servers"), Index(i), Key("port")], "must not be 0"));
+            }
+            if s.max_connections == 0 {
+                out.push(problem(vec![Key("mysql_servers"), Index(i), Key("max_connections")], "must be at least 1"));
             }
             let dup =
                 self.mysql_servers[..i].iter().any(|o| o.hostgroup_id == s.hostgroup_id && o.hostname == s.hostname && o.port == s.port);
@@ -474,6 +527,7 @@ impl FileConfig {
             workers,
             tls: self.tls,
             monitor: self.monitor,
+            pool: self.pool,
             servers: self.mysql_servers,
             users: self.mysql_users,
             query_rules: self.mysql_query_rules,

@@ -1,33 +1,72 @@
 //! Live client sessions by the id sluice gave them, so `KILL <id>` from one session can reach
-//! another's backend thread. Touched at connect, disconnect, KILL and when a session moves to
-//! another hostgroup's connection (a pointer copy under the session's own lock).
+//! another. Touched at connect, disconnect and KILL; the backend connection serving a session
+//! is one atomic store per change, in the session's own handle.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
 pub struct SessionHandle {
     pub id: u32,
     pub user: String,
-    /// (server name, backend thread id) of the connection serving the session now.
-    backend: Mutex<Option<(Arc<str>, u32)>>,
+    /// (server index + 1) << 32 | backend thread id of the connection serving the session
+    /// now; 0 when it holds none.
+    backend: AtomicU64,
     killed: AtomicBool,
     kill: Notify,
+    /// A KILL QUERY for the statement running now: 0 none, else `KillQuery` + 1.
+    kill_query: AtomicU8,
+    kill_query_notify: Notify,
     /// Set once the session has closed its client connection.
     closed: AtomicBool,
     closed_notify: Notify,
 }
 
 impl SessionHandle {
-    pub fn set_backend(&self, server: &Arc<str>, thread_id: u32) {
-        if let Ok(mut b) = self.backend.lock() {
-            *b = Some((server.clone(), thread_id));
+    pub fn set_backend(&self, server_index: usize, thread_id: u32) {
+        self.backend.store(((server_index as u64 + 1) << 32) | thread_id as u64, Ordering::Release);
+    }
+
+    pub fn clear_backend(&self) {
+        self.backend.store(0, Ordering::Release);
+    }
+
+    /// (server index, thread id) of the backend connection serving the session now.
+    pub fn backend(&self) -> Option<(usize, u32)> {
+        match self.backend.load(Ordering::Acquire) {
+            0 => None,
+            v => Some(((v >> 32) as usize - 1, v as u32)),
         }
     }
 
-    pub fn backend(&self) -> Option<(Arc<str>, u32)> {
-        self.backend.lock().ok().and_then(|b| b.clone())
+    /// Asks the session to kill the statement it is running (it does so itself, so the KILL
+    /// reaches that statement's connection and no other's).
+    pub fn request_kill_query(&self, hard: Option<bool>) {
+        let v = match hard {
+            None => 1,
+            Some(false) => 2,
+            Some(true) => 3,
+        };
+        self.kill_query.store(v, Ordering::Release);
+        self.kill_query_notify.notify_one();
+    }
+
+    /// Resolves when a KILL QUERY was asked for; returns its HARD/SOFT modifier.
+    pub async fn kill_query_requested(&self) -> Option<bool> {
+        loop {
+            match self.kill_query.swap(0, Ordering::AcqRel) {
+                0 => self.kill_query_notify.notified().await,
+                1 => return None,
+                2 => return Some(false),
+                _ => return Some(true),
+            }
+        }
+    }
+
+    /// Forgets a KILL QUERY that came between statements (the server ignores those too).
+    pub fn clear_kill_query(&self) {
+        self.kill_query.store(0, Ordering::Release);
     }
 
     /// Asks the session to end (after KILL CONNECTION reached its backend).
@@ -92,9 +131,11 @@ impl Registry {
         let h = Arc::new(SessionHandle {
             id,
             user: user.to_string(),
-            backend: Mutex::new(None),
+            backend: AtomicU64::new(0),
             killed: AtomicBool::new(false),
             kill: Notify::new(),
+            kill_query: AtomicU8::new(0),
+            kill_query_notify: Notify::new(),
             closed: AtomicBool::new(false),
             closed_notify: Notify::new(),
         });

@@ -40,7 +40,7 @@ impl Default for Profile {
 /// Read-mostly state every session sees. Nothing here is locked on the query path.
 pub struct Shared {
     pub config: Config,
-    pub hostgroups: Hostgroups,
+    pub hostgroups: Arc<Hostgroups>,
     /// The query rules in force; a reload swaps them, sessions pick the new set up at their
     /// next statement (in-flight statements finish under the old one).
     pub rules: Arc<arc_swap::ArcSwap<RuleSet>>,
@@ -159,7 +159,7 @@ impl Server {
         warn_inactive_columns(&config.query_rules);
         let shared = Arc::new(Shared {
             rules: Arc::new(arc_swap::ArcSwap::new(config.rules.clone())),
-            hostgroups,
+            hostgroups: Arc::new(hostgroups),
             users,
             tls,
             rsa: OnceLock::new(),
@@ -204,7 +204,6 @@ fn warn_inactive_columns(rows: &[crate::config::QueryRuleRow]) {
             ("cache_ttl", r.cache_ttl.is_some_and(|v| v >= 0), "the result cache"),
             ("mirror_hostgroup", r.mirror_hostgroup.is_some_and(|v| v >= 0), "mirroring"),
             ("log", r.log.is_some_and(|v| v >= 0), "the query log"),
-            ("multiplex", r.multiplex.is_some_and(|v| v >= 0), "multiplexing"),
         ];
         for (column, set, feature) in pending {
             if set {
@@ -238,8 +237,10 @@ fn start_per_core(shared: &Arc<Shared>, listeners: Vec<std::net::TcpListener>) -
                 Ok(rt) => rt,
                 Err(e) => return tracing::error!("worker {w}: cannot build runtime: {e}"),
             };
+            crate::pool::set_worker(w);
             rt.block_on(async move {
                 let tracker = TaskTracker::new();
+                tokio::spawn(maintain_pool(shared.clone(), w));
                 loop {
                     tokio::select! {
                         _ = shared.shutdown.cancelled() => break,
@@ -276,16 +277,27 @@ fn start_per_core(shared: &Arc<Shared>, listeners: Vec<std::net::TcpListener>) -
     Ok(threads)
 }
 
+/// Keeps worker `shard`'s pooled connections fresh until shutdown.
+async fn maintain_pool(shared: Arc<Shared>, shard: usize) {
+    let settings = shared.config.pool.clone();
+    crate::pool::maintain(shared.hostgroups.clone(), settings, shared.config.connect_timeout(), shard, shared.shutdown.clone()).await;
+}
+
 /// One multi-threaded work-stealing runtime with `workers` threads.
 fn start_stealing(shared: &Arc<Shared>, listeners: Vec<std::net::TcpListener>) -> anyhow::Result<Vec<JoinHandle<()>>> {
+    let next_worker = Arc::new(AtomicUsize::new(0));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(shared.config.workers)
         .thread_name("sluice-worker")
+        .on_thread_start(move || crate::pool::set_worker(next_worker.fetch_add(1, std::sync::atomic::Ordering::Relaxed)))
         .enable_all()
         .build()?;
     let shared = shared.clone();
     Ok(vec![runtime_thread("sluice-runtime".into(), move || {
         rt.block_on(async move {
+            for w in 0..shared.config.workers {
+                tokio::spawn(maintain_pool(shared.clone(), w));
+            }
             let tracker = TaskTracker::new();
             let spawn = |stream: tokio::net::TcpStream, peer: SocketAddr| {
                 tracker.spawn(crate::session::run(shared.clone(), stream, peer));

@@ -193,8 +193,18 @@ async fn a_transaction_keeps_its_backend() {
     assert_eq!(port_of(&mut c, "/* 001 */ SELECT @@port").await, trio.port(0), "inside the transaction");
     c.query_drop("COMMIT").await.unwrap();
     assert_eq!(port_of(&mut c, "/* 001 */ SELECT @@port").await, trio.port(1), "after it");
+    // With autocommit off, the statement that opens the implicit transaction decides where
+    // it lives (the server reports it open); statements before it touched no table.
+    for db in &trio.dbs {
+        db.sql("CREATE TABLE IF NOT EXISTS test.ac (a INT) ENGINE=InnoDB; INSERT INTO test.ac VALUES (1)").unwrap();
+    }
     c.query_drop("SET autocommit = 0").await.unwrap();
-    assert_eq!(port_of(&mut c, "/* 002 */ SELECT @@port").await, trio.port(0), "autocommit off pins too");
+    assert_eq!(port_of(&mut c, "/* 002 */ SELECT @@port FROM test.ac").await, trio.port(2), "opens a transaction");
+    assert_eq!(port_of(&mut c, "/* 001 */ SELECT @@port").await, trio.port(2), "which keeps its backend");
+    c.query_drop("COMMIT").await.unwrap();
+    assert_eq!(port_of(&mut c, "/* 001 */ SELECT @@port").await, trio.port(1), "until it ends");
+    let autocommit: u8 = c.query_first("/* 001 */ SELECT @@autocommit").await.unwrap().unwrap();
+    assert_eq!(autocommit, 0, "the session's autocommit follows it to every backend");
     c.query_drop("SET autocommit = 1").await.unwrap();
     assert_eq!(port_of(&mut c, "/* 002 */ SELECT @@port").await, trio.port(2));
     // CONNECTION_ID() stays the session's own wherever the statement runs.

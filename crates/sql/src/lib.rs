@@ -1,8 +1,10 @@
 //! SQL text for sluice, without building an AST on the hot path: a hand-written MySQL lexer
-//! (`lexer`), the statement facts the session needs (`classify`) and query digests for rules
-//! and statistics (`digest`).
+//! (`lexer`), the statement facts the session needs (`classify`), what a statement may do to
+//! session state for multiplexing (`effects`) and query digests for rules and statistics
+//! (`digest`).
 
 pub mod classify;
 pub mod digest;
+pub mod effects;
 mod keywords;
 pub mod lexer;

@@ -2,13 +2,15 @@
 //! and caching_sha2_password with fast path, full auth over TLS or RSA, auth switch), and a
 //! small text-protocol query helper for sluice's own queries (reading accounts, KILL).
 
+use super::{state, Login};
 use crate::net::{tune, Conn, Stream};
 use crate::route::Server;
 use proto::auth;
 use proto::handshake::{self, ClientHello, ServerGreeting};
 use proto::packet;
 use proto::CapabilityFlags;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
 /// What sluice knows that lets it log in to a backend as a user.
@@ -90,13 +92,44 @@ pub struct Backend {
     pub capabilities: CapabilityFlags,
     pub mariadb_caps: u32,
     pub greeting: ServerGreeting,
-    /// The default database as far as sluice set it (login, COM_INIT_DB, USE).
-    pub schema: Option<String>,
+    /// The login it was opened with (its pool key).
+    pub login: Arc<Login>,
+    /// The session state it is in (schema, variables), as sluice set or read it.
+    pub state: state::Shared,
     /// Server status flags of the last complete reply.
     pub status: u16,
+    /// LAST_INSERT_ID() here, as far as OK packets told.
+    pub last_insert_id: u64,
+    /// The server's OK to the login (its session-state information tells clients their
+    /// character set): answered to each client that starts a session on this connection.
+    pub login_ok: Vec<u8>,
+    /// Counted against its server's max_connections; goes back to the pool.
+    pub pooled: bool,
+    /// In an unknown protocol state (a reply cut short): closed, never reused.
+    pub broken: bool,
+    /// Carries state of a client that is gone (temporary tables, locks…): reset before reuse.
+    pub needs_reset: bool,
+    pub created: Instant,
+    pub idle_since: Instant,
 }
 
 impl Backend {
+    pub fn idle_for(&self) -> Duration {
+        self.idle_since.elapsed()
+    }
+
+    pub fn age(&self) -> Duration {
+        self.created.elapsed()
+    }
+
+    /// Closes without waiting: COM_QUIT if the socket takes it at once (so the server does
+    /// not log an aborted connection), then the socket closes.
+    pub fn close(self) {
+        if let Stream::Tcp(tcp) = &self.conn.stream {
+            let _ = tcp.try_write(&[1, 0, 0, 0, proto::command::COM_QUIT]);
+        }
+    }
+
     /// A transaction is open, or may be (autocommit off): the session stays on this connection.
     pub fn in_transaction(&self) -> bool {
         use proto::StatusFlags as S;
@@ -107,27 +140,6 @@ impl Backend {
     pub fn is_alive(&mut self) -> bool {
         let mut b = [0u8; 64];
         matches!(self.conn.stream.try_read_now(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
-    }
-
-    /// COM_INIT_DB for sluice's own bookkeeping (bringing a connection to the client's schema).
-    pub async fn init_db(&mut self, db: &str) -> Result<(), BackendError> {
-        let server = self.server.name.clone();
-        let lost = |e| BackendError::Lost { server: server.to_string(), source: e };
-        let mut out = Vec::with_capacity(db.len() + 5);
-        let mut seq = 0;
-        let mut payload = vec![proto::command::COM_INIT_DB];
-        payload.extend_from_slice(db.as_bytes());
-        proto::frame::write_packet(&mut out, &mut seq, &payload);
-        self.conn.write_all(&out).await.map_err(lost)?;
-        let (_, p) = self.conn.read_packet(1 << 24).await.map_err(lost)?;
-        match p.first() {
-            Some(0x00) => {
-                self.schema = Some(db.to_string());
-                Ok(())
-            }
-            Some(0xFF) => Err(rejected(&server, &p)),
-            _ => Err(BackendError::Protocol { server: server.to_string(), what: "unexpected reply to COM_INIT_DB".into() }),
-        }
     }
 
     pub fn deprecate_eof(&self) -> bool {
@@ -142,64 +154,133 @@ impl Backend {
     /// Runs a statement whose result is small and returns its rows as text (NULL as `None`).
     /// For sluice's own queries only: client traffic is streamed by `exec`.
     pub async fn query(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, BackendError> {
-        let server = self.server.name.to_string();
-        let lost = |e| BackendError::Lost { server: server.clone(), source: e };
-        let proto_err = |what: &str| BackendError::Protocol { server: server.clone(), what: what.to_string() };
-        let mut out = Vec::new();
+        let (rows, _) = self.query_columns(sql).await?;
+        Ok(rows.into_iter().map(|r| r.into_iter().map(|c| c.value.map(|v| String::from_utf8_lossy(&v).into_owned())).collect()).collect())
+    }
+
+    /// Runs one of sluice's own statements and returns the rows of its result sets with each
+    /// column's type, and the status flags of its last reply.
+    pub async fn query_columns(&mut self, sql: &str) -> Result<(Vec<Vec<state::Column>>, u16), BackendError> {
+        let mut out = Vec::with_capacity(sql.len() + 5);
         let mut seq = 0;
-        let mut payload = vec![proto::command::COM_QUERY];
-        payload.extend_from_slice(sql.as_bytes());
-        proto::frame::write_packet(&mut out, &mut seq, &payload);
-        self.conn.write_all(&out).await.map_err(lost)?;
-        let max = 1 << 30;
+        let packet = proto::frame::PacketBuilder::begin(&mut out);
+        out.push(proto::command::COM_QUERY);
+        out.extend_from_slice(sql.as_bytes());
+        packet.finish(&mut out, &mut seq);
+        self.conn.write_all(&out).await.map_err(|e| self.lost(e))?;
         let mut rows = Vec::new();
         loop {
-            let (_, p) = self.conn.read_packet(max).await.map_err(lost)?;
-            match p.first() {
-                Some(0x00) => {
-                    let ok = packet::parse_ok(&p).map_err(|_| proto_err("bad OK"))?;
-                    if ok.status & proto::StatusFlags::SERVER_MORE_RESULTS_EXISTS.bits() == 0 {
-                        return Ok(rows);
-                    }
+            let more = self.read_result(&mut rows).await?;
+            if more & proto::StatusFlags::SERVER_MORE_RESULTS_EXISTS.bits() == 0 {
+                return Ok((rows, more));
+            }
+        }
+    }
+
+    /// Reads one result (OK, ERR or a text result set) into `rows`; returns its status flags.
+    async fn read_result(&mut self, rows: &mut Vec<Vec<state::Column>>) -> Result<u16, BackendError> {
+        let max = 1 << 30;
+        let server = self.server.name.to_string();
+        let proto_err = |what: &str| BackendError::Protocol { server: server.clone(), what: what.to_string() };
+        let (_, p) = self.conn.read_packet(max).await.map_err(|e| self.lost(e))?;
+        match p.first() {
+            Some(0x00) => {
+                let ok = packet::parse_ok(&p).map_err(|_| proto_err("bad OK"))?;
+                self.status = ok.status;
+                Ok(ok.status)
+            }
+            Some(0xFF) => Err(rejected(&server, &p)),
+            _ => {
+                let (cols, _) = proto::codec::read_lenenc(&p).ok_or_else(|| proto_err("bad column count"))?;
+                let mut types = Vec::with_capacity(cols as usize);
+                for _ in 0..cols {
+                    let (_, def) = self.conn.read_packet(max).await.map_err(|e| self.lost(e))?;
+                    types.push(column_type(&def, self.mariadb_caps).ok_or_else(|| proto_err("bad column definition"))?);
                 }
-                Some(0xFF) => return Err(rejected(&server, &p)),
-                _ => {
-                    let (cols, _) = proto::codec::read_lenenc(&p).ok_or_else(|| proto_err("bad column count"))?;
-                    for _ in 0..cols {
-                        self.conn.read_packet(max).await.map_err(lost)?;
+                if !self.deprecate_eof() {
+                    self.conn.read_packet(max).await.map_err(|e| self.lost(e))?;
+                }
+                loop {
+                    let (_, r) = self.conn.read_packet(max).await.map_err(|e| self.lost(e))?;
+                    if r.first() == Some(&0xFE) && r.len() < proto::frame::MAX_CHUNK {
+                        let status = packet::terminator_status(&r, self.deprecate_eof()).map_err(|_| proto_err("bad EOF"))?;
+                        self.status = status;
+                        return Ok(status);
                     }
-                    if !self.deprecate_eof() {
-                        self.conn.read_packet(max).await.map_err(lost)?;
+                    if r.first() == Some(&0xFF) {
+                        return Err(rejected(&server, &r));
                     }
-                    loop {
-                        let (_, r) = self.conn.read_packet(max).await.map_err(lost)?;
-                        if r.first() == Some(&0xFE) && r.len() < proto::frame::MAX_CHUNK {
-                            let status = packet::terminator_status(&r, self.deprecate_eof()).map_err(|_| proto_err("bad EOF"))?;
-                            if status & proto::StatusFlags::SERVER_MORE_RESULTS_EXISTS.bits() == 0 {
-                                return Ok(rows);
-                            }
-                            break;
+                    let mut row = Vec::with_capacity(types.len());
+                    let mut rest = &r[..];
+                    for &type_id in &types {
+                        if rest.first() == Some(&0xFB) {
+                            row.push(state::Column { type_id, value: None });
+                            rest = &rest[1..];
+                        } else {
+                            let (v, n) = proto::codec::read_lenenc_str(rest).ok_or_else(|| proto_err("bad row"))?;
+                            row.push(state::Column { type_id, value: Some(v.to_vec()) });
+                            rest = &rest[n..];
                         }
-                        if r.first() == Some(&0xFF) {
-                            return Err(proto_err("error inside a result set"));
-                        }
-                        let mut row = Vec::with_capacity(cols as usize);
-                        let mut rest = &r[..];
-                        for _ in 0..cols {
-                            if rest.first() == Some(&0xFB) {
-                                row.push(None);
-                                rest = &rest[1..];
-                            } else {
-                                let (v, n) = proto::codec::read_lenenc_str(rest).ok_or_else(|| proto_err("bad row"))?;
-                                row.push(Some(String::from_utf8_lossy(v).into_owned()));
-                                rest = &rest[n..];
-                            }
-                        }
-                        rows.push(row);
                     }
+                    rows.push(row);
                 }
             }
         }
+    }
+
+    /// Sends COM_INIT_DB and a statement together (one round trip) and reads both replies.
+    /// The first error is returned, after every reply was read.
+    pub async fn run_batch(&mut self, init_db: Option<&str>, sql: Option<&str>) -> Result<(), BackendError> {
+        let mut out = Vec::new();
+        for (cmd, body) in [(proto::command::COM_INIT_DB, init_db), (proto::command::COM_QUERY, sql)] {
+            if let Some(body) = body {
+                let packet = proto::frame::PacketBuilder::begin(&mut out);
+                out.push(cmd);
+                out.extend_from_slice(body.as_bytes());
+                packet.finish(&mut out, &mut 0);
+            }
+        }
+        self.conn.write_all(&out).await.map_err(|e| self.lost(e))?;
+        let mut first_error = None;
+        let mut rows = Vec::new();
+        for _ in 0..(init_db.is_some() as usize + sql.is_some() as usize) {
+            match self.read_result(&mut rows).await {
+                Ok(_) => {}
+                Err(e @ BackendError::Rejected { .. }) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Returns the server session to its state right after login (COM_RESET_CONNECTION, or
+    /// COM_CHANGE_USER with the same login where the server lacks it).
+    pub async fn reset(&mut self) -> Result<(), BackendError> {
+        self.conn.write_all(&[1, 0, 0, 0, proto::command::COM_RESET_CONNECTION]).await.map_err(|e| self.lost(e))?;
+        let (_, p) = self.conn.read_packet(1 << 24).await.map_err(|e| self.lost(e))?;
+        match p.first() {
+            Some(0x00) => {
+                self.status = packet::parse_ok(&p).map_or(self.status, |o| o.status);
+                Ok(())
+            }
+            Some(0xFF) if packet::parse_err(&p).is_ok_and(|e| e.code == proto::errors::ER_UNKNOWN_COM_ERROR) => {
+                let login = self.login.clone();
+                let schema = self.state.schema.clone();
+                self.change_user(&login.username, &login.credential, schema.as_deref(), login.collation as u16, &login.attrs).await?;
+                Ok(())
+            }
+            Some(0xFF) => Err(rejected(&self.server.name, &p)),
+            _ => Err(BackendError::Protocol {
+                server: self.server.name.to_string(),
+                what: "unexpected reply to COM_RESET_CONNECTION".into(),
+            }),
+        }
+    }
+
+    fn lost(&self, e: std::io::Error) -> BackendError {
+        BackendError::Lost { server: self.server.name.to_string(), source: e }
     }
 
     /// Says goodbye politely (COM_QUIT) and closes.
@@ -210,7 +291,9 @@ impl Backend {
 
 impl Drop for Backend {
     fn drop(&mut self) {
-        self.server.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        if self.pooled {
+            self.server.pool.released_slot();
+        }
     }
 }
 
@@ -337,19 +420,35 @@ async fn connect_inner(p: &ConnectParams<'_>) -> Result<(Backend, Vec<u8>), Back
     let is_tls = conn.stream.is_tls();
     handshake::write_client_hello(&mut out, &mut seq, &hello);
     conn.write_all(&out).await.map_err(lost)?;
-    let login = Login { server, username: p.username, credential: p.credential, is_tls };
+    let login = AuthLogin { server, username: p.username, credential: p.credential, is_tls };
     let ok = auth_exchange(&mut conn, &login, plugin, greeting.nonce.clone()).await?;
+    let status = packet::parse_ok(&ok).map_or(greeting.status, |o| o.status);
+    let now = Instant::now();
     let backend = Backend {
         conn,
         server: p.server.clone(),
         thread_id: greeting.connection_id,
         capabilities: hello.capabilities,
         mariadb_caps: hello.mariadb_caps,
-        schema: p.database.map(str::to_string),
-        status: greeting.status,
+        login: Arc::new(Login {
+            username: p.username.to_string(),
+            credential: p.credential.clone(),
+            capabilities: p.capabilities,
+            mariadb_caps: p.mariadb_caps,
+            collation: p.collation,
+            attrs: Vec::new(),
+        }),
+        state: Arc::new(state::State::new(p.database, p.collation as u16)),
+        status,
+        last_insert_id: 0,
+        login_ok: ok.clone(),
+        pooled: false,
+        broken: false,
+        needs_reset: false,
+        created: now,
+        idle_since: now,
         greeting,
     };
-    backend.server.open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok((backend, ok))
 }
 
@@ -367,7 +466,7 @@ fn first_reply(greeting: &ServerGreeting, credential: &Credential, is_tls: bool)
 }
 
 /// Who is logging in, for the authentication exchange.
-struct Login<'a> {
+struct AuthLogin<'a> {
     server: &'a str,
     username: &'a str,
     credential: &'a Credential,
@@ -376,7 +475,7 @@ struct Login<'a> {
 
 /// Answers the server's authentication packets (auth switch, caching_sha2 fast path or full
 /// authentication) after the first reply was sent; returns the final OK payload.
-async fn auth_exchange(conn: &mut Conn, login: &Login<'_>, mut plugin: String, mut nonce: Vec<u8>) -> Result<Vec<u8>, BackendError> {
+async fn auth_exchange(conn: &mut Conn, login: &AuthLogin<'_>, mut plugin: String, mut nonce: Vec<u8>) -> Result<Vec<u8>, BackendError> {
     let lost = |e| BackendError::Lost { server: login.server.to_string(), source: e };
     let protocol = |what: String| BackendError::Protocol { server: login.server.to_string(), what };
     let mut out = Vec::new();
@@ -456,10 +555,25 @@ impl Backend {
         handshake::write_change_user(&mut out, &cu, self.capabilities);
         let server = self.server.name.to_string();
         self.conn.write_all(&out).await.map_err(|e| BackendError::Lost { server: server.clone(), source: e })?;
-        let login = Login { server: &server, username, credential, is_tls };
+        let login = AuthLogin { server: &server, username, credential, is_tls };
         auth_exchange(&mut self.conn, &login, plugin, self.greeting.nonce.clone()).await
     }
 }
+
+/// The type byte of a column definition (MariaDB's extended metadata, when negotiated, adds a
+/// string before the fixed fields).
+fn column_type(def: &[u8], mariadb_caps: u32) -> Option<u8> {
+    let mut rest = def;
+    let strings = if mariadb_caps & MARIADB_CLIENT_EXTENDED_METADATA != 0 { 7 } else { 6 };
+    for _ in 0..strings {
+        let (_, n) = proto::codec::read_lenenc_str(rest)?;
+        rest = rest.get(n..)?;
+    }
+    // Length of the fixed fields (0x0c), character set (2), column length (4), then the type.
+    rest.get(7).copied()
+}
+
+const MARIADB_CLIENT_EXTENDED_METADATA: u32 = 1 << 3;
 
 fn rejected(server: &str, payload: &[u8]) -> BackendError {
     match packet::parse_err(payload) {

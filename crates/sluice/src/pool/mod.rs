@@ -1,6 +1,373 @@
-//! ⑤ pool: backend connections. For now one connection per client session, opened at login
-//! and kept for the session's life; `backend` connects and authenticates.
+//! ⑤ pool: backend connections kept per server, per worker and per backend login, shared by
+//! client sessions. A session checks a connection out for a statement (or for as long as it
+//! is pinned) and hands it back; `state` brings a connection in line with the session's
+//! state first. Capacity is `max_connections` per server across workers; when a hostgroup is
+//! full, checkouts wait in a queue up to `checkout_timeout_ms`.
+//!
+//! Workers: in per-core mode a connection belongs to the runtime that opened it, so a worker
+//! takes only from its own shard; with the work-stealing runtime any shard will do, the local
+//! one first. Each shard has its own short lock, so workers do not contend on the query path.
 
 pub mod backend;
+pub mod state;
 
 pub use backend::{connect, Backend, BackendError, ConnectParams, Credential};
+
+use crate::config::PoolSection;
+use crate::route::{Hostgroups, NoServer, Server};
+use proto::CapabilityFlags;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// How sluice logs in to a backend for a client: the pool key (username, credential and the
+/// capabilities that shape the protocol), plus what a new connection is opened with.
+#[derive(Debug)]
+pub struct Login {
+    pub username: String,
+    pub credential: Credential,
+    pub capabilities: CapabilityFlags,
+    pub mariadb_caps: u32,
+    /// The login collation: part of the key, as the server may map an id it does not know
+    /// (MySQL 8's 255) to its own default at login, which no SET can name.
+    pub collation: u8,
+    /// Attributes of the client that first opened a connection for this key.
+    pub attrs: Vec<(String, String)>,
+}
+
+impl Login {
+    /// The client capabilities that shape the protocol or the server's behaviour after login,
+    /// and so split the pool; handshake-only bits (TLS, attributes, connect-with-db) do not.
+    pub fn key_capabilities(client: CapabilityFlags) -> CapabilityFlags {
+        use CapabilityFlags as C;
+        let shaping = C::CLIENT_LONG_PASSWORD
+            | C::CLIENT_FOUND_ROWS
+            | C::CLIENT_LONG_FLAG
+            | C::CLIENT_NO_SCHEMA
+            | C::CLIENT_ODBC
+            | C::CLIENT_LOCAL_FILES
+            | C::CLIENT_IGNORE_SPACE
+            | C::CLIENT_PROTOCOL_41
+            | C::CLIENT_INTERACTIVE
+            | C::CLIENT_IGNORE_SIGPIPE
+            | C::CLIENT_TRANSACTIONS
+            | C::CLIENT_MULTI_STATEMENTS
+            | C::CLIENT_MULTI_RESULTS
+            | C::CLIENT_PS_MULTI_RESULTS
+            | C::CLIENT_SESSION_TRACK
+            | C::CLIENT_DEPRECATE_EOF;
+        (client & shaping) | C::CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA | C::CLIENT_CONNECT_ATTRS | C::CLIENT_PLUGIN_AUTH
+    }
+
+    /// True when a connection opened for `self` can serve `other`.
+    pub fn same_key(&self, other: &Login) -> bool {
+        self.username == other.username
+            && self.credential == other.credential
+            && self.capabilities == other.capabilities
+            && self.mariadb_caps == other.mariadb_caps
+            && self.collation == other.collation
+    }
+}
+
+/// Checkouts waiting for a connection to a hostgroup, woken when one is returned or closed.
+#[derive(Default)]
+pub struct Waiters {
+    count: AtomicUsize,
+    notify: Notify,
+}
+
+impl Waiters {
+    fn wake_one(&self) {
+        if self.count.load(Ordering::Acquire) > 0 {
+            self.notify.notify_one();
+        }
+    }
+}
+
+/// One server's pooled connections.
+pub struct ServerPool {
+    /// Idle connections per worker, most recently used last.
+    shards: Box<[Mutex<Vec<Backend>>]>,
+    /// Pooled connections open or being opened: never above `max`.
+    slots: AtomicU32,
+    max: u32,
+    waiters: Arc<Waiters>,
+    /// Logins that have used this server, for keeping `min_idle` connections warm.
+    logins: Mutex<Vec<Arc<Login>>>,
+}
+
+impl ServerPool {
+    pub fn new(max_connections: u32, shards: usize, waiters: Arc<Waiters>) -> ServerPool {
+        ServerPool {
+            shards: (0..shards.max(1)).map(|_| Mutex::new(Vec::new())).collect(),
+            slots: AtomicU32::new(0),
+            max: max_connections,
+            waiters,
+            logins: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Connections open (idle or in use) now.
+    pub fn open(&self) -> u32 {
+        self.slots.load(Ordering::Relaxed)
+    }
+
+    pub fn idle(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().map_or(0, |s| s.len())).sum()
+    }
+
+    /// Reserves room for one more connection.
+    pub(crate) fn reserve(&self) -> bool {
+        self.slots.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.max).then_some(n + 1)).is_ok()
+    }
+
+    /// A closed pooled connection's room is free again.
+    pub(crate) fn released_slot(&self) {
+        self.slots.fetch_sub(1, Ordering::AcqRel);
+        self.waiters.wake_one();
+    }
+
+    /// An idle connection for `login` from the worker's own shard (or any shard when the
+    /// runtime shares connections), preferring the one that last served `state`.
+    fn take_idle(&self, login: &Login, has_schema: bool, state: &state::Shared, any_shard: bool) -> Option<Backend> {
+        let own = shard_index() % self.shards.len();
+        let order = std::iter::once(own).chain((0..self.shards.len()).filter(move |&i| any_shard && i != own));
+        for i in order {
+            let Ok(mut idle) = self.shards[i].lock() else { continue };
+            let fits = |b: &Backend| b.login.same_key(login) && b.state.schema.is_some() == has_schema;
+            let pick = idle.iter().rposition(|b| Arc::ptr_eq(&b.state, state)).filter(|&i| fits(&idle[i]));
+            if let Some(i) = pick.or_else(|| idle.iter().rposition(fits)) {
+                return Some(idle.remove(i));
+            }
+        }
+        None
+    }
+
+    /// Closes one idle connection that does not fit (another login, or a schema where none is
+    /// wanted) to make room; any worker's, as a full server must not starve one worker.
+    fn evict_other(&self, login: &Login) -> bool {
+        for i in 0..self.shards.len() {
+            let Ok(mut idle) = self.shards[i].lock() else { continue };
+            if let Some(pos) = idle.iter().position(|b| !b.login.same_key(login)).or(if idle.is_empty() { None } else { Some(0) }) {
+                let b = idle.remove(pos);
+                drop(idle);
+                b.close();
+                return true;
+            }
+        }
+        false
+    }
+
+    fn remember(&self, login: &Arc<Login>) {
+        if let Ok(mut l) = self.logins.lock() {
+            if !l.iter().any(|k| k.same_key(login)) {
+                l.push(login.clone());
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// This worker thread's shard; set when the worker starts.
+    static SHARD: Cell<usize> = const { Cell::new(0) };
+}
+
+fn shard_index() -> usize {
+    SHARD.with(|s| s.get())
+}
+
+/// Makes the calling thread worker `i` (its pool shard).
+pub fn set_worker(i: usize) {
+    SHARD.with(|s| s.set(i));
+}
+
+/// What a checkout needs to know beyond the hostgroup.
+pub struct Request<'a> {
+    pub login: &'a Arc<Login>,
+    /// The session's state: a connection that last served it needs no sync.
+    pub state: &'a state::Shared,
+    pub settings: &'a PoolSection,
+    pub connect_timeout: Duration,
+    /// Connections may move between workers (work-stealing runtime).
+    pub any_shard: bool,
+}
+
+/// A connection to a server of `hostgroup` for `req.login`: an idle one if there is one (checked
+/// alive), else a new one if a server has room, else the first to come free within the
+/// checkout timeout. The connection is not yet in line with the session's state.
+pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>) -> Result<Backend, BackendError> {
+    let has_schema = req.state.schema.is_some();
+    let deadline = Instant::now() + Duration::from_millis(req.settings.checkout_timeout_ms);
+    let check_after = Duration::from_millis(req.settings.check_idle_after_ms);
+    let mut waiting: Option<&Waiters> = None;
+    let result = loop {
+        let servers = match hostgroups.group(hostgroup) {
+            Ok(s) => s,
+            Err(e) => break Err(e.into()),
+        };
+        // 1. An idle connection, checked for a server-side close if it sat long enough.
+        let mut found = None;
+        for s in servers.iter().filter(|s| s.accepts_new()) {
+            while let Some(mut b) = s.pool.take_idle(req.login, has_schema, req.state, req.any_shard) {
+                if b.idle_for() < check_after || b.is_alive() {
+                    found = Some(b);
+                    break;
+                }
+                tracing::debug!(server = %s.name, thread = b.thread_id, "idle pooled connection was closed by the server; dropped");
+                b.close();
+            }
+            if found.is_some() {
+                break;
+            }
+        }
+        if let Some(b) = found {
+            break Ok(b);
+        }
+        // 2. Room for a new one (by weight), or room made by closing another login's idle one.
+        let server = hostgroups
+            .reserve_by_weight(servers)
+            .or_else(|| servers.iter().filter(|s| s.accepts_new()).find(|s| s.pool.evict_other(req.login) && s.pool.reserve()));
+        if let Some(server) = server {
+            break open(server, req).await;
+        }
+        // 3. Wait for a connection to come back or close: queue up, look once more (one may
+        // have come back meanwhile), then sleep until woken or the deadline.
+        let Some(waiters) = waiting else {
+            let w = &*servers[0].pool.waiters;
+            w.count.fetch_add(1, Ordering::AcqRel);
+            waiting = Some(w);
+            continue;
+        };
+        let notified = waiters.notify.notified();
+        if tokio::time::timeout_at(deadline.into(), notified).await.is_err() {
+            break Err(BackendError::Unavailable(NoServer::Exhausted { hostgroup, waited_ms: req.settings.checkout_timeout_ms }));
+        }
+    };
+    if let Some(w) = waiting {
+        w.count.fetch_sub(1, Ordering::AcqRel);
+        // A wake-up this checkout did not use goes to the next waiter.
+        if result.is_err() {
+            w.wake_one();
+        }
+    }
+    result
+}
+
+/// Opens a pooled connection on `server`, whose slot is already reserved.
+async fn open(server: &Server, req: &Request<'_>) -> Result<Backend, BackendError> {
+    let login = req.login;
+    let params = ConnectParams {
+        server,
+        username: &login.username,
+        credential: &login.credential,
+        database: req.state.schema.as_deref(),
+        collation: login.collation,
+        capabilities: login.capabilities - CapabilityFlags::CLIENT_SSL,
+        attrs: &login.attrs,
+        mariadb_caps: login.mariadb_caps,
+        timeout: req.connect_timeout,
+    };
+    match connect(&params).await {
+        Ok((mut b, _)) => {
+            server.pool.remember(login);
+            b.login = login.clone();
+            b.pooled = true;
+            Ok(b)
+        }
+        Err(e) => {
+            server.pool.released_slot();
+            Err(e)
+        }
+    }
+}
+
+/// Hands a connection back to its server's pool (the worker's shard), or closes it when it
+/// is broken, past its lifetime, or its server is no longer ONLINE.
+pub fn checkin(b: Backend, settings: &PoolSection) {
+    checkin_to(b, settings, shard_index());
+}
+
+fn checkin_to(mut b: Backend, settings: &PoolSection, shard: usize) {
+    if !b.pooled || b.broken || b.age() > Duration::from_millis(settings.max_lifetime_ms) || !b.server.accepts_new() {
+        b.close();
+        return;
+    }
+    b.idle_since = Instant::now();
+    let pool = b.server.pool.clone();
+    let i = shard % pool.shards.len();
+    match pool.shards[i].lock() {
+        Ok(mut idle) => idle.push(b),
+        Err(_) => return,
+    }
+    pool.waiters.wake_one();
+}
+
+/// Closes idle connections past `max_idle_ms` or their lifetime or closed by the server, and
+/// opens connections up to `min_idle` per known login: once per second, for one worker's shard.
+pub async fn maintain(
+    hostgroups: Arc<Hostgroups>,
+    settings: PoolSection,
+    connect_timeout: Duration,
+    shard: usize,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        for server in hostgroups.servers() {
+            let pool = &server.pool;
+            let i = shard % pool.shards.len();
+            let expired: Vec<Backend> = match pool.shards[i].lock() {
+                Ok(mut idle) => {
+                    let max_idle = Duration::from_millis(settings.max_idle_ms);
+                    let lifetime = Duration::from_millis(settings.max_lifetime_ms);
+                    let keep = settings.min_idle as usize;
+                    let mut out = Vec::new();
+                    let mut n = 0;
+                    while n < idle.len() {
+                        let surplus = idle.len() > keep;
+                        let b = &mut idle[n];
+                        let stale = (surplus && b.idle_for() > max_idle) || b.age() > lifetime || !b.is_alive() || !b.server.accepts_new();
+                        if stale {
+                            out.push(idle.remove(n));
+                        } else {
+                            n += 1;
+                        }
+                    }
+                    out
+                }
+                Err(_) => Vec::new(),
+            };
+            for b in expired {
+                b.quit().await;
+            }
+            if settings.min_idle == 0 || !server.accepts_new() {
+                continue;
+            }
+            let logins: Vec<Arc<Login>> = pool.logins.lock().map(|l| l.clone()).unwrap_or_default();
+            for login in logins {
+                let idle = pool.shards[i].lock().map_or(0, |s| s.iter().filter(|b| b.login.same_key(&login)).count());
+                for _ in idle..settings.min_idle as usize {
+                    if !pool.reserve() {
+                        break;
+                    }
+                    let state = Arc::new(state::State::new(None, login.collation as u16));
+                    let req = Request { login: &login, state: &state, settings: &settings, connect_timeout, any_shard: false };
+                    match open(server, &req).await {
+                        Ok(b) => checkin_to(b, &settings, shard),
+                        Err(e) => {
+                            tracing::debug!(server = %server.name, "min_idle connection failed: {e}");
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

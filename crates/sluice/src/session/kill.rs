@@ -1,78 +1,85 @@
-//! KILL [QUERY|CONNECTION] <id> and COM_PROCESS_KILL: the id is the one sluice announced to the
-//! target client (or that target's backend thread id); the KILL runs on the target's backend
-//! server with the killer's own login, so the server's privilege rules decide.
+//! KILL [HARD|SOFT] [QUERY|CONNECTION] <id> and COM_PROCESS_KILL: the id is the one sluice
+//! announced to the target client (or the backend thread serving it now). Privileges follow
+//! the server's rule — your own sessions, or any with SUPER / CONNECTION ADMIN, which the
+//! server itself is asked about. The target session kills its own running statement, so the
+//! KILL QUERY reaches exactly that statement's backend connection, whichever it is.
 
+use super::multiplex::Needs;
 use super::Session;
-use crate::pool::{self, BackendError, Credential};
+use crate::pool::{self, BackendError, Login};
 use crate::route::Server;
 use proto::errors::*;
 use sql::classify::KillScope;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Does the server let this session's user kill other users' threads?
+const MAY_KILL_OTHERS: &str = "SELECT COUNT(*) FROM information_schema.USER_PRIVILEGES \
+     WHERE PRIVILEGE_TYPE IN ('SUPER', 'CONNECTION ADMIN') \
+     AND GRANTEE = CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''')";
 
 impl Session {
     /// Answers a KILL. False when the session must end (it killed itself).
     pub(super) async fn kill(&mut self, target: u64, scope: KillScope, hard: Option<bool>, seq: u8) -> bool {
-        let unknown = format!("Unknown thread id: {target}");
         let Some(handle) = self.shared.registry.find(target) else {
-            self.reply_err(seq, ER_NO_SUCH_THREAD, SQLSTATE_GENERAL, &unknown).await;
+            self.reply_err(seq, ER_NO_SUCH_THREAD, SQLSTATE_GENERAL, &format!("Unknown thread id: {target}")).await;
             return true;
         };
-        let Some((server_name, thread)) = handle.backend() else {
-            self.reply_err(seq, ER_NO_SUCH_THREAD, SQLSTATE_GENERAL, &unknown).await;
-            return true;
-        };
-        let Some(server) = self.shared.hostgroups.find(&server_name).cloned() else {
-            self.reply_err(seq, ER_NO_SUCH_THREAD, SQLSTATE_GENERAL, &unknown).await;
-            return true;
-        };
-        let modifier = match hard {
-            Some(true) => "HARD ",
-            Some(false) => "SOFT ",
-            None => "",
-        };
-        let what = if scope == KillScope::Query { "QUERY" } else { "CONNECTION" };
-        let sql = format!("KILL {modifier}{what} {thread}");
-        match run_on(&server, &self.backend_login, &sql, self.shared.config.connect_timeout()).await {
-            Ok(_) => {
-                if scope == KillScope::Connection {
-                    handle.kill();
-                    if handle.id == self.id {
-                        self.reply_err(seq, 1927, b"70100", "Connection was killed").await;
-                        return false;
-                    }
-                    // Answer once the target's client connection is closed, as the server does
-                    // (bounded: a target stuck writing to a slow client must not hold us).
-                    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), handle.closed()).await;
+        if handle.user != self.user.name {
+            match self.may_kill_others().await {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.reply_err(seq, ER_KILL_DENIED_ERROR, SQLSTATE_GENERAL, &format!("You are not owner of thread {target}")).await;
+                    return true;
                 }
-                self.reply_ok(seq, "").await
-            }
-            Err(BackendError::Rejected { code: ER_KILL_DENIED_ERROR, .. }) => {
-                self.reply_err(seq, ER_KILL_DENIED_ERROR, SQLSTATE_GENERAL, &format!("You are not owner of thread {target}")).await;
-                true
-            }
-            Err(BackendError::Rejected { code: ER_NO_SUCH_THREAD, .. }) => {
-                self.reply_err(seq, ER_NO_SUCH_THREAD, SQLSTATE_GENERAL, &unknown).await;
-                true
-            }
-            Err(BackendError::Rejected { code, sqlstate, message, .. }) => {
-                self.reply_err(seq, code, &sqlstate, &message).await;
-                true
-            }
-            Err(e) => {
-                self.reply_err(seq, CR_CONN_HOST_ERROR, SQLSTATE_GENERAL, &e.to_string()).await;
-                true
+                Err(e) => return self.reply_backend_error(seq, &e).await,
             }
         }
+        handle.request_kill_query(hard);
+        if scope == KillScope::Connection {
+            handle.kill();
+            if handle.id == self.id {
+                self.reply_err(seq, 1927, b"70100", "Connection was killed").await;
+                return false;
+            }
+            // Answer once the target's client connection is closed, as the server does
+            // (bounded: a target stuck writing to a slow client must not hold us).
+            let _ = tokio::time::timeout(Duration::from_secs(2), handle.closed()).await;
+        }
+        self.reply_ok(seq, "").await
+    }
+
+    async fn may_kill_others(&mut self) -> Result<bool, BackendError> {
+        let mut held = self.acquire(self.user.default_hostgroup, 1, Needs::default()).await?;
+        let rows = held.backend.query(MAY_KILL_OTHERS).await;
+        if rows.is_err() {
+            held.backend.broken = !matches!(rows, Err(BackendError::Rejected { .. }));
+        }
+        self.settle(held);
+        Ok(rows?.first().and_then(|r| r.first().cloned().flatten()).is_some_and(|n| n != "0"))
     }
 }
 
-/// Runs one statement (a KILL) on `server` over a short-lived connection with `login`.
-pub(super) async fn run_on(
-    server: &Server,
-    login: &(String, Credential),
-    sql: &str,
-    timeout: std::time::Duration,
-) -> Result<(), BackendError> {
-    let params = pool::ConnectParams::internal(server, &login.0, &login.1, timeout);
+/// Kills the statement running on `target` = (server, thread, the session's own login) from a
+/// short-lived side connection; the session awaits it before its connection serves anyone else.
+pub(super) fn kill_query(target: &(Server, u32, Arc<Login>), hard: Option<bool>, timeout: Duration) -> tokio::task::JoinHandle<()> {
+    let (server, thread, login) = target.clone();
+    let modifier = match hard {
+        Some(true) => "HARD ",
+        Some(false) => "SOFT ",
+        None => "",
+    };
+    let sql = format!("KILL {modifier}QUERY {thread}");
+    tokio::spawn(async move {
+        if let Err(e) = run_on(&server, &login, &sql, timeout).await {
+            tracing::warn!("{sql} on {} failed: {e}", server.name);
+        }
+    })
+}
+
+/// Runs one statement on `server` over a short-lived connection with `login`.
+async fn run_on(server: &Server, login: &Login, sql: &str, timeout: Duration) -> Result<(), BackendError> {
+    let params = pool::ConnectParams::internal(server, &login.username, &login.credential, timeout);
     let (mut conn, _) = pool::connect(&params).await?;
     let r = conn.query(sql).await;
     conn.quit().await;

@@ -1,22 +1,26 @@
 //! ② session: owns one client connection for its whole life. After login, the command loop
 //! reads a command and sends it down the data path (`statement`: classify → rules → route →
 //! checkout → exec), with KILL, COM_CHANGE_USER and unsupported commands answered here.
+//! Backend connections come from the pool per statement (`multiplex`) unless pinned.
 
 mod auth;
 mod kill;
+mod multiplex;
 mod statement;
 
 use crate::exec::{self, ExecError, Outcome, Watermarks};
-use crate::pool::{self, Backend, BackendError, Credential};
+use crate::pool::{self, state, Backend, BackendError, Credential};
 use crate::registry::SessionHandle;
 use crate::server::Shared;
 use crate::users::User;
+use multiplex::{Held, Needs};
 use proto::command::*;
 use proto::errors::*;
 use proto::response::Reply;
 use proto::CapabilityFlags;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use tracing::debug;
 
 pub use auth::offered_capabilities;
@@ -31,14 +35,17 @@ struct Session {
     negotiated: Negotiated,
     nonce: [u8; 20],
     user: User,
-    /// How sluice logs in to backends for this client: (username, credential).
-    backend_login: (String, Credential),
-    /// The connection serving the current statement.
-    backend: Backend,
-    /// Connections to other hostgroups this session has used, idle (at most one per hostgroup).
-    others: Vec<Backend>,
-    /// The default database, as the server accepted it (login, COM_INIT_DB, USE).
-    schema: Option<String>,
+    /// How sluice logs in to backends for this client (the pool key).
+    login: Arc<pool::Login>,
+    /// The session's replayable state: schema, character set, variables.
+    state: state::Shared,
+    /// Backend connections the session keeps (pinned, or all when multiplexing is off); at
+    /// most one per hostgroup. Empty between statements when multiplexing.
+    held: Vec<Held>,
+    /// LAST_INSERT_ID() as the session's own statements set it.
+    last_insert_id: u64,
+    /// Status flags of the last reply, for sluice's own OK packets.
+    status: u16,
     origin: statement::Origin,
     rules: statement::RulesState,
     handle: Arc<SessionHandle>,
@@ -64,13 +71,10 @@ pub async fn run(shared: Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAd
                 session.shared.registry.unregister(id);
                 // The client's socket closes first, as on the server: a KILL's issuer is
                 // answered only once its target is gone.
-                let Session { client, backend, others, handle, .. } = session;
-                drop(client);
+                session.release_all();
+                let handle = session.handle.clone();
+                drop(session);
                 handle.mark_closed();
-                for b in others {
-                    b.quit().await;
-                }
-                backend.quit().await;
             }
             Err(e) => debug!(id, %peer, "login ended: {e}"),
         }
@@ -90,59 +94,83 @@ async fn start(
         Ok(r) => r.map_err(|e| e.to_string())?,
         Err(_) => return Err(format!("no login within {} ms", timeout.as_millis())),
     };
-    let auth::Login { mut client, hello, capabilities, user, credential, nonce, mariadb_caps, mut seq } = login;
-    let backend_login = user.backend_credential(credential);
+    let auth::Login { client, hello, capabilities, user, credential, nonce, mariadb_caps, mut seq } = login;
     let database = hello.database.clone().or_else(|| user.default_schema.clone());
     let negotiated = Negotiated { capabilities, mariadb_caps, collation: hello.collation, attrs: hello.attrs.clone() };
-    let mut out = Vec::new();
-    let connected = connect_backend(shared, user.default_hostgroup, &backend_login, database.as_deref(), &negotiated).await;
-    match connected {
-        Ok((backend, ok)) => {
-            // Registered before the client hears OK: from then on, KILL with its id must find it.
-            let handle = shared.registry.register(id, &user.name);
-            handle.set_backend(&backend.server.name, backend.thread_id);
-            proto::handshake::write_raw(&mut out, &mut seq, &ok);
-            if let Err(e) = client.write_all(&out).await {
+    let origin = statement::Origin {
+        client_ip: peer.ip().to_string(),
+        proxy_addr: local.map(|a| a.ip().to_string()).unwrap_or_default(),
+        proxy_port: local.map_or(0, |a| a.port()),
+    };
+    // Registered before the client hears OK: from then on, KILL with its id must find it.
+    let handle = shared.registry.register(id, &user.name);
+    let mut session = Session {
+        shared: shared.clone(),
+        id,
+        peer,
+        login: backend_login(&user, credential, &negotiated),
+        state: multiplex::initial_state(database.as_deref(), negotiated.collation),
+        held: Vec::new(),
+        last_insert_id: 0,
+        status: proto::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits(),
+        client,
+        negotiated,
+        nonce,
+        user,
+        origin,
+        rules: statement::RulesState {
+            cache: arc_swap::Cache::new(shared.rules.clone()),
+            scratch: Default::default(),
+            digest_text: Vec::new(),
+        },
+        handle,
+        out: Vec::new(),
+    };
+    // A connection in the user's default hostgroup, in the requested schema, proves the login
+    // and the schema to the backend before the client hears OK.
+    match session.acquire(session.user.default_hostgroup, 0, Needs::default()).await {
+        Ok(held) => {
+            session.status = held.backend.status;
+            debug!(id, %peer, user = %session.user.name, backend = %held.backend.server.name, thread = held.backend.thread_id, tls = session.client.stream.is_tls(), "session started");
+            // The server's own login OK, naming this session's schema: its session-state
+            // part tells clients (libmysqlclient) which character set they got.
+            let ok = proto::packet::ok_with_schema(&held.backend.login_ok, session.state.schema.as_deref());
+            session.settle(held);
+            session.out.clear();
+            match ok {
+                Some(ok) if session.negotiated.capabilities.contains(CapabilityFlags::CLIENT_SESSION_TRACK) => {
+                    proto::handshake::write_raw(&mut session.out, &mut seq, &ok)
+                }
+                _ => proto::packet::write_ok_message(&mut session.out, &mut seq, session.status, b""),
+            }
+            if let Err(e) = session.client.write_all(&session.out).await {
                 shared.registry.unregister(id);
+                session.release_all();
                 return Err(e.to_string());
             }
-            out.clear();
-            debug!(id, %peer, user = %user.name, backend = %backend.server.name, thread = backend.thread_id, tls = client.stream.is_tls(), "session started");
-            let origin = statement::Origin {
-                client_ip: peer.ip().to_string(),
-                proxy_addr: local.map(|a| a.ip().to_string()).unwrap_or_default(),
-                proxy_port: local.map_or(0, |a| a.port()),
-            };
-            let rules = statement::RulesState {
-                cache: arc_swap::Cache::new(shared.rules.clone()),
-                scratch: Default::default(),
-                digest_text: Vec::new(),
-            };
-            let schema = backend.schema.clone();
-            Ok(Session {
-                shared: shared.clone(),
-                id,
-                peer,
-                client,
-                negotiated,
-                nonce,
-                user,
-                backend_login,
-                backend,
-                others: Vec::new(),
-                schema,
-                origin,
-                rules,
-                handle,
-                out,
-            })
+            Ok(session)
         }
         Err(e) => {
-            write_backend_error(&mut out, &mut seq, &e);
-            let _ = client.write_all(&out).await;
+            shared.registry.unregister(id);
+            session.out.clear();
+            write_backend_error(&mut session.out, &mut seq, &e);
+            let _ = session.client.write_all(&session.out).await;
             Err(e.to_string())
         }
     }
+}
+
+/// The pool key for a client's backend connections.
+fn backend_login(user: &User, credential: Credential, client: &Negotiated) -> Arc<pool::Login> {
+    let (username, credential) = user.backend_credential(credential);
+    Arc::new(pool::Login {
+        username,
+        credential,
+        capabilities: pool::Login::key_capabilities(client.capabilities),
+        mariadb_caps: client.mariadb_caps,
+        collation: client.collation,
+        attrs: client.attrs.clone(),
+    })
 }
 
 /// What a client negotiated at login (or last COM_CHANGE_USER).
@@ -152,31 +180,6 @@ struct Negotiated {
     mariadb_caps: u32,
     collation: u8,
     attrs: Vec<(String, String)>,
-}
-
-/// Picks a server of `hostgroup` and logs in to it as the client's backend login.
-async fn connect_backend(
-    shared: &Shared,
-    hostgroup: u32,
-    login: &(String, Credential),
-    database: Option<&str>,
-    client: &Negotiated,
-) -> Result<(Backend, Vec<u8>), BackendError> {
-    let server = shared.hostgroups.pick(hostgroup)?;
-    let params = pool::ConnectParams {
-        server,
-        username: &login.0,
-        credential: &login.1,
-        database,
-        collation: client.collation,
-        capabilities: client.capabilities - CapabilityFlags::CLIENT_SSL,
-        attrs: &client.attrs,
-        mariadb_caps: client.mariadb_caps,
-        timeout: shared.config.connect_timeout(),
-    };
-    let (backend, ok) = pool::connect(&params).await?;
-    shared.learn_profile(&backend.greeting);
-    Ok((backend, ok))
 }
 
 /// A backend error as the client sees it: the backend's own ERR when it refused, otherwise
@@ -249,11 +252,18 @@ impl Session {
             if self.shared.closing() {
                 return;
             }
+            // A wait_timeout the client set is kept here: its server session may be on no
+            // connection while it is idle, so the server cannot keep it.
+            let idle_limit = self.state.var("wait_timeout").and_then(|v| v.parse::<u64>().ok()).map(Duration::from_secs);
             let read = tokio::select! {
                 biased;
                 _ = self.handle.killed() => return,
                 r = self.client.read_frame(self.max_packet()) => r,
-                _ = self.backend.conn.stream.tcp().readable() => {
+                _ = idle_timer(idle_limit) => {
+                    debug!(id = self.id, "client idle beyond its wait_timeout; closing");
+                    return;
+                }
+                _ = held_readable(&self.held) => {
                     if self.backend_spoke_while_idle().await {
                         continue;
                     }
@@ -294,24 +304,24 @@ impl Session {
             let init_db = (cmd == COM_INIT_DB).then(|| String::from_utf8_lossy(&payload[1..]).into_owned());
             match route_command(cmd, payload) {
                 Route::Forward(reply) => {
-                    if is_statement_command(cmd) {
-                        if cmd == COM_STMT_PREPARE && self.rules.active() {
-                            let text = frame.payload(&self.client.rbuf).get(1..).unwrap_or_default().to_vec();
-                            if let Some(msg) = self.blocked(&text) {
-                                self.client.consume(frame.wire_len);
-                                self.reply_err(seq, ER_NOT_ALLOWED_COMMAND, SQLSTATE_NOT_SUPPORTED, &msg).await;
-                                continue;
-                            }
+                    if cmd == COM_STMT_PREPARE && self.rules.active() {
+                        let text = frame.payload(&self.client.rbuf).get(1..).unwrap_or_default().to_vec();
+                        if let Some(msg) = self.blocked(&text) {
+                            self.client.consume(frame.wire_len);
+                            self.reply_err(seq, ER_NOT_ALLOWED_COMMAND, SQLSTATE_NOT_SUPPORTED, &msg).await;
+                            continue;
                         }
-                        // Statement ids belong to one backend connection: the default hostgroup's.
-                        if let Err(e) = self.checkout(self.user.default_hostgroup, 1).await {
+                    }
+                    let mut held = match self.acquire(self.user.default_hostgroup, 1, Needs::default()).await {
+                        Ok(h) => h,
+                        Err(e) => {
                             self.client.consume(frame.wire_len);
                             if reply.is_some() {
                                 self.reply_backend_error(seq, &e).await;
                             }
                             continue;
                         }
-                    }
+                    };
                     let request = match rewritten {
                         Some(sql) => {
                             self.client.consume(frame.wire_len);
@@ -324,23 +334,18 @@ impl Session {
                         }
                         None => self.client.rbuf.split_to(frame.wire_len).freeze(),
                     };
-                    match self.forward(&request, reply).await {
-                        None => return,
-                        Some(o) if !o.error => {
-                            if let Some(db) = init_db {
-                                self.backend.schema = Some(db.clone());
-                                self.schema = Some(db);
-                            }
-                            if cmd == COM_RESET_CONNECTION {
-                                // The client asked for a clean session: connections to other
-                                // hostgroups carry the old state, so they go.
-                                for b in self.others.drain(..) {
-                                    b.quit().await;
-                                }
-                            }
-                        }
-                        Some(_) => {}
+                    let Some(outcome) = self.forward(&mut held.backend, &request, reply, None).await else { return };
+                    if !outcome.error && reply.is_some() {
+                        self.after_command(cmd, init_db, &mut held);
                     }
+                    if reply.is_some() {
+                        held.pins.transaction = outcome.status & proto::StatusFlags::SERVER_STATUS_IN_TRANS.bits() != 0;
+                    }
+                    if is_statement_command(cmd) {
+                        // Statement ids belong to this connection: it stays with the session.
+                        held.pins.statement = true;
+                    }
+                    self.settle(held);
                 }
                 Route::Quit => return,
                 Route::Kill => {
@@ -371,16 +376,46 @@ impl Session {
         }
     }
 
-    /// The backend sent something between commands: normally it is closing the connection
-    /// (wait_timeout, KILL from elsewhere, shutdown), perhaps after an error packet (MySQL 8's
-    /// ER_CLIENT_INTERACTION_TIMEOUT). Pass on what it said and report whether the session
-    /// goes on, so the client sees the server's own behaviour.
+    /// What a command other than COM_QUERY did to the session, once the server accepted it.
+    fn after_command(&mut self, cmd: u8, init_db: Option<String>, held: &mut Held) {
+        match cmd {
+            COM_INIT_DB => {
+                let mut next = (*self.state).clone();
+                next.schema = init_db.map(Into::into);
+                self.state = Arc::new(next);
+                held.backend.state = self.state.clone();
+            }
+            COM_RESET_CONNECTION => {
+                // A clean session: the connections the session kept carry the old one.
+                self.release_all();
+                self.last_insert_id = 0;
+                held.pins = Default::default();
+                held.backend.last_insert_id = 0;
+                held.backend.state = Arc::new(state::State::new(self.state.schema.as_deref(), held.backend.login.collation as u16));
+                self.state = Arc::new(state::State::new(self.state.schema.as_deref(), self.negotiated.collation as u16));
+            }
+            // Multi-statement support is a property of the server session that no reset
+            // clears: this connection stays with the session and is closed after it.
+            COM_SET_OPTION => {
+                held.pins.untracked = true;
+                held.backend.broken = true;
+            }
+            _ => {}
+        }
+    }
+
+    /// A backend the session keeps sent something between commands: normally it is closing
+    /// the connection (wait_timeout, KILL from elsewhere, shutdown), perhaps after an error
+    /// packet (MySQL 8's ER_CLIENT_INTERACTION_TIMEOUT). Pass on what it said and report
+    /// whether the session goes on, so the client sees the server's own behaviour.
     async fn backend_spoke_while_idle(&mut self) -> bool {
         let mut buf = [0u8; 4096];
-        match self.backend.conn.stream.try_read_now(&mut buf) {
+        let Some(held) = self.held.first_mut() else { return true };
+        match held.backend.conn.stream.try_read_now(&mut buf) {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
             Ok(0) | Err(_) => {
-                debug!(id = self.id, backend = %self.backend.server.name, "backend closed an idle session");
+                debug!(id = self.id, backend = %held.backend.server.name, "backend closed an idle session");
+                held.backend.broken = true;
                 false
             }
             Ok(n) => {
@@ -391,32 +426,69 @@ impl Session {
         }
     }
 
-    /// Forwards one request to the current backend and streams its reply. `None` when the
+    /// Forwards one request to `backend` and streams its reply. A KILL QUERY for this session
+    /// (or the rule's `timeout`) is carried out by the session itself while the reply is
+    /// awaited, and waited for before the connection can serve anyone else. `None` when the
     /// session must end.
-    async fn forward(&mut self, request: &[u8], reply: Option<Reply>) -> Option<Outcome> {
-        let format = self.backend.format();
+    async fn forward(&mut self, backend: &mut Backend, request: &[u8], reply: Option<Reply>, timeout: Option<Duration>) -> Option<Outcome> {
+        let format = backend.format();
         let wm = self.watermarks();
         let max = self.max_packet();
-        match exec::forward(&mut self.client, &mut self.backend.conn, request, reply, format, wm, max).await {
+        let handle = self.handle.clone();
+        handle.clear_kill_query();
+        let target = (backend.server.clone(), backend.thread_id, self.login.clone());
+        let timeout = async {
+            match timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(timeout);
+        let connect_timeout = self.shared.config.connect_timeout();
+        let mut killer: Option<tokio::task::JoinHandle<()>> = None;
+        let result = {
+            let exchange = exec::forward(&mut self.client, &mut backend.conn, request, reply, format, wm, max);
+            tokio::pin!(exchange);
+            loop {
+                tokio::select! {
+                    biased;
+                    r = &mut exchange => break r,
+                    hard = handle.kill_query_requested(), if killer.is_none() => killer = Some(kill::kill_query(&target, hard, connect_timeout)),
+                    _ = &mut timeout, if killer.is_none() => {
+                        debug!(id = handle.id, thread = target.1, "query rule timeout reached: KILL QUERY");
+                        killer = Some(kill::kill_query(&target, None, connect_timeout));
+                    }
+                }
+            }
+        };
+        if let Some(k) = killer {
+            let _ = k.await;
+        }
+        match result {
             Ok(o) => {
                 if reply.is_some() && !o.error {
-                    self.backend.status = o.status;
+                    backend.status = o.status;
+                }
+                if reply.is_some() {
+                    self.status = o.status;
                 }
                 Some(o)
             }
             Err(e @ (ExecError::BackendLost { .. } | ExecError::BackendProtocol(_))) if !self.handle.is_killed() => {
+                backend.broken = true;
                 let reply_seq = match e {
                     ExecError::BackendLost { reply_seq } => reply_seq,
                     _ => None,
                 };
-                debug!(id = self.id, backend = %self.backend.server.name, "backend lost during a reply");
+                debug!(id = self.id, backend = %backend.server.name, "backend lost during a reply");
                 if let Some(seq) = reply_seq {
-                    let msg = format!("Lost connection to backend server '{}' during query", self.backend.server.name);
+                    let msg = format!("Lost connection to backend server '{}' during query", backend.server.name);
                     self.reply_err(seq, CR_SERVER_LOST, SQLSTATE_GENERAL, &msg).await;
                 }
                 None
             }
             Err(e) => {
+                backend.broken = true;
                 debug!(id = self.id, "session ends: {e}");
                 None
             }
@@ -437,15 +509,16 @@ impl Session {
         self.client.write_all(&self.out).await.is_ok()
     }
 
-    /// An OK of sluice's own (KILL, a rule's OK_msg), with the backend's status flags.
+    /// An OK of sluice's own (KILL, a rule's OK_msg), with the status flags of the last reply.
     async fn reply_ok(&mut self, mut seq: u8, message: &str) -> bool {
         self.out.clear();
-        proto::packet::write_ok_message(&mut self.out, &mut seq, self.backend.status, message.as_bytes());
+        proto::packet::write_ok_message(&mut self.out, &mut seq, self.status, message.as_bytes());
         self.client.write_all(&self.out).await.is_ok()
     }
 
-    /// COM_CHANGE_USER: verify the new login, open a backend connection for it, replace the old
-    /// one (the new session starts clean, as on the server). False when the session must end.
+    /// COM_CHANGE_USER: verify the new login, then start a clean session for it on a pooled
+    /// connection (the kept ones hold the old session and are reset before reuse), as the
+    /// server resets the session. False when the session must end.
     async fn change_user(&mut self, payload: &[u8], mut seq: u8) -> bool {
         let cu = match proto::handshake::parse_change_user(payload, self.negotiated.capabilities) {
             Ok(cu) => cu,
@@ -464,89 +537,56 @@ impl Session {
             peer: self.peer,
         };
         let authenticated = auth::authenticate(&self.shared, &mut self.client, &mut seq, attempt).await;
-        // Whatever the outcome, the server resets the session: connections to other hostgroups
-        // hold the old one, so they go.
-        for b in self.others.drain(..) {
-            b.quit().await;
-        }
+        // Whatever the outcome, the server resets the session.
+        self.release_all();
+        self.last_insert_id = 0;
+        let collation = cu.collation.map_or(self.negotiated.collation, |c| c as u8);
         let (user, credential) = match authenticated {
             Ok(Ok(v)) => v,
             Ok(Err(denied)) => {
-                // The server resets the session even for a failed COM_CHANGE_USER; let it fail
-                // there too (with a reply no password can produce) so the session matches.
-                let collation = cu.collation.unwrap_or(self.negotiated.collation as u16);
-                let impossible = Credential::Stage1([0; 20]);
-                let attrs = self.negotiated.attrs.clone();
-                match self.backend.change_user(&cu.user, &impossible, cu.database.as_deref(), collation, &attrs).await {
-                    Err(BackendError::Rejected { .. }) => {
-                        self.reply_err(seq, ER_ACCESS_DENIED_ERROR, SQLSTATE_ACCESS_DENIED, &denied).await;
-                        return true;
-                    }
-                    // Anything else (even an OK, which cannot happen) ends the session.
-                    _ => {
-                        self.reply_err(seq, ER_ACCESS_DENIED_ERROR, SQLSTATE_ACCESS_DENIED, &denied).await;
-                        return false;
-                    }
-                }
+                // The server resets a session whose COM_CHANGE_USER failed to its global
+                // defaults (character set included), keeping the user and schema.
+                self.state = Arc::new(state::State::new(self.state.schema.as_deref(), 0));
+                self.reply_err(seq, ER_ACCESS_DENIED_ERROR, SQLSTATE_ACCESS_DENIED, &denied).await;
+                return true;
             }
             Err(_) => return false,
         };
-        let login = user.backend_credential(credential);
-        let collation = cu.collation.unwrap_or(self.negotiated.collation as u16);
         let negotiated = Negotiated {
-            collation: collation as u8,
+            collation,
             attrs: if cu.attrs.is_empty() { self.negotiated.attrs.clone() } else { cu.attrs.clone() },
             ..self.negotiated.clone()
         };
         let database = cu.database.clone().or_else(|| user.default_schema.clone());
-        if user.default_hostgroup != self.backend.server.hostgroup {
-            // The new user lives elsewhere: a fresh connection there, the old one closed.
-            let connected = connect_backend(&self.shared, user.default_hostgroup, &login, database.as_deref(), &negotiated).await;
-            return match connected {
-                Ok((backend, ok)) => {
-                    let old = std::mem::replace(&mut self.backend, backend);
-                    old.quit().await;
-                    self.handle.set_backend(&self.backend.server.name, self.backend.thread_id);
-                    self.finish_change_user(user, login, negotiated, &ok, seq).await
-                }
-                Err(e) => self.reply_backend_error(seq, &e).await,
-            };
-        }
-        // Same backend: a real COM_CHANGE_USER, so the server resets the session its own way.
-        match self.backend.change_user(&login.0, &login.1, database.as_deref(), collation, &negotiated.attrs).await {
-            Ok(ok) => {
-                self.backend.schema = database;
-                self.finish_change_user(user, login, negotiated, &ok, seq).await
+        self.login = backend_login(&user, credential, &negotiated);
+        self.state = multiplex::initial_state(database.as_deref(), collation);
+        self.user = user;
+        self.negotiated = negotiated;
+        match self.acquire(self.user.default_hostgroup, 0, Needs::default()).await {
+            Ok(held) => {
+                self.status = held.backend.status;
+                self.settle(held);
+                self.reply_ok(seq, "").await
             }
-            Err(BackendError::Rejected { code, sqlstate, message, .. }) => {
-                self.reply_err(seq, code, &sqlstate, &message).await;
-                true
-            }
-            Err(e) => {
-                let msg = e.to_string();
-                self.reply_err(seq, CR_SERVER_LOST, SQLSTATE_GENERAL, &msg).await;
-                false
-            }
+            Err(e) => self.reply_backend_error(seq, &e).await,
         }
     }
+}
 
-    async fn finish_change_user(
-        &mut self,
-        user: User,
-        login: (String, Credential),
-        negotiated: Negotiated,
-        ok: &[u8],
-        mut seq: u8,
-    ) -> bool {
-        self.user = user;
-        self.backend_login = login;
-        self.negotiated = negotiated;
-        self.schema = self.backend.schema.clone();
-        if let Ok(o) = proto::packet::parse_ok(ok) {
-            self.backend.status = o.status;
+async fn idle_timer(limit: Option<Duration>) {
+    match limit {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves when the first connection the session keeps becomes readable between commands
+/// (the server closing it); never when it keeps none.
+async fn held_readable(held: &[Held]) {
+    match held.first() {
+        Some(h) => {
+            let _ = h.backend.conn.stream.tcp().readable().await;
         }
-        self.out.clear();
-        proto::handshake::write_raw(&mut self.out, &mut seq, ok);
-        self.client.write_all(&self.out).await.is_ok()
+        None => std::future::pending().await,
     }
 }

@@ -1,9 +1,10 @@
-//! ② session, one statement through the data path: classify (KILL, USE) → ③ rules (decision)
-//! → ④ route (the hostgroup; an open transaction keeps its connection) → ⑤ checkout (the
-//! session's connection to that hostgroup, opened on first use) → ⑥ exec.
+//! ② session, one statement through the data path: classify (KILL, USE, session effects) →
+//! ③ rules (decision) → ④ route (the hostgroup; an open transaction keeps its connection) →
+//! ⑤ acquire (a pooled connection in line with the session's state) → ⑥ exec → settle (keep
+//! it if pinned, else back to the pool).
 
-use super::{connect_backend, Session};
-use crate::pool::{Backend, BackendError};
+use super::multiplex::Needs;
+use super::Session;
 use crate::rules::{Decision, Query, RuleSet, Scratch, Who};
 use proto::command::*;
 use proto::errors::*;
@@ -11,7 +12,6 @@ use proto::frame::Frame;
 use proto::response::Reply;
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::debug;
 
 /// The rule set in force, re-read only when a reload swapped it (one atomic load per statement).
 pub(super) type RulesCache = arc_swap::Cache<Arc<arc_swap::ArcSwap<RuleSet>>, Arc<RuleSet>>;
@@ -60,7 +60,7 @@ impl RulesState {
 impl Session {
     /// A COM_QUERY. False when the session must end.
     pub(super) async fn query(&mut self, frame: Frame, seq: u8) -> bool {
-        let (decision, kill, use_db, request) = {
+        let (decision, kill, use_db, effects, request) = {
             // A statement split over 16 MiB packets is joined only when rules must read it all;
             // otherwise its first chunk tells all sluice needs (KILL, USE).
             let payload = match frame.single_payload(&self.client.rbuf) {
@@ -70,10 +70,11 @@ impl Session {
             };
             let text = payload.get(1..).unwrap_or_default();
             let kill = sql::classify::parse_kill(text);
-            let who = self.origin.who(&self.user.name, self.schema.as_deref());
+            let who = self.origin.who(&self.user.name, self.state.schema.as_deref());
             let decision = if kill.is_some() { None } else { self.rules.decide(&who, text) };
             let text = decision.as_ref().and_then(|d| d.rewritten.as_deref()).unwrap_or(text);
             let use_db = sql::classify::parse_use(text);
+            let effects = sql::effects::effects(text);
             // The text the backend gets: the rules' rewrite, and sluice's id for CONNECTION_ID().
             let with_id = if frame.chunks == 1 { sql::classify::rewrite_connection_id(text, self.id) } else { None };
             let rewritten = decision.as_ref().is_some_and(|d| d.rewritten.is_some());
@@ -87,7 +88,7 @@ impl Session {
                 None if rewritten => Some(query_packet(text, frame.first_seq)),
                 None => None,
             };
-            (decision, kill, use_db, request)
+            (decision, kill, use_db, effects, request)
         };
         if let Some(k) = kill {
             self.client.consume(frame.wire_len);
@@ -109,10 +110,16 @@ impl Session {
             return self.reply_ok(seq, msg).await;
         }
         let hostgroup = decision.actions.destination_hostgroup.unwrap_or(self.user.default_hostgroup);
-        if let Err(e) = self.checkout(hostgroup, decision.actions.retries.unwrap_or(1)).await {
-            self.client.consume(frame.wire_len);
-            self.reply_backend_error(seq, &e).await;
-            return true;
+        let needs = Needs { last_insert_id: effects.flags & sql::effects::USES_LAST_INSERT_ID != 0 };
+        let mut held = match self.acquire(hostgroup, decision.actions.retries.unwrap_or(1), needs).await {
+            Ok(h) => h,
+            Err(e) => {
+                self.client.consume(frame.wire_len);
+                return self.reply_backend_error(seq, &e).await;
+            }
+        };
+        if decision.actions.multiplex == Some(0) {
+            held.pins.rule = true;
         }
         if let Some(ms) = decision.actions.delay.filter(|&ms| ms > 0) {
             tokio::time::sleep(Duration::from_millis(ms.into())).await;
@@ -124,90 +131,17 @@ impl Session {
             }
             None => self.client.rbuf.split_to(frame.wire_len).freeze(),
         };
-        let watchdog = decision.actions.timeout.filter(|&ms| ms > 0).map(|ms| self.kill_query_after(Duration::from_millis(ms.into())));
-        let outcome = self.forward(&request, Some(Reply::Query)).await;
-        if let Some(w) = watchdog {
-            w.abort();
-        }
-        let Some(outcome) = outcome else { return false };
-        if let (Some(db), false) = (use_db, outcome.error) {
-            self.backend.schema = Some(db.clone());
-            self.schema = Some(db);
-        }
+        let timeout = decision.actions.timeout.filter(|&ms| ms > 0).map(|ms| Duration::from_millis(ms.into()));
+        let Some(outcome) = self.forward(&mut held.backend, &request, Some(Reply::Query), timeout).await else { return false };
+        self.after_statement(&mut held, &effects, &outcome, use_db).await;
+        self.settle(held);
         true
     }
 
-    /// COM_STMT_PREPARE text a rule blocks with error_msg: the message. (Prepared statements
-    /// stay on the user's default hostgroup until statement ids are sluice's own.)
+    /// COM_STMT_PREPARE text a rule blocks with error_msg: the message.
     pub(super) fn blocked(&mut self, text: &[u8]) -> Option<Box<str>> {
-        let who = self.origin.who(&self.user.name, self.schema.as_deref());
+        let who = self.origin.who(&self.user.name, self.state.schema.as_deref());
         self.rules.decide(&who, text)?.actions.error_msg
-    }
-
-    /// Makes `self.backend` the session's connection to `hostgroup`, opening one if needed,
-    /// unless a transaction holds the current connection (it stays, as ProxySQL's
-    /// transaction_persistent). The connection is brought to the session's schema.
-    pub(super) async fn checkout(&mut self, hostgroup: u32, retries: u32) -> Result<(), BackendError> {
-        if self.backend.server.hostgroup == hostgroup || self.backend.in_transaction() {
-            return Ok(());
-        }
-        let parked = match self.others.iter().position(|b| b.server.hostgroup == hostgroup) {
-            Some(i) => {
-                let mut parked = self.others.swap_remove(i);
-                parked.is_alive().then_some(parked)
-            }
-            None => None,
-        };
-        let mut next = match parked {
-            Some(b) => b,
-            None => self.open_backend(hostgroup, retries).await?,
-        };
-        if let Some(db) = &self.schema {
-            if next.schema.as_ref() != Some(db) {
-                if let Err(e) = next.init_db(db).await {
-                    self.others.push(next);
-                    return Err(e);
-                }
-            }
-        }
-        let previous = std::mem::replace(&mut self.backend, next);
-        self.others.push(previous);
-        self.handle.set_backend(&self.backend.server.name, self.backend.thread_id);
-        debug!(id = self.id, hostgroup, backend = %self.backend.server.name, "statement routed to another hostgroup");
-        Ok(())
-    }
-
-    /// A new connection to `hostgroup` for this session: its login, schema and capabilities.
-    /// Connecting is retried (`retries` more times): nothing was sent yet, so that is safe.
-    async fn open_backend(&mut self, hostgroup: u32, retries: u32) -> Result<Backend, BackendError> {
-        let mut attempt = 0;
-        loop {
-            let connected = connect_backend(&self.shared, hostgroup, &self.backend_login, self.schema.as_deref(), &self.negotiated).await;
-            match connected {
-                Ok((backend, _)) => return Ok(backend),
-                Err(e @ (BackendError::Rejected { .. } | BackendError::Unavailable(_))) => return Err(e),
-                Err(e) if attempt >= retries => return Err(e),
-                Err(e) => debug!(id = self.id, hostgroup, "connect failed, retrying: {e}"),
-            }
-            attempt += 1;
-        }
-    }
-
-    /// A rule's timeout: after `after`, KILL QUERY the statement on its backend thread (with
-    /// the session's own login); the client then gets the server's own "interrupted" error.
-    fn kill_query_after(&self, after: Duration) -> tokio::task::JoinHandle<()> {
-        let server = self.backend.server.clone();
-        let login = self.backend_login.clone();
-        let thread = self.backend.thread_id;
-        let timeout = self.shared.config.connect_timeout();
-        let id = self.id;
-        tokio::spawn(async move {
-            tokio::time::sleep(after).await;
-            debug!(id, thread, "query rule timeout reached: KILL QUERY");
-            if let Err(e) = super::kill::run_on(&server, &login, &format!("KILL QUERY {thread}"), timeout).await {
-                tracing::warn!(id, "query rule timeout: KILL QUERY {thread} on {} failed: {e}", server.name);
-            }
-        })
     }
 
     async fn refuse_rewrite(&mut self, frame: Frame, seq: u8, rule: Option<u32>) -> bool {

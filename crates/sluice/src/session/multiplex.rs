@@ -1,0 +1,412 @@
+//! ② session ↔ ⑤ pool: which backend connection serves a statement, bringing it in line with
+//! the session's state, and whether the session keeps it afterwards (pinned) or hands it back.
+//!
+//! What is pinned is decided from the server's own signals first (status flags: transaction;
+//! SERVER_SESSION_STATE_CHANGED where the client tracks session state) and from the statement
+//! text for what the server does not report (`sql::effects`). Settings that can be replayed —
+//! schema, character set, session variables, user variables — never pin: they are read back
+//! after the statement that changed them and replayed, differences only, on the next connection.
+
+use super::Session;
+use crate::exec::Outcome;
+use crate::pool::{self, state, Backend, BackendError};
+use proto::StatusFlags;
+use sql::effects::{self, Effects};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tracing::debug;
+
+/// A backend connection the session is using or keeps, and why it keeps it.
+pub(super) struct Held {
+    pub backend: Backend,
+    pub pins: Pins,
+    /// The session kept it after its last statement (its pin was counted then).
+    kept: bool,
+}
+
+/// Facts about a connection's server-side session that tie the client to it.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Pins {
+    pub transaction: bool,
+    pub temp_tables: bool,
+    pub table_locks: bool,
+    pub named_locks: i32,
+    pub xa: bool,
+    pub handler: bool,
+    /// SET TRANSACTION (no scope): holds until a transaction has begun and ended.
+    pub next_transaction: bool,
+    next_transaction_started: bool,
+    /// Text-protocol prepared statements (PREPARE … FROM), by name.
+    pub text_prepared: Vec<Box<str>>,
+    /// A prepared statement has an open cursor or long data waiting.
+    pub statement: bool,
+    /// SQL_CALC_FOUND_ROWS or a one-shot variable: the next statement must run here too.
+    pub next_statement: bool,
+    /// State changed in a way sluice cannot follow (SET ROLE, an unparsed SET, a change the
+    /// server reported that the text does not explain): kept for the session's life.
+    pub untracked: bool,
+    /// A query rule with multiplex = 0 matched.
+    pub rule: bool,
+}
+
+/// Why a session keeps a connection (counted per worker; stats read them later).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PinReason {
+    Transaction,
+    TempTable,
+    TableLock,
+    NamedLock,
+    Xa,
+    Handler,
+    NextTransaction,
+    TextPrepare,
+    Statement,
+    NextStatement,
+    Untracked,
+    Rule,
+    MultiplexingOff,
+}
+
+pub const PIN_REASONS: usize = 13;
+
+impl PinReason {
+    pub fn name(self) -> &'static str {
+        match self {
+            PinReason::Transaction => "transaction",
+            PinReason::TempTable => "temporary_table",
+            PinReason::TableLock => "lock_tables",
+            PinReason::NamedLock => "get_lock",
+            PinReason::Xa => "xa",
+            PinReason::Handler => "handler",
+            PinReason::NextTransaction => "set_transaction",
+            PinReason::TextPrepare => "text_prepare",
+            PinReason::Statement => "prepared_cursor_or_long_data",
+            PinReason::NextStatement => "found_rows_or_one_shot",
+            PinReason::Untracked => "untracked_state",
+            PinReason::Rule => "query_rule",
+            PinReason::MultiplexingOff => "multiplexing_off",
+        }
+    }
+}
+
+impl Pins {
+    /// The first reason the connection must stay with the session, if any.
+    pub fn reason(&self) -> Option<PinReason> {
+        let reasons = [
+            (self.transaction, PinReason::Transaction),
+            (self.temp_tables, PinReason::TempTable),
+            (self.table_locks, PinReason::TableLock),
+            (self.named_locks > 0, PinReason::NamedLock),
+            (self.xa, PinReason::Xa),
+            (self.handler, PinReason::Handler),
+            (self.next_transaction, PinReason::NextTransaction),
+            (!self.text_prepared.is_empty(), PinReason::TextPrepare),
+            (self.statement, PinReason::Statement),
+            (self.next_statement, PinReason::NextStatement),
+            (self.untracked, PinReason::Untracked),
+            (self.rule, PinReason::Rule),
+        ];
+        reasons.into_iter().find(|(on, _)| *on).map(|(_, r)| r)
+    }
+
+    /// State that dies with the connection's server session (what a reset must clear).
+    fn server_state(&self) -> bool {
+        self.temp_tables || self.table_locks || self.named_locks > 0 || self.xa || self.handler || !self.text_prepared.is_empty()
+    }
+
+    /// Learns from a statement that completed without error.
+    fn follow(&mut self, e: &Effects) {
+        self.next_statement = e.flags & (effects::CALC_FOUND_ROWS | effects::ONE_SHOT) != 0;
+        if e.flags == 0 && e.named_locks == 0 && e.prepared.is_empty() && e.deallocated.is_empty() {
+            return;
+        }
+        self.temp_tables |= e.flags & effects::TEMP_TABLE != 0;
+        if e.flags & effects::LOCK_TABLES != 0 {
+            self.table_locks = true;
+        }
+        if e.flags & effects::UNLOCK_TABLES != 0 {
+            self.table_locks = false;
+        }
+        self.named_locks = if e.flags & effects::RELEASE_ALL_LOCKS != 0 { 0 } else { (self.named_locks + e.named_locks).max(0) };
+        if e.flags & effects::XA_BEGIN != 0 {
+            self.xa = true;
+        }
+        if e.flags & effects::XA_END != 0 {
+            self.xa = false;
+        }
+        self.handler |= e.flags & effects::HANDLER_OPEN != 0;
+        if e.flags & effects::NEXT_TRANSACTION != 0 {
+            self.next_transaction = true;
+            self.next_transaction_started = false;
+        }
+        self.untracked |= e.flags & (effects::SET_ROLE | effects::UNKNOWN_SET) != 0;
+        for name in &e.deallocated {
+            self.text_prepared.retain(|n| n != name);
+        }
+        for name in &e.prepared {
+            if !self.text_prepared.contains(name) {
+                self.text_prepared.push(name.clone());
+            }
+        }
+    }
+
+    /// Learns the transaction state from the status flags of a complete reply.
+    fn follow_status(&mut self, status: u16) {
+        let in_trans = status & StatusFlags::SERVER_STATUS_IN_TRANS.bits() != 0;
+        if self.next_transaction {
+            if in_trans {
+                self.next_transaction_started = true;
+            } else if self.next_transaction_started {
+                self.next_transaction = false;
+            }
+        }
+        self.transaction = in_trans;
+    }
+}
+
+/// Pins counted by reason, per worker thread (single writer; summed when read).
+pub mod pin_counts {
+    use super::{AtomicU64, Ordering, PinReason, PIN_REASONS};
+    use std::sync::{Arc, Mutex};
+
+    type Counters = Arc<[AtomicU64; PIN_REASONS]>;
+    static ALL: Mutex<Vec<Counters>> = Mutex::new(Vec::new());
+
+    thread_local! {
+        static LOCAL: Counters = {
+            let c: Counters = Arc::new(std::array::from_fn(|_| AtomicU64::new(0)));
+            if let Ok(mut all) = ALL.lock() {
+                all.push(c.clone());
+            }
+            c
+        };
+    }
+
+    pub fn count(reason: PinReason) {
+        LOCAL.with(|c| {
+            let c = &c[reason as usize];
+            c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        });
+    }
+
+    /// Totals by reason over every worker (for the stats tables).
+    #[allow(dead_code)]
+    pub fn totals() -> [u64; PIN_REASONS] {
+        let mut t = [0; PIN_REASONS];
+        if let Ok(all) = ALL.lock() {
+            for c in all.iter() {
+                for (i, v) in c.iter().enumerate() {
+                    t[i] += v.load(Ordering::Relaxed);
+                }
+            }
+        }
+        t
+    }
+}
+
+/// What an acquired connection needs before the statement: whether it may be the one whose
+/// LAST_INSERT_ID() the statement reads.
+#[derive(Default, Clone, Copy)]
+pub(super) struct Needs {
+    pub last_insert_id: bool,
+}
+
+impl Session {
+    fn pool_request<'a>(&'a self) -> pool::Request<'a> {
+        pool::Request {
+            login: &self.login,
+            state: &self.state,
+            settings: &self.shared.config.pool,
+            connect_timeout: self.shared.config.connect_timeout(),
+            any_shard: self.shared.config.proxy.runtime == crate::config::RuntimeKind::Steal,
+        }
+    }
+
+    /// The connection for a statement to `hostgroup`: the one an open transaction holds (it
+    /// serves every statement, as ProxySQL's transaction_persistent), else the one the session
+    /// keeps for that hostgroup, else one from the pool. Connecting is retried `retries` more
+    /// times (nothing was sent yet). The connection is in line with the session's state.
+    pub(super) async fn acquire(&mut self, hostgroup: u32, retries: u32, needs: Needs) -> Result<Held, BackendError> {
+        let kept = self
+            .held
+            .iter()
+            .position(|h| h.pins.transaction)
+            .or_else(|| self.held.iter().position(|h| h.backend.server.hostgroup == hostgroup));
+        let mut held = match kept {
+            Some(i) => {
+                let mut h = self.held.swap_remove(i);
+                if !h.backend.is_alive() {
+                    // Its server closed it while the session kept it: what lived there is gone,
+                    // as on a direct connection, which would have been closed too.
+                    let server = h.backend.server.name.to_string();
+                    return Err(BackendError::Lost { server, source: std::io::ErrorKind::ConnectionReset.into() });
+                }
+                h
+            }
+            None => {
+                let mut attempt = 0;
+                let backend = loop {
+                    match pool::checkout(&self.shared.hostgroups, hostgroup, &self.pool_request()).await {
+                        Ok(b) => break b,
+                        Err(e @ (BackendError::Rejected { .. } | BackendError::Unavailable(_))) => return Err(e),
+                        Err(e) if attempt >= retries => return Err(e),
+                        Err(e) => debug!(id = self.id, hostgroup, "connect failed, retrying: {e}"),
+                    }
+                    attempt += 1;
+                };
+                Held { backend, pins: Pins::default(), kept: false }
+            }
+        };
+        if let Err(e) = self.sync(&mut held.backend, needs).await {
+            self.release(held);
+            return Err(e);
+        }
+        self.handle.set_backend(held.backend.server.index, held.backend.thread_id);
+        Ok(held)
+    }
+
+    /// Brings `b` in line with the session: a reset if a gone client left state on it, then
+    /// the schema and the differing variables in one pipelined round trip.
+    async fn sync(&mut self, b: &mut Backend, needs: Needs) -> Result<(), BackendError> {
+        if b.needs_reset || self.state.needs_login_charset(&b.state) {
+            reset(b).await?;
+        }
+        let last_insert_id = (needs.last_insert_id && b.last_insert_id != self.last_insert_id).then_some(self.last_insert_id);
+        if Arc::ptr_eq(&b.state, &self.state) && last_insert_id.is_none() {
+            return Ok(());
+        }
+        let want = &*self.state;
+        let init_db = want.schema.as_deref().filter(|db| b.state.schema.as_deref() != Some(*db));
+        let set = want.set_statement(&b.state, last_insert_id);
+        if init_db.is_some() || set.is_some() {
+            debug!(id = self.id, thread = b.thread_id, schema = ?init_db, set = ?set, "bringing a pooled connection in line");
+            if let Err(e) = b.run_batch(init_db, set.as_deref()).await {
+                // Part of the batch may have applied: the connection's state is unknown now.
+                b.needs_reset = true;
+                return Err(e);
+            }
+        }
+        b.state = self.state.clone();
+        if let Some(id) = last_insert_id {
+            b.last_insert_id = id;
+        }
+        Ok(())
+    }
+
+    /// Learns what a completed statement did to the session (pins, state, LAST_INSERT_ID),
+    /// reading back changed variables when it set any. False when the read-back failed, so the
+    /// connection is kept (pinned) rather than replayed wrongly.
+    pub(super) async fn after_statement(&mut self, held: &mut Held, e: &Effects, outcome: &Outcome, use_db: Option<String>) {
+        held.pins.follow_status(outcome.status);
+        if outcome.error {
+            return;
+        }
+        if outcome.last_insert_id != 0 {
+            self.last_insert_id = outcome.last_insert_id;
+            held.backend.last_insert_id = outcome.last_insert_id;
+        }
+        held.pins.follow(e);
+        let read_db = e.flags & effects::USE_SCHEMA != 0 && use_db.is_none();
+        if let Some(db) = use_db {
+            // `USE db` alone: no need to ask the server where the session is.
+            let mut next = (*self.state).clone();
+            next.schema = Some(db.into());
+            self.state = Arc::new(next);
+            held.backend.state = self.state.clone();
+        }
+        if !read_db && e.sysvars.is_empty() && e.user_vars.is_empty() {
+            let tracks_state = self.negotiated.capabilities.contains(proto::CapabilityFlags::CLIENT_SESSION_TRACK);
+            // The server says the session changed, and nothing in the text explains it (a
+            // stored procedure setting a variable, say): keep the connection.
+            let changed = outcome.status & StatusFlags::SERVER_SESSION_STATE_CHANGED.bits() != 0;
+            if changed && tracks_state && e.flags & effects::CHARSET == 0 {
+                held.pins.untracked = true;
+            }
+            return;
+        }
+        if let Err(why) = self.read_back(&mut held.backend, e, read_db).await {
+            debug!(id = self.id, "session state read-back failed ({why}); keeping the connection");
+            held.pins.untracked = true;
+        }
+    }
+
+    /// Reads the session's new schema and variable values from the connection that changed
+    /// them, and makes them the session's state.
+    async fn read_back(&mut self, b: &mut Backend, e: &Effects, use_db: bool) -> Result<(), String> {
+        let names: Vec<Box<str>> =
+            e.sysvars.iter().filter(|v| v.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')).cloned().collect();
+        if names.len() != e.sysvars.len() {
+            return Err("a variable name sluice cannot read back".into());
+        }
+        let mut sql = state::readback_sql(&names, &e.user_vars).unwrap_or_else(|| "SELECT 1".into());
+        if use_db {
+            sql.push_str(", DATABASE()");
+        }
+        let (rows, status) = b.query_columns(&sql).await.map_err(|e| e.to_string())?;
+        b.status = status;
+        let row = rows.first().ok_or("read-back returned no row")?;
+        let mut next = (*self.state).clone();
+        next.apply_readback(&names, &e.user_vars, row)?;
+        if use_db {
+            next.schema = row.last().and_then(|c| c.value.as_deref()).map(|v| String::from_utf8_lossy(v).into());
+        }
+        self.state = Arc::new(next);
+        b.state = self.state.clone();
+        Ok(())
+    }
+
+    /// After a statement: the session keeps the connection if something pins it (or
+    /// multiplexing is off), else it goes back to the pool.
+    pub(super) fn settle(&mut self, held: Held) {
+        let reason = held.pins.reason().or((!self.shared.config.pool.multiplexing).then_some(PinReason::MultiplexingOff));
+        match reason {
+            Some(r) => {
+                if !held.kept {
+                    pin_counts::count(r);
+                    debug!(id = self.id, thread = held.backend.thread_id, reason = r.name(), "session pinned to its backend connection");
+                }
+                let mut held = held;
+                held.kept = true;
+                self.held.push(held);
+            }
+            None => self.release(held),
+        }
+    }
+
+    /// Hands a connection back to the pool (reset before its next use if it carries server
+    /// state the session leaves behind).
+    pub(super) fn release(&mut self, mut held: Held) {
+        if held.pins.server_state() || held.pins.untracked {
+            held.backend.needs_reset = true;
+        }
+        if self.held.is_empty() {
+            self.handle.clear_backend();
+        }
+        pool::checkin(held.backend, &self.shared.config.pool);
+    }
+
+    /// Gives back every kept connection (session end, COM_CHANGE_USER, COM_RESET_CONNECTION):
+    /// whatever server state they hold is the old session's, so they are reset before reuse.
+    pub(super) fn release_all(&mut self) {
+        for mut h in std::mem::take(&mut self.held) {
+            h.backend.needs_reset = true;
+            pool::checkin(h.backend, &self.shared.config.pool);
+        }
+        self.handle.clear_backend();
+    }
+}
+
+/// COM_RESET_CONNECTION (COM_CHANGE_USER with the same login on servers without it): the
+/// server session returns to its state right after login, keeping the schema.
+async fn reset(b: &mut Backend) -> Result<(), BackendError> {
+    b.reset().await?;
+    b.needs_reset = false;
+    b.state = Arc::new(state::State::new(b.state.schema.as_deref(), b.login.collation as u16));
+    b.last_insert_id = 0;
+    Ok(())
+}
+
+/// Collation ids for the state a session starts in.
+pub(super) fn initial_state(schema: Option<&str>, collation: u8) -> state::Shared {
+    Arc::new(state::State::new(schema, collation as u16))
+}
