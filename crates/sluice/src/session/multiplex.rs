@@ -338,6 +338,10 @@ impl Session {
         if names.len() != e.sysvars.len() {
             return Err("a variable name sluice cannot read back".into());
         }
+        if names.iter().any(|n| &**n == "timestamp") {
+            // Its read-back value would freeze the clock if replayed (SET timestamp = DEFAULT).
+            return Err("timestamp cannot be replayed".into());
+        }
         let mut sql = state::readback_sql(&names, &e.user_vars).unwrap_or_else(|| "SELECT 1".into());
         if use_db {
             sql.push_str(", DATABASE()");
