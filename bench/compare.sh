@@ -122,7 +122,7 @@ cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
 	set +e
-	if [ "$rc" -ne 0 ] && [ "$rc" -ne 130 ] && [ "$rc" -ne 143 ]; then
+	if failed_by_itself "$rc"; then
 		[ -s "$WORK/sluice.log" ] && { echo "--- last lines of sluice's log:" >&2; tail -n 20 "$WORK/sluice.log" >&2; }
 		[ -s "$WORK/mysqld.err" ] && { echo "--- last lines of mariadbd's log:" >&2; tail -n 10 "$WORK/mysqld.err" >&2; }
 	fi
@@ -135,16 +135,9 @@ cleanup() {
 		stop_proc "$DB_PID" mariadbd 60
 		DB_PID=""
 	fi
-	if [ "$KEEP_TMP" = 1 ]; then
-		log "kept $WORK"
-	else
-		rm -rf "$WORK"
-	fi
-	exit "$rc"
+	finish_work "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap_cleanup
 
 sql() { mariadb --no-defaults -S "$SOCK" -uroot -N -B "$@"; }
 

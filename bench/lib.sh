@@ -278,7 +278,28 @@ stop_supervised() {
 	fi
 }
 
-# --- added for bench/pool.sh ----------------------------------------------------------
+# The end of every script's `cleanup` (which it installs with trap_cleanup):
+# failed_by_itself RC: true when RC is a failure, not success nor an interrupt (INT/TERM), so
+# logs are worth showing.
+failed_by_itself() { [ "$1" -ne 0 ] && [ "$1" -ne 130 ] && [ "$1" -ne 143 ]; }
+
+# finish_work RC: keeps $WORK when KEEP_TMP=1 (saying where) or removes it, then exits RC.
+finish_work() {
+	if [ "$KEEP_TMP" = 1 ]; then
+		log "kept $WORK"
+	else
+		rm -rf "$WORK"
+	fi
+	exit "$1"
+}
+
+# trap_cleanup: `cleanup` runs on exit; INT and TERM become exits 130 and 143 that run it.
+trap_cleanup() {
+	trap cleanup EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+}
+
 # vmrss_kib PID: the process's resident set size in KiB (VmRSS in /proc/PID/status).
 vmrss_kib() {
 	awk '/^VmRSS:/ { print $2; found = 1 } END { exit !found }' "/proc/$1/status" 2>/dev/null

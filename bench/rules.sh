@@ -161,7 +161,7 @@ cleanup() {
 	trap - EXIT INT TERM
 	set +e
 	local n hg
-	if [ "$rc" -ne 0 ] && [ "$rc" -ne 130 ] && [ "$rc" -ne 143 ]; then
+	if failed_by_itself "$rc"; then
 		for n in "${CONFIG_LIST[@]}"; do
 			[ -s "$WORK/sluice-$n.log" ] && { echo "--- last lines of sluice ($n)'s log:" >&2; tail -n 10 "$WORK/sluice-$n.log" >&2; }
 		done
@@ -178,16 +178,9 @@ cleanup() {
 	fi
 	for n in "${CONFIG_LIST[@]}"; do stop_sluice "$n"; done
 	stop_mariadbs
-	if [ "$KEEP_TMP" = 1 ]; then
-		log "kept $WORK"
-	else
-		rm -rf "$WORK"
-	fi
-	exit "$rc"
+	finish_work "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap_cleanup
 
 # sql HOSTGROUP ARGS...: the mariadb client as root on that instance's socket.
 sql() {

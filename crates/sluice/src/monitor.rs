@@ -37,7 +37,7 @@ pub async fn load_accounts(shared: &Shared) -> anyhow::Result<Vec<(String, Strin
     let server = shared.hostgroups.pick(hostgroup)?;
     let credential = if monitor.password.is_empty() { Credential::Empty } else { Credential::Plain(monitor.password.clone()) };
     let params = pool::ConnectParams::internal(server, &monitor.username, &credential, shared.config.connect_timeout());
-    let (mut conn, _) = pool::connect(&params).await?;
+    let mut conn = pool::connect(&params).await?;
     let rows =
         conn.query("SELECT User, Host, plugin, IF(authentication_string = '', Password, authentication_string) FROM mysql.user").await;
     conn.quit().await;

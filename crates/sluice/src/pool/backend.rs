@@ -348,9 +348,8 @@ fn auth_reply(plugin: &str, cred: &Credential, nonce: &[u8], tls: bool) -> Optio
     }
 }
 
-/// Connects and authenticates. The backend's OK payload is returned so the client can be
-/// answered with the server's own status flags and session-state information.
-pub async fn connect(p: &ConnectParams<'_>) -> Result<(Backend, Vec<u8>), BackendError> {
+/// Connects and authenticates. The server's login OK stays with the connection (`login_ok`).
+pub async fn connect(p: &ConnectParams<'_>) -> Result<Backend, BackendError> {
     let server = p.server.name.to_string();
     match tokio::time::timeout(p.timeout, connect_inner(p)).await {
         Ok(r) => r,
@@ -358,7 +357,7 @@ pub async fn connect(p: &ConnectParams<'_>) -> Result<(Backend, Vec<u8>), Backen
     }
 }
 
-async fn connect_inner(p: &ConnectParams<'_>) -> Result<(Backend, Vec<u8>), BackendError> {
+async fn connect_inner(p: &ConnectParams<'_>) -> Result<Backend, BackendError> {
     let server = &*p.server.name;
     let lost = |e| BackendError::Lost { server: server.to_string(), source: e };
     let protocol = |what: String| BackendError::Protocol { server: server.to_string(), what };
@@ -441,7 +440,7 @@ async fn connect_inner(p: &ConnectParams<'_>) -> Result<(Backend, Vec<u8>), Back
         state: Arc::new(state::State::new(p.database, p.collation as u16)),
         status,
         last_insert_id: 0,
-        login_ok: ok.clone(),
+        login_ok: ok,
         pooled: false,
         broken: false,
         needs_reset: false,
@@ -449,7 +448,7 @@ async fn connect_inner(p: &ConnectParams<'_>) -> Result<(Backend, Vec<u8>), Back
         idle_since: now,
         greeting,
     };
-    Ok((backend, ok))
+    Ok(backend)
 }
 
 /// The plugin and reply to open an authentication with: the server's announced plugin when

@@ -145,12 +145,13 @@ impl ServerPool {
         None
     }
 
-    /// Closes one idle connection that does not fit (another login, or a schema where none is
-    /// wanted) to make room; any worker's, as a full server must not starve one worker.
+    /// Closes one idle connection to make room, another login's if there is one (the caller
+    /// found none that fits); any worker's, as a full server must not starve one worker.
     fn evict_other(&self, login: &Login) -> bool {
         for i in 0..self.shards.len() {
             let Ok(mut idle) = self.shards[i].lock() else { continue };
-            if let Some(pos) = idle.iter().position(|b| !b.login.same_key(login)).or(if idle.is_empty() { None } else { Some(0) }) {
+            if !idle.is_empty() {
+                let pos = idle.iter().position(|b| !b.login.same_key(login)).unwrap_or(0);
                 let b = idle.remove(pos);
                 drop(idle);
                 b.close();
@@ -270,7 +271,7 @@ async fn open(server: &Server, req: &Request<'_>) -> Result<Backend, BackendErro
         timeout: req.connect_timeout,
     };
     match connect(&params).await {
-        Ok((mut b, _)) => {
+        Ok(mut b) => {
             server.pool.remember(login);
             b.login = login.clone();
             b.pooled = true;

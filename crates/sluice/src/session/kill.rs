@@ -60,10 +60,16 @@ impl Session {
     }
 }
 
-/// Kills the statement running on `target` = (server, thread, the session's own login) from a
+/// Kills the statement running on `thread` of `server` with the session's own `login`, from a
 /// short-lived side connection; the session awaits it before its connection serves anyone else.
-pub(super) fn kill_query(target: &(Server, u32, Arc<Login>), hard: Option<bool>, timeout: Duration) -> tokio::task::JoinHandle<()> {
-    let (server, thread, login) = target.clone();
+pub(super) fn kill_query(
+    server: &Server,
+    thread: u32,
+    login: &Arc<Login>,
+    hard: Option<bool>,
+    timeout: Duration,
+) -> tokio::task::JoinHandle<()> {
+    let (server, login) = (server.clone(), login.clone());
     let modifier = match hard {
         Some(true) => "HARD ",
         Some(false) => "SOFT ",
@@ -80,7 +86,7 @@ pub(super) fn kill_query(target: &(Server, u32, Arc<Login>), hard: Option<bool>,
 /// Runs one statement on `server` over a short-lived connection with `login`.
 async fn run_on(server: &Server, login: &Login, sql: &str, timeout: Duration) -> Result<(), BackendError> {
     let params = pool::ConnectParams::internal(server, &login.username, &login.credential, timeout);
-    let (mut conn, _) = pool::connect(&params).await?;
+    let mut conn = pool::connect(&params).await?;
     let r = conn.query(sql).await;
     conn.quit().await;
     r.map(|_| ())

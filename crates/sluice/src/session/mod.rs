@@ -259,7 +259,7 @@ impl Session {
                 biased;
                 _ = self.handle.killed() => return,
                 r = self.client.read_frame(self.max_packet()) => r,
-                _ = idle_timer(idle_limit) => {
+                _ = sleep_or_never(idle_limit) => {
                     debug!(id = self.id, "client idle beyond its wait_timeout; closing");
                     return;
                 }
@@ -339,7 +339,7 @@ impl Session {
                         self.after_command(cmd, init_db, &mut held);
                     }
                     if reply.is_some() {
-                        held.pins.transaction = outcome.status & proto::StatusFlags::SERVER_STATUS_IN_TRANS.bits() != 0;
+                        held.pins.follow_status(outcome.status);
                     }
                     if is_statement_command(cmd) {
                         // Statement ids belong to this connection: it stays with the session.
@@ -380,10 +380,9 @@ impl Session {
     fn after_command(&mut self, cmd: u8, init_db: Option<String>, held: &mut Held) {
         match cmd {
             COM_INIT_DB => {
-                let mut next = (*self.state).clone();
-                next.schema = init_db.map(Into::into);
-                self.state = Arc::new(next);
-                held.backend.state = self.state.clone();
+                if let Some(db) = init_db {
+                    self.set_schema(&mut held.backend, db);
+                }
             }
             COM_RESET_CONNECTION => {
                 // A clean session: the connections the session kept carry the old one.
@@ -434,29 +433,27 @@ impl Session {
         let format = backend.format();
         let wm = self.watermarks();
         let max = self.max_packet();
-        let handle = self.handle.clone();
-        handle.clear_kill_query();
-        let target = (backend.server.clone(), backend.thread_id, self.login.clone());
-        let timeout = async {
-            match timeout {
-                Some(t) => tokio::time::sleep(t).await,
-                None => std::future::pending().await,
-            }
-        };
+        self.handle.clear_kill_query();
+        let timeout = sleep_or_never(timeout);
         tokio::pin!(timeout);
         let connect_timeout = self.shared.config.connect_timeout();
         let mut killer: Option<tokio::task::JoinHandle<()>> = None;
         let result = {
+            // Borrowed field by field: nothing is cloned per statement for a KILL that rarely comes.
+            let (handle, login, thread) = (&self.handle, &self.login, backend.thread_id);
+            let server = &backend.server;
             let exchange = exec::forward(&mut self.client, &mut backend.conn, request, reply, format, wm, max);
             tokio::pin!(exchange);
             loop {
                 tokio::select! {
                     biased;
                     r = &mut exchange => break r,
-                    hard = handle.kill_query_requested(), if killer.is_none() => killer = Some(kill::kill_query(&target, hard, connect_timeout)),
+                    hard = handle.kill_query_requested(), if killer.is_none() => {
+                        killer = Some(kill::kill_query(server, thread, login, hard, connect_timeout));
+                    }
                     _ = &mut timeout, if killer.is_none() => {
-                        debug!(id = handle.id, thread = target.1, "query rule timeout reached: KILL QUERY");
-                        killer = Some(kill::kill_query(&target, None, connect_timeout));
+                        debug!(id = handle.id, thread, "query rule timeout reached: KILL QUERY");
+                        killer = Some(kill::kill_query(server, thread, login, None, connect_timeout));
                     }
                 }
             }
@@ -573,7 +570,8 @@ impl Session {
     }
 }
 
-async fn idle_timer(limit: Option<Duration>) {
+/// Sleeps for `limit`, or forever without one (a `select!` arm that may not apply).
+async fn sleep_or_never(limit: Option<Duration>) {
     match limit {
         Some(d) => tokio::time::sleep(d).await,
         None => std::future::pending().await,

@@ -151,7 +151,7 @@ impl Pins {
     }
 
     /// Learns the transaction state from the status flags of a complete reply.
-    fn follow_status(&mut self, status: u16) {
+    pub fn follow_status(&mut self, status: u16) {
         let in_trans = status & StatusFlags::SERVER_STATUS_IN_TRANS.bits() != 0;
         if self.next_transaction {
             if in_trans {
@@ -309,10 +309,7 @@ impl Session {
         let read_db = e.flags & effects::USE_SCHEMA != 0 && use_db.is_none();
         if let Some(db) = use_db {
             // `USE db` alone: no need to ask the server where the session is.
-            let mut next = (*self.state).clone();
-            next.schema = Some(db.into());
-            self.state = Arc::new(next);
-            held.backend.state = self.state.clone();
+            self.set_schema(&mut held.backend, db);
         }
         if !read_db && e.sysvars.is_empty() && e.user_vars.is_empty() {
             let tracks_state = self.negotiated.capabilities.contains(proto::CapabilityFlags::CLIENT_SESSION_TRACK);
@@ -357,6 +354,14 @@ impl Session {
         self.state = Arc::new(next);
         b.state = self.state.clone();
         Ok(())
+    }
+
+    /// The server accepted `db` as the default database of the session on `b`.
+    pub(super) fn set_schema(&mut self, b: &mut Backend, db: String) {
+        let mut next = (*self.state).clone();
+        next.schema = Some(db.into());
+        self.state = Arc::new(next);
+        b.state = self.state.clone();
     }
 
     /// After a statement: the session keeps the connection if something pins it (or
@@ -410,7 +415,7 @@ async fn reset(b: &mut Backend) -> Result<(), BackendError> {
     Ok(())
 }
 
-/// Collation ids for the state a session starts in.
+/// The state a session starts in: its login's schema and collation.
 pub(super) fn initial_state(schema: Option<&str>, collation: u8) -> state::Shared {
     Arc::new(state::State::new(schema, collation as u16))
 }
