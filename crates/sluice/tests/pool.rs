@@ -99,3 +99,24 @@ async fn five_hundred_sessions_with_their_own_state_share_four_connections() {
     let rows: u32 = c.query_first("SELECT (SELECT COUNT(*) FROM s0.t) + (SELECT COUNT(*) FROM s1.t)").await.unwrap().unwrap();
     assert_eq!(rows, 1500);
 }
+
+#[tokio::test]
+async fn warnings_stay_readable_when_another_session_wants_the_connection() {
+    let db = MariaDb::start().unwrap();
+    let mut cfg = quick_config(&db);
+    cfg.servers[0].max_connections = 1;
+    let proxy = Proxy::start(cfg);
+    let mut a = connect(proxy.port).await;
+    let mut b = connect(proxy.port).await;
+    a.query_drop("SELECT 1/0").await.unwrap();
+    // The other session, whose statement has a warning of its own, is ready to take the one
+    // connection the moment it is free.
+    let other = tokio::spawn(async move {
+        let n: i64 = b.query_first("SELECT CAST('7x' AS SIGNED)").await.unwrap().unwrap();
+        n
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let warnings: Vec<(String, u32, String)> = a.query("SHOW WARNINGS").await.unwrap();
+    assert_eq!(warnings, vec![("Warning".to_string(), 1365, "Division by 0".to_string())]);
+    assert_eq!(other.await.unwrap(), 7, "and the other session runs after");
+}

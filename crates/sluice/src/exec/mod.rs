@@ -34,6 +34,8 @@ pub struct Outcome {
     pub status: u16,
     /// LAST_INSERT_ID() as an OK packet reported it (0: unchanged).
     pub last_insert_id: u64,
+    /// Warnings of the last OK/EOF.
+    pub warnings: u16,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -69,12 +71,15 @@ pub async fn forward(
         return Err(ExecError::BackendLost { reply_seq: Some(request_seq.wrapping_add(1)) });
     }
     let Some(reply) = reply else {
-        return Ok(Outcome { error: false, status: 0, last_insert_id: 0 });
+        return Ok(Outcome { error: false, status: 0, last_insert_id: 0, warnings: 0 });
     };
     let mut scanner = Scanner::new(reply, format.deprecate_eof).with_mariadb_capabilities(format.mariadb_caps);
     loop {
         match stream_reply(&mut client.stream, backend, &mut scanner, wm, request_seq).await? {
-            Event::Done { error } => return Ok(Outcome { error, status: scanner.status(), last_insert_id: scanner.last_insert_id() }),
+            Event::Done { error } => {
+                let (status, last_insert_id, warnings) = (scanner.status(), scanner.last_insert_id(), scanner.warnings());
+                return Ok(Outcome { error, status, last_insert_id, warnings });
+            }
             Event::LocalInfile => {
                 let last = relay_infile(client, backend, max_packet).await?;
                 scanner.after_infile(last);

@@ -40,7 +40,8 @@ pub(super) struct Pins {
     pub text_prepared: Vec<Box<str>>,
     /// A prepared statement has an open cursor or long data waiting.
     pub statement: bool,
-    /// SQL_CALC_FOUND_ROWS or a one-shot variable: the next statement must run here too.
+    /// The next statement must run here too: SQL_CALC_FOUND_ROWS or a one-shot variable, or
+    /// warnings or an error (SHOW WARNINGS, GET DIAGNOSTICS read them from this connection).
     pub next_statement: bool,
     /// State changed in a way sluice cannot follow (SET ROLE, an unparsed SET, a change the
     /// server reported that the text does not explain): kept for the session's life.
@@ -81,7 +82,7 @@ impl PinReason {
             PinReason::NextTransaction => "set_transaction",
             PinReason::TextPrepare => "text_prepare",
             PinReason::Statement => "prepared_cursor_or_long_data",
-            PinReason::NextStatement => "found_rows_or_one_shot",
+            PinReason::NextStatement => "found_rows_one_shot_or_diagnostics",
             PinReason::Untracked => "untracked_state",
             PinReason::Rule => "query_rule",
             PinReason::MultiplexingOff => "multiplexing_off",
@@ -299,6 +300,7 @@ impl Session {
     pub(super) async fn after_statement(&mut self, held: &mut Held, e: &Effects, outcome: &Outcome, use_db: Option<String>) {
         held.pins.follow_status(outcome.status);
         if outcome.error {
+            held.pins.next_statement = true;
             return;
         }
         if outcome.last_insert_id != 0 {
@@ -306,6 +308,7 @@ impl Session {
             held.backend.last_insert_id = outcome.last_insert_id;
         }
         held.pins.follow(e);
+        held.pins.next_statement |= outcome.warnings > 0;
         let read_db = e.flags & effects::USE_SCHEMA != 0 && use_db.is_none();
         if let Some(db) = use_db {
             // `USE db` alone: no need to ask the server where the session is.
