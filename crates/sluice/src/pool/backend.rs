@@ -279,6 +279,12 @@ impl Backend {
         }
     }
 
+    /// After one of sluice's own exchanges failed: anything but the server's refusal leaves
+    /// the connection mid-reply, so it is closed rather than reused.
+    pub fn note_failure(&mut self, e: &BackendError) {
+        self.broken |= !matches!(e, BackendError::Rejected { .. });
+    }
+
     fn lost(&self, e: std::io::Error) -> BackendError {
         BackendError::Lost { server: self.server.name.to_string(), source: e }
     }

@@ -291,7 +291,9 @@ pub fn checkin(b: Backend, settings: &PoolSection) {
 }
 
 fn checkin_to(mut b: Backend, settings: &PoolSection, shard: usize) {
-    if !b.pooled || b.broken || b.age() > Duration::from_millis(settings.max_lifetime_ms) || !b.server.accepts_new() {
+    // Bytes buffered past the last reply would answer the next user's statement: never reuse.
+    let unread = !b.conn.rbuf.is_empty();
+    if !b.pooled || b.broken || unread || b.age() > Duration::from_millis(settings.max_lifetime_ms) || !b.server.accepts_new() {
         b.close();
         return;
     }

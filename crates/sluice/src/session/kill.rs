@@ -52,8 +52,8 @@ impl Session {
     async fn may_kill_others(&mut self) -> Result<bool, BackendError> {
         let mut held = self.acquire(self.user.default_hostgroup, 1, Needs::default()).await?;
         let rows = held.backend.query(MAY_KILL_OTHERS).await;
-        if rows.is_err() {
-            held.backend.broken = !matches!(rows, Err(BackendError::Rejected { .. }));
+        if let Err(e) = &rows {
+            held.backend.note_failure(e);
         }
         self.settle(held);
         Ok(rows?.first().and_then(|r| r.first().cloned().flatten()).is_some_and(|n| n != "0"))

@@ -270,7 +270,10 @@ impl Session {
     /// the schema and the differing variables in one pipelined round trip.
     async fn sync(&mut self, b: &mut Backend, needs: Needs) -> Result<(), BackendError> {
         if b.needs_reset || self.state.needs_login_charset(&b.state) {
-            reset(b).await?;
+            if let Err(e) = reset(b).await {
+                b.note_failure(&e);
+                return Err(e);
+            }
         }
         let last_insert_id = (needs.last_insert_id && b.last_insert_id != self.last_insert_id).then_some(self.last_insert_id);
         if Arc::ptr_eq(&b.state, &self.state) && last_insert_id.is_none() {
@@ -284,6 +287,7 @@ impl Session {
             if let Err(e) = b.run_batch(init_db, set.as_deref()).await {
                 // Part of the batch may have applied: the connection's state is unknown now.
                 b.needs_reset = true;
+                b.note_failure(&e);
                 return Err(e);
             }
         }
@@ -346,7 +350,10 @@ impl Session {
         if use_db {
             sql.push_str(", DATABASE()");
         }
-        let (rows, status) = b.query_columns(&sql).await.map_err(|e| e.to_string())?;
+        let (rows, status) = b.query_columns(&sql).await.map_err(|e| {
+            b.note_failure(&e);
+            e.to_string()
+        })?;
         b.status = status;
         let row = rows.first().ok_or("read-back returned no row")?;
         let mut next = (*self.state).clone();
