@@ -457,6 +457,10 @@ static int check_capabilities(void)
     unsigned long ignore = CLIENT_SSL | CLIENT_COMPRESS | CLIENT_ZSTD_COMPRESSION | CLIENT_SSL_VERIFY_SERVER_CERT;
     CHECK((cc & ~ignore) == (dc & ~ignore), "server capabilities 0x%lx, direct 0x%lx (endpoint lacks 0x%lx, adds 0x%lx)",
           cc, dc, dc & ~cc & ~ignore, cc & ~dc & ~ignore);
+    /* sluice does not offer metadata caching (1 << 4): a statement runs on whichever pooled
+       connection is free, so every execute carries its metadata (docs/pooling.md) */
+    unsigned long cache_metadata = 1UL << 4;
+    if (EP.port != DI.port) dx &= ~cache_metadata;
     CHECK(cx == dx, "MariaDB extended capabilities 0x%lx, direct 0x%lx", cx, dx);
     return 1;
 }
@@ -950,6 +954,62 @@ static MYSQL_STMT *prep(MYSQL *m, const char *sql)
 
 static const char *UNI = "h\xc3\xa9llo w\xc3\xb6rld \xf0\x9f\x9a\x80 \xe6\x97\xa5\xe6\x9c\xac";
 
+/* Two sessions run the same statement text with different parameter types, binding once and
+   executing many times: libmariadb sends the types on the first execute only. Through a pool
+   both run on the same server statement, so the proxy must send each session's own types
+   where the statement last ran with the other's. */
+static int check_stmt_shared_types(void)
+{
+    MYSQL *a, *b;
+    CONN(a, &EP, 0, 0);
+    CONN(b, &EP, 0, 0);
+    MYSQL_STMT *sa, *sb;
+    PREP(sa, a, "SELECT ? AS v");
+    PREP(sb, b, "SELECT ? AS v");
+    long long num = 0;
+    char str[32];
+    unsigned long str_len = 0;
+    MYSQL_BIND pa, pb;
+    memset(&pa, 0, sizeof pa);
+    memset(&pb, 0, sizeof pb);
+    pa.buffer_type = MYSQL_TYPE_LONGLONG; pa.buffer = &num;
+    pb.buffer_type = MYSQL_TYPE_STRING; pb.buffer = str; pb.length = &str_len;
+    STMT_OK(sa, mysql_stmt_bind_param(sa, &pa));
+    STMT_OK(sb, mysql_stmt_bind_param(sb, &pb));
+    for (int i = 0; i < 20; i++) {
+        num = 1000000007LL * (i + 1);
+        snprintf(str, sizeof str, "text-%d", i);
+        str_len = strlen(str);
+        MYSQL_STMT *order[2] = { i % 2 ? sb : sa, i % 2 ? sa : sb };
+        for (int k = 0; k < 2; k++) {
+            MYSQL_STMT *st = order[k];
+            STMT_OK(st, mysql_stmt_execute(st));
+            char got[64];
+            unsigned long got_len = 0;
+            MYSQL_BIND r;
+            memset(&r, 0, sizeof r);
+            r.buffer_type = MYSQL_TYPE_STRING; r.buffer = got; r.buffer_length = sizeof got - 1; r.length = &got_len;
+            STMT_OK(st, mysql_stmt_bind_result(st, &r));
+            MYSQL_RES *meta = mysql_stmt_result_metadata(st);
+            CHECK(meta != NULL, "no result metadata");
+            enum enum_field_types type = mysql_fetch_field_direct(meta, 0)->type;
+            mysql_free_result(meta);
+            int rc = mysql_stmt_fetch(st);
+            CHECK(rc == 0, "round %d: fetch returned %d: %s", i, rc, mysql_stmt_error(st));
+            got[got_len] = 0;
+            char want[64];
+            if (st == sa) snprintf(want, sizeof want, "%lld", num); else snprintf(want, sizeof want, "%s", str);
+            CHECK(strcmp(got, want) == 0, "round %d: session %c got '%s', want '%s'", i, st == sa ? 'a' : 'b', got, want);
+            CHECK((st == sa) == (type == MYSQL_TYPE_LONGLONG), "round %d: session %c got column type %d", i,
+                  st == sa ? 'a' : 'b', type);
+            CHECK(mysql_stmt_fetch(st) == MYSQL_NO_DATA, "round %d: more than one row", i);
+        }
+    }
+    STMT_OK(sa, mysql_stmt_close(sa));
+    STMT_OK(sb, mysql_stmt_close(sb));
+    return 1;
+}
+
 static int check_stmt_types(void)
 {
     MYSQL *c, *d;
@@ -1286,7 +1346,9 @@ static int check_stmt_close(void)
     long long dc[3], dd[3];
     if (!stmt_counter_run(c, dc)) return 0;
     if (!stmt_counter_run(d, dd)) return 0;
-    CHECK(dc[0] == 1 && dc[1] == 1 && dc[2] == 1, "endpoint Com_stmt prepare/execute/close deltas %lld/%lld/%lld, want 1/1/1",
+    /* through sluice the server statement may stay open for other sessions (closed when its
+       connection's statement cache evicts it), so the close is not always forwarded */
+    CHECK(dc[0] == 1 && dc[1] == 1 && dc[2] <= 1, "endpoint Com_stmt prepare/execute/close deltas %lld/%lld/%lld, want 1/1/≤1",
           dc[0], dc[1], dc[2]);
     CHECK(dd[0] == 1 && dd[1] == 1 && dd[2] == 1, "direct deltas %lld/%lld/%lld", dd[0], dd[1], dd[2]);
     /* many prepare/close cycles leave no statements behind on the session */
@@ -1845,6 +1907,7 @@ static const struct { const char *name; int (*fn)(void); } CHECKS[] = {
     { "process_info", check_process_info },
     { "unknown_command", check_unknown_command },
     { "stmt_types", check_stmt_types },
+    { "stmt_shared_types", check_stmt_shared_types },
     { "stmt_long_data", check_stmt_long_data },
     { "stmt_reset", check_stmt_reset },
     { "stmt_close", check_stmt_close },

@@ -11,6 +11,10 @@ pub const ER_NET_PACKET_TOO_LARGE: u16 = 1153;
 pub const ER_NET_READ_ERROR: u16 = 1158;
 pub const ER_NOT_SUPPORTED_AUTH_MODE: u16 = 1251;
 pub const ER_NOT_SUPPORTED_YET: u16 = 1235;
+pub const ER_WRONG_ARGUMENTS: u16 = 1210;
+pub const ER_UNKNOWN_STMT_HANDLER: u16 = 1243;
+pub const ER_STMT_HAS_NO_OPEN_CURSOR: u16 = 1421;
+pub const ER_MAX_PREPARED_STMT_COUNT_REACHED: u16 = 1461;
 /// Client-library codes, used when a backend cannot be reached or is lost mid-reply.
 pub const CR_CONN_HOST_ERROR: u16 = 2003;
 pub const CR_SERVER_LOST: u16 = 2013;

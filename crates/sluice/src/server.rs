@@ -48,6 +48,8 @@ pub struct Shared {
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     rsa: OnceLock<Option<RsaKeys>>,
     pub registry: Registry,
+    /// Prepared statements shared by every session (`pool::prepared`).
+    pub statements: Arc<crate::pool::prepared::Registry>,
     profile: RwLock<Profile>,
     /// Stops the listeners and workers.
     pub shutdown: CancellationToken,
@@ -164,6 +166,7 @@ impl Server {
             tls,
             rsa: OnceLock::new(),
             registry: Registry::default(),
+            statements: Arc::new(crate::pool::prepared::Registry::new(config.pool.max_statements)),
             profile: RwLock::new(Profile::default()),
             shutdown: CancellationToken::new(),
             closing: std::sync::atomic::AtomicBool::new(false),

@@ -120,3 +120,230 @@ async fn warnings_stay_readable_when_another_session_wants_the_connection() {
     assert_eq!(warnings, vec![("Warning".to_string(), 1365, "Division by 0".to_string())]);
     assert_eq!(other.await.unwrap(), 7, "and the other session runs after");
 }
+
+/// A global status counter of the backend.
+fn global_status(db: &MariaDb, name: &str) -> u64 {
+    db.sql(&format!("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = '{name}'"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no global status {name}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_prepared_once_runs_from_many_sessions_on_any_connection() {
+    let db = MariaDb::start().unwrap();
+    db.sql("CREATE TABLE test.kv (k INT PRIMARY KEY, v VARCHAR(20))").unwrap();
+    let mut cfg = quick_config(&db);
+    cfg.servers[0].max_connections = 4;
+    cfg.pool.checkout_timeout_ms = 60_000;
+    let proxy = Proxy::start(cfg);
+    let port = proxy.port;
+    let prepares_before = global_status(&db, "Com_stmt_prepare");
+    let sessions: Vec<_> = (0..40u32)
+        .map(|i| {
+            tokio::spawn(async move {
+                let mut c = connect(port).await;
+                // Prepared once per session (mysql_async caches statements), executed 25 times.
+                let insert = c.prep("INSERT INTO kv VALUES (?, ?)").await.unwrap();
+                let select = c.prep("SELECT v, @@pseudo_thread_id FROM kv WHERE k = ?").await.unwrap();
+                let mut threads = std::collections::HashSet::new();
+                for round in 0..25u32 {
+                    let k = i * 100 + round;
+                    c.exec_drop(&insert, (k, format!("v{k}"))).await.unwrap();
+                    let (v, thread): (String, u64) = c.exec_first(&select, (k,)).await.unwrap().expect("the row just inserted");
+                    assert_eq!(v, format!("v{k}"));
+                    threads.insert(thread);
+                }
+                c.disconnect().await.unwrap();
+                threads
+            })
+        })
+        .collect();
+    let mut all = std::collections::HashSet::new();
+    let mut moved = 0;
+    for s in sessions {
+        let threads = s.await.expect("every execute returned the session's own row");
+        moved += (threads.len() > 1) as u32;
+        all.extend(threads);
+    }
+    assert!(all.len() > 1 && all.len() <= 4, "backend connections used: {all:?}");
+    assert!(moved > 0, "no session's statement ran on more than one backend connection");
+    // 80 client prepares; at most one more per statement and connection was needed.
+    let prepares = global_status(&db, "Com_stmt_prepare") - prepares_before;
+    assert!(prepares <= 80 + 2 * 4, "the backend prepared {prepares} times");
+    assert_eq!(proxy.shared().statements.len(), 2, "two distinct statements in the registry");
+    let rows: u32 = connect(port).await.query_first("SELECT COUNT(*) FROM kv").await.unwrap().unwrap();
+    assert_eq!(rows, 1000, "every insert landed exactly once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_hundred_thousand_distinct_statements_prepared_and_closed_keep_memory_flat() {
+    let db = MariaDb::start().unwrap();
+    let mut cfg = quick_config(&db);
+    cfg.servers[0].max_connections = 4;
+    cfg.pool.max_statements = 2_000;
+    cfg.pool.max_statements_per_connection = 64;
+    let proxy = Proxy::start(cfg);
+    let port = proxy.port;
+    let run = |from: u32, to: u32| async move {
+        let per_client = (to - from) / 4;
+        let clients: Vec<_> = (0..4u32)
+            .map(|c| {
+                tokio::spawn(async move {
+                    let mut conn = mysql_async::Conn::new(opts(port, "root", "").stmt_cache_size(0)).await.unwrap();
+                    let start = from + c * per_client;
+                    for n in start..start + per_client {
+                        let stmt = conn.prep(format!("SELECT {n} + ?")).await.unwrap();
+                        if n % 1000 == 0 {
+                            let v: i64 = conn.exec_first(&stmt, (1,)).await.unwrap().unwrap();
+                            assert_eq!(v, n as i64 + 1);
+                        }
+                        conn.close(stmt).await.unwrap();
+                    }
+                    conn.disconnect().await.unwrap();
+                })
+            })
+            .collect();
+        for c in clients {
+            c.await.unwrap();
+        }
+    };
+    run(0, 20_000).await;
+    let rss_warm = rss_kib();
+    run(20_000, 100_000).await;
+    let rss_end = rss_kib();
+    let shared = proxy.shared();
+    assert!(shared.statements.len() <= 2_000, "registry holds {} statements", shared.statements.len());
+    let open = global_status(&db, "Prepared_stmt_count");
+    assert!(open <= 64 * 4, "the backend holds {open} prepared statements");
+    // The test client shares this process; both sides must stay flat.
+    eprintln!("RSS after 20,000 statements: {rss_warm} KiB; after 100,000: {rss_end} KiB");
+    assert!(rss_end < rss_warm + 16 * 1024, "RSS grew from {rss_warm} KiB to {rss_end} KiB");
+}
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap()
+}
+
+#[tokio::test]
+async fn open_statements_beyond_the_cap_are_refused_like_the_server_does() {
+    let db = MariaDb::start().unwrap();
+    let mut cfg = quick_config(&db);
+    cfg.pool.max_statements = 10;
+    let proxy = Proxy::start(cfg);
+    let mut c = mysql_async::Conn::new(opts(proxy.port, "root", "").stmt_cache_size(0)).await.unwrap();
+    let mut open = Vec::new();
+    for n in 0..10 {
+        open.push(c.prep(format!("SELECT {n}")).await.unwrap());
+    }
+    let e = c.prep("SELECT 10").await.unwrap_err();
+    assert_eq!(server_code(&e), Some(1461), "{e}");
+    assert!(e.to_string().contains("max_statements"), "{e}");
+    c.close(open.pop().unwrap()).await.unwrap();
+    let stmt = c.prep("SELECT 10").await.unwrap();
+    let v: i64 = c.exec_first(&stmt, ()).await.unwrap().unwrap();
+    assert_eq!(v, 10);
+}
+
+#[tokio::test]
+async fn an_exhausted_pool_makes_statements_wait_then_fail_naming_the_hostgroup() {
+    let db = MariaDb::start().unwrap();
+    let mut cfg = quick_config(&db);
+    cfg.servers[0].max_connections = 1;
+    cfg.pool.checkout_timeout_ms = 500;
+    let proxy = Proxy::start(cfg);
+    let mut a = connect(proxy.port).await;
+    let mut b = connect(proxy.port).await;
+    // An open transaction keeps the only connection.
+    a.query_drop("BEGIN").await.unwrap();
+    a.query_drop("SELECT 1").await.unwrap();
+    let started = std::time::Instant::now();
+    let e = b.query_drop("SELECT 2").await.unwrap_err();
+    let waited = started.elapsed();
+    assert_eq!(server_code(&e), Some(9001), "{e}");
+    assert!(e.to_string().contains("hostgroup 0"), "{e}");
+    assert!(waited >= std::time::Duration::from_millis(450), "failed after {waited:?}, before the timeout");
+    // The waiting session gets the connection as soon as it is free.
+    let waiter = tokio::spawn(async move {
+        let v: i64 = b.query_first("SELECT 3").await.unwrap().unwrap();
+        v
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    a.query_drop("COMMIT").await.unwrap();
+    assert_eq!(waiter.await.unwrap(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_restarted_under_idle_pooled_connections_is_noticed() {
+    let mut db = MariaDb::start().unwrap();
+    let mut cfg = quick_config(&db);
+    cfg.servers[0].max_connections = 8;
+    cfg.pool.min_idle = 2;
+    let proxy = Proxy::start(cfg);
+    let mut clients = Vec::new();
+    for _ in 0..6 {
+        let mut c = connect(proxy.port).await;
+        c.query_drop("SET @mine = CONNECTION_ID()").await.unwrap();
+        // Answered only once sluice has read the variable back after the SET.
+        c.query_drop("SELECT 1").await.unwrap();
+        clients.push(c);
+    }
+    // Every client's statements are done: their connections sit idle in the pool.
+    db.restart().unwrap();
+    for c in clients.iter_mut() {
+        let (one, mine, id): (i64, Option<u64>, u64) = c.query_first("SELECT 1, @mine, CONNECTION_ID()").await.unwrap().unwrap();
+        assert_eq!(one, 1);
+        assert_eq!(mine, Some(id), "the session's own variable was replayed on a fresh connection");
+    }
+    let mut fresh = connect(proxy.port).await;
+    let v: i64 = fresh.query_first("SELECT 42").await.unwrap().unwrap();
+    assert_eq!(v, 42);
+}
+
+#[test]
+fn sysbench_prepared_statements_run_on_any_of_two_connections() {
+    let db = MariaDb::start().unwrap();
+    db.sql("CREATE DATABASE sb").unwrap();
+    let mut cfg = quick_config(&db);
+    cfg.servers[0].max_connections = 2;
+    cfg.pool.checkout_timeout_ms = 60_000;
+    let proxy = Proxy::start(cfg);
+    let args = |port: u16| {
+        [
+            "oltp_read_only".to_string(),
+            "--mysql-host=127.0.0.1".into(),
+            format!("--mysql-port={port}"),
+            "--mysql-user=root".into(),
+            "--mysql-db=sb".into(),
+            "--tables=2".into(),
+            "--table-size=1000".into(),
+            "--mysql-ssl=off".into(),
+        ]
+    };
+    let out = std::process::Command::new("sysbench").args(args(db.port())).arg("prepare").output().expect("sysbench is installed");
+    assert!(out.status.success(), "sysbench prepare: {}", String::from_utf8_lossy(&out.stderr));
+    let executes_before = global_status(&db, "Com_stmt_execute");
+    // Without transactions, each statement may run on either connection; types are sent on
+    // each statement's first execute only (libmysqlclient/libmariadb).
+    let out = std::process::Command::new("sysbench")
+        .args(args(proxy.port))
+        .args(["--threads=8", "--time=4", "--report-interval=0", "--skip-trx=on", "--db-ps-mode=auto", "run"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    let field = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.trim_start().strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no `{name}` in sysbench output:\n{text}"))
+    };
+    assert_eq!(field("ignored errors"), 0.0, "{text}");
+    assert!(field("queries") > 100.0, "{text}");
+    let executes = global_status(&db, "Com_stmt_execute") - executes_before;
+    assert!(executes as f64 >= field("queries") * 0.9, "the backend ran {executes} executes for {} queries", field("queries"));
+    // 8 clients × 5 statement shapes × 2 tables, on 2 connections: each keeps one of each.
+    let open = global_status(&db, "Prepared_stmt_count");
+    assert!(open <= 2 * 10, "the backend holds {open} prepared statements");
+}

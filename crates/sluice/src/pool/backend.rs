@@ -111,6 +111,8 @@ pub struct Backend {
     pub needs_reset: bool,
     pub created: Instant,
     pub idle_since: Instant,
+    /// Prepared statements this connection has, by registry entry.
+    pub statements: super::prepared::Statements,
 }
 
 impl Backend {
@@ -138,8 +140,19 @@ impl Backend {
 
     /// False when the server has closed this (idle) connection or said something unasked.
     pub fn is_alive(&mut self) -> bool {
-        let mut b = [0u8; 64];
-        matches!(self.conn.stream.try_read_now(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        // The socket itself is asked (a non-blocking peek): tokio's cached readiness may not
+        // have seen a close that arrived while the worker was busy.
+        let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+        match socket2::SockRef::from(self.conn.stream.tcp()).peek(&mut probe) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
+            Ok(0) | Err(_) => false,
+            // Through TLS, bytes may be a record with no data (a session ticket).
+            Ok(_) if self.conn.stream.is_tls() => {
+                let mut b = [0u8; 64];
+                matches!(self.conn.stream.try_read_now(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+            }
+            Ok(_) => false,
+        }
     }
 
     pub fn deprecate_eof(&self) -> bool {
@@ -178,7 +191,7 @@ impl Backend {
     }
 
     /// Reads one result (OK, ERR or a text result set) into `rows`; returns its status flags.
-    async fn read_result(&mut self, rows: &mut Vec<Vec<state::Column>>) -> Result<u16, BackendError> {
+    pub(super) async fn read_result(&mut self, rows: &mut Vec<Vec<state::Column>>) -> Result<u16, BackendError> {
         let max = 1 << 30;
         let server = self.server.name.to_string();
         let proto_err = |what: &str| BackendError::Protocol { server: server.clone(), what: what.to_string() };
@@ -258,6 +271,8 @@ impl Backend {
     /// Returns the server session to its state right after login (COM_RESET_CONNECTION, or
     /// COM_CHANGE_USER with the same login where the server lacks it).
     pub async fn reset(&mut self) -> Result<(), BackendError> {
+        // Whatever the outcome, the server's statements are gone or unknown.
+        self.statements.clear();
         self.conn.write_all(&[1, 0, 0, 0, proto::command::COM_RESET_CONNECTION]).await.map_err(|e| self.lost(e))?;
         let (_, p) = self.conn.read_packet(1 << 24).await.map_err(|e| self.lost(e))?;
         match p.first() {
@@ -285,7 +300,7 @@ impl Backend {
         self.broken |= !matches!(e, BackendError::Rejected { .. });
     }
 
-    fn lost(&self, e: std::io::Error) -> BackendError {
+    pub(super) fn lost(&self, e: std::io::Error) -> BackendError {
         BackendError::Lost { server: self.server.name.to_string(), source: e }
     }
 
@@ -321,10 +336,11 @@ pub fn passthrough_capabilities() -> CapabilityFlags {
     CapabilityFlags::all() - unsupported_capabilities()
 }
 
-/// MariaDB extended capabilities sluice understands: progress reports, bulk execute,
-/// extended metadata and metadata caching (not COM_MULTI, not bulk unit results).
-pub const MARIADB_PASSTHROUGH: u32 =
-    proto::response::MARIADB_CLIENT_PROGRESS | (1 << 2) | (1 << 3) | proto::response::MARIADB_CLIENT_CACHE_METADATA;
+/// MariaDB extended capabilities sluice understands: progress reports, bulk execute and
+/// extended metadata (not COM_MULTI, not bulk unit results). Not metadata caching: a client's
+/// statement runs on whichever connection is free, whose server statement may already have
+/// sent changed metadata to another client, so every execute must carry its metadata.
+pub const MARIADB_PASSTHROUGH: u32 = proto::response::MARIADB_CLIENT_PROGRESS | (1 << 2) | (1 << 3);
 
 /// Capabilities of sluice's own backend connections (monitor queries, KILL): no client quirks
 /// such as CLIENT_NO_SCHEMA, which would forbid `db.table` names.
@@ -452,6 +468,7 @@ async fn connect_inner(p: &ConnectParams<'_>) -> Result<Backend, BackendError> {
         needs_reset: false,
         created: now,
         idle_since: now,
+        statements: Default::default(),
         greeting,
     };
     Ok(backend)
@@ -546,6 +563,7 @@ impl Backend {
         collation: u16,
         attrs: &[(String, String)],
     ) -> Result<Vec<u8>, BackendError> {
+        self.statements.clear();
         let is_tls = self.conn.stream.is_tls();
         let (plugin, reply) = first_reply(&self.greeting, credential, is_tls);
         let cu = handshake::ChangeUser {
@@ -580,7 +598,7 @@ fn column_type(def: &[u8], mariadb_caps: u32) -> Option<u8> {
 
 const MARIADB_CLIENT_EXTENDED_METADATA: u32 = 1 << 3;
 
-fn rejected(server: &str, payload: &[u8]) -> BackendError {
+pub(super) fn rejected(server: &str, payload: &[u8]) -> BackendError {
     match packet::parse_err(payload) {
         Ok(e) => BackendError::Rejected {
             server: server.to_string(),

@@ -9,6 +9,7 @@
 //! one first. Each shard has its own short lock, so workers do not contend on the query path.
 
 pub mod backend;
+pub mod prepared;
 pub mod state;
 
 pub use backend::{connect, Backend, BackendError, ConnectParams, Credential};

@@ -6,6 +6,7 @@
 mod auth;
 mod kill;
 mod multiplex;
+mod prepared;
 mod statement;
 
 use crate::exec::{self, ExecError, Outcome, Watermarks};
@@ -44,6 +45,8 @@ struct Session {
     held: Vec<Held>,
     /// LAST_INSERT_ID() as the session's own statements set it.
     last_insert_id: u64,
+    /// Prepared statements, by sluice's statement id.
+    statements: prepared::ClientStatements,
     /// Status flags of the last reply, for sluice's own OK packets.
     status: u16,
     origin: statement::Origin,
@@ -112,6 +115,7 @@ async fn start(
         state: multiplex::initial_state(database.as_deref(), negotiated.collation),
         held: Vec::new(),
         last_insert_id: 0,
+        statements: prepared::ClientStatements::new(shared.statements.clone()),
         status: proto::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits(),
         client,
         negotiated,
@@ -195,40 +199,27 @@ fn write_backend_error(out: &mut Vec<u8>, seq: &mut u8, e: &BackendError) {
 /// How the reply to a command is shaped, or how sluice handles the command itself.
 enum Route {
     Forward(Option<Reply>),
+    /// COM_STMT_*: sluice's statement ids (`prepared`).
+    Statement,
     Quit,
     Kill,
     ChangeUser,
     Unsupported,
 }
 
-/// Commands on a prepared statement (its id lives on one backend connection).
-fn is_statement_command(cmd: u8) -> bool {
-    matches!(
-        cmd,
-        COM_STMT_PREPARE
-            | COM_STMT_EXECUTE
-            | COM_STMT_BULK_EXECUTE
-            | COM_STMT_FETCH
-            | COM_STMT_CLOSE
-            | COM_STMT_RESET
-            | COM_STMT_SEND_LONG_DATA
-    )
-}
-
-fn route_command(cmd: u8, payload: &[u8]) -> Route {
+fn route_command(cmd: u8) -> Route {
     match cmd {
         COM_QUERY | COM_PROCESS_INFO => Route::Forward(Some(Reply::Query)),
-        COM_STMT_EXECUTE => {
-            let cursor = payload.get(5).is_some_and(|f| f & CURSOR_TYPE_READ_ONLY != 0);
-            Route::Forward(Some(Reply::Execute { cursor }))
-        }
-        COM_STMT_BULK_EXECUTE => Route::Forward(Some(Reply::Execute { cursor: false })),
-        COM_STMT_PREPARE => Route::Forward(Some(Reply::Prepare)),
-        COM_STMT_FETCH => Route::Forward(Some(Reply::Fetch)),
+        COM_STMT_PREPARE
+        | COM_STMT_EXECUTE
+        | COM_STMT_BULK_EXECUTE
+        | COM_STMT_FETCH
+        | COM_STMT_CLOSE
+        | COM_STMT_RESET
+        | COM_STMT_SEND_LONG_DATA => Route::Statement,
         COM_FIELD_LIST => Route::Forward(Some(Reply::FieldList)),
-        COM_STMT_CLOSE | COM_STMT_SEND_LONG_DATA => Route::Forward(None),
-        COM_PING | COM_INIT_DB | COM_STATISTICS | COM_STMT_RESET | COM_SET_OPTION | COM_RESET_CONNECTION | COM_DEBUG | COM_REFRESH
-        | COM_SHUTDOWN | COM_CREATE_DB | COM_DROP_DB => Route::Forward(Some(Reply::Single)),
+        COM_PING | COM_INIT_DB | COM_STATISTICS | COM_SET_OPTION | COM_RESET_CONNECTION | COM_DEBUG | COM_REFRESH | COM_SHUTDOWN
+        | COM_CREATE_DB | COM_DROP_DB => Route::Forward(Some(Reply::Single)),
         COM_QUIT => Route::Quit,
         COM_PROCESS_KILL => Route::Kill,
         COM_CHANGE_USER => Route::ChangeUser,
@@ -297,21 +288,14 @@ impl Session {
                 }
                 continue;
             }
-            let rewritten = match cmd {
-                COM_STMT_PREPARE if frame.chunks == 1 => sql::classify::rewrite_connection_id(&payload[1..], self.id),
-                _ => None,
-            };
             let init_db = (cmd == COM_INIT_DB).then(|| String::from_utf8_lossy(&payload[1..]).into_owned());
-            match route_command(cmd, payload) {
-                Route::Forward(reply) => {
-                    if cmd == COM_STMT_PREPARE && self.rules.active() {
-                        let text = frame.payload(&self.client.rbuf).get(1..).unwrap_or_default().to_vec();
-                        if let Some(msg) = self.blocked(&text) {
-                            self.client.consume(frame.wire_len);
-                            self.reply_err(seq, ER_NOT_ALLOWED_COMMAND, SQLSTATE_NOT_SUPPORTED, &msg).await;
-                            continue;
-                        }
+            match route_command(cmd) {
+                Route::Statement => {
+                    if !self.statement_command(cmd, frame, seq).await {
+                        return;
                     }
+                }
+                Route::Forward(reply) => {
                     let mut held = match self.acquire(self.user.default_hostgroup, 1, Needs::default()).await {
                         Ok(h) => h,
                         Err(e) => {
@@ -322,28 +306,13 @@ impl Session {
                             continue;
                         }
                     };
-                    let request = match rewritten {
-                        Some(sql) => {
-                            self.client.consume(frame.wire_len);
-                            let mut buf = Vec::with_capacity(sql.len() + 5);
-                            let packet = proto::frame::PacketBuilder::begin(&mut buf);
-                            buf.push(cmd);
-                            buf.extend_from_slice(&sql);
-                            packet.finish(&mut buf, &mut frame.first_seq.clone());
-                            bytes::Bytes::from(buf)
-                        }
-                        None => self.client.rbuf.split_to(frame.wire_len).freeze(),
-                    };
+                    let request = self.client.rbuf.split_to(frame.wire_len).freeze();
                     let Some(outcome) = self.forward(&mut held.backend, &request, reply, None).await else { return };
                     if !outcome.error && reply.is_some() {
                         self.after_command(cmd, init_db, &mut held);
                     }
                     if reply.is_some() {
                         held.pins.follow_status(outcome.status);
-                    }
-                    if is_statement_command(cmd) {
-                        // Statement ids belong to this connection: it stays with the session.
-                        held.pins.statement = true;
                     }
                     self.settle(held);
                 }
@@ -385,8 +354,11 @@ impl Session {
                 }
             }
             COM_RESET_CONNECTION => {
-                // A clean session: the connections the session kept carry the old one.
+                // A clean session: the connections the session kept carry the old one, and
+                // the server closed every prepared statement on this one.
                 self.release_all();
+                self.statements.clear();
+                held.backend.statements.clear();
                 self.last_insert_id = 0;
                 held.pins = Default::default();
                 held.backend.last_insert_id = 0;
@@ -509,7 +481,15 @@ impl Session {
     /// An OK of sluice's own (KILL, a rule's OK_msg), with the status flags of the last reply.
     async fn reply_ok(&mut self, mut seq: u8, message: &str) -> bool {
         self.out.clear();
-        proto::packet::write_ok_message(&mut self.out, &mut seq, self.status, message.as_bytes());
+        // Only the flags that describe the session: the last reply's others (more results,
+        // cursor, session state changed…) would promise what this OK does not carry.
+        use proto::StatusFlags as S;
+        let session_flags = S::SERVER_STATUS_IN_TRANS
+            | S::SERVER_STATUS_AUTOCOMMIT
+            | S::SERVER_STATUS_NO_BACKSLASH_ESCAPES
+            | S::SERVER_STATUS_IN_TRANS_READONLY;
+        let status = self.status & session_flags.bits();
+        proto::packet::write_ok_message(&mut self.out, &mut seq, status, message.as_bytes());
         self.client.write_all(&self.out).await.is_ok()
     }
 
@@ -536,6 +516,7 @@ impl Session {
         let authenticated = auth::authenticate(&self.shared, &mut self.client, &mut seq, attempt).await;
         // Whatever the outcome, the server resets the session.
         self.release_all();
+        self.statements.clear();
         self.last_insert_id = 0;
         let collation = cu.collation.map_or(self.negotiated.collation, |c| c as u8);
         let (user, credential) = match authenticated {

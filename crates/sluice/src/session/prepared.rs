@@ -1,0 +1,486 @@
+//! ② session: the client's prepared statements (COM_STMT_*). Their ids are sluice's own; each
+//! names a registry entry (`pool::prepared`), so a statement runs on whichever pooled
+//! connection serves the session, prepared there on first use. Parameter types the client sent
+//! once are sent again by sluice where the connection's statement last ran with others (a
+//! client with a statement cache sends them only on its first execute).
+//!
+//! A statement with an open cursor or long data waiting holds server state on one connection:
+//! it pins the session there until the cursor is read out, the statement is reset, closed or
+//! executed.
+
+use super::multiplex::Needs;
+use super::Session;
+use crate::pool::prepared::{Entry, Registry};
+use proto::command::*;
+use proto::errors::*;
+use proto::frame::Frame;
+use proto::response::Reply;
+use proto::StatusFlags;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A session's open statements.
+pub(super) struct ClientStatements {
+    by_id: HashMap<u32, ClientStatement>,
+    last_id: u32,
+    /// Statements with an open cursor or long data waiting.
+    pinning: u32,
+    registry: Arc<Registry>,
+}
+
+struct ClientStatement {
+    entry: Arc<Entry>,
+    /// Parameter types of the client's last execute that sent them.
+    types: Option<Arc<[u8]>>,
+    cursor: bool,
+    long_data: bool,
+}
+
+impl ClientStatement {
+    fn pins(&self) -> bool {
+        self.cursor || self.long_data
+    }
+}
+
+impl ClientStatements {
+    pub fn new(registry: Arc<Registry>) -> Self {
+        ClientStatements { by_id: HashMap::new(), last_id: 0, pinning: 0, registry }
+    }
+
+    /// Some statement holds server state on the connection that ran it.
+    pub fn pin(&self) -> bool {
+        self.pinning > 0
+    }
+
+    fn add(&mut self, entry: Arc<Entry>) -> u32 {
+        loop {
+            self.last_id = self.last_id.wrapping_add(1).max(1);
+            if !self.by_id.contains_key(&self.last_id) {
+                break;
+            }
+        }
+        self.by_id.insert(self.last_id, ClientStatement { entry, types: None, cursor: false, long_data: false });
+        self.last_id
+    }
+
+    /// Changes a statement's cursor or long-data state, keeping `pinning` true.
+    fn update<R>(&mut self, id: u32, f: impl FnOnce(&mut ClientStatement) -> R) -> Option<R> {
+        let s = self.by_id.get_mut(&id)?;
+        let before = s.pins();
+        let r = f(s);
+        self.pinning = self.pinning + s.pins() as u32 - before as u32;
+        Some(r)
+    }
+
+    fn remove(&mut self, id: u32) -> Option<ClientStatement> {
+        let s = self.by_id.remove(&id)?;
+        self.pinning -= s.pins() as u32;
+        self.registry.close_handles(1);
+        Some(s)
+    }
+
+    /// Every statement closes (COM_RESET_CONNECTION, COM_CHANGE_USER), as on the server.
+    pub fn clear(&mut self) {
+        self.registry.close_handles(self.by_id.len());
+        self.by_id.clear();
+        self.pinning = 0;
+    }
+}
+
+impl Drop for ClientStatements {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// The statement id a COM_STMT_* packet names (payload bytes 1..5).
+fn statement_id(payload: &[u8]) -> Option<u32> {
+    payload.get(1..5).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// Writes the backend's statement id over the client's in a single-chunk or first-chunk packet.
+fn set_statement_id(packet: &mut [u8], id: u32) {
+    packet[5..9].copy_from_slice(&id.to_le_bytes());
+}
+
+/// Where an execute's parameter types are (payload offset) and whether the client sent them.
+fn types_in(cmd: u8, payload: &[u8], params: usize) -> Option<(usize, bool)> {
+    if params == 0 {
+        return None;
+    }
+    if cmd == COM_STMT_BULK_EXECUTE {
+        // Flags (2 bytes); 128: types follow.
+        let flags = u16::from_le_bytes([*payload.get(5)?, *payload.get(6)?]);
+        return Some((7, flags & BULK_SEND_TYPES != 0));
+    }
+    // Flags, iteration count, NULL bitmap, new-params-bound flag, then the types.
+    let bound_at = 10 + params.div_ceil(8);
+    Some((bound_at + 1, *payload.get(bound_at)? == 1))
+}
+
+const BULK_SEND_TYPES: u16 = 128;
+
+/// An execute payload with `types` added (new-params-bound = 1, or the bulk flag), for a
+/// connection whose statement last ran with other types.
+fn with_types(cmd: u8, payload: &[u8], types_at: usize, types: &[u8]) -> Option<Vec<u8>> {
+    let mut p = Vec::with_capacity(payload.len() + types.len());
+    if cmd == COM_STMT_BULK_EXECUTE {
+        let flags = u16::from_le_bytes([payload[5], payload[6]]) | BULK_SEND_TYPES;
+        p.extend_from_slice(&payload[..5]);
+        p.extend_from_slice(&flags.to_le_bytes());
+        p.extend_from_slice(types);
+        p.extend_from_slice(payload.get(7..)?);
+    } else {
+        let bound_at = types_at - 1;
+        p.extend_from_slice(payload.get(..bound_at)?);
+        p.push(1);
+        p.extend_from_slice(types);
+        p.extend_from_slice(payload.get(bound_at + 1..)?);
+    }
+    Some(p)
+}
+
+impl Session {
+    /// A COM_STMT_* command. False when the session must end.
+    pub(super) async fn statement_command(&mut self, cmd: u8, frame: Frame, seq: u8) -> bool {
+        let first_len = proto::frame::header(&self.client.rbuf).map_or(0, |(l, _)| l);
+        let id = statement_id(&self.client.rbuf[4..4 + first_len]);
+        if cmd == COM_STMT_PREPARE {
+            return self.prepare(frame, seq).await;
+        }
+        let Some(id) = id else {
+            self.client.consume(frame.wire_len);
+            if !matches!(cmd, COM_STMT_CLOSE | COM_STMT_SEND_LONG_DATA) {
+                let msg = format!("Incorrect arguments to {}", handler_name(cmd));
+                self.reply_err(seq, ER_WRONG_ARGUMENTS, SQLSTATE_GENERAL, &msg).await;
+            }
+            return true;
+        };
+        if !self.statements.by_id.contains_key(&id) {
+            self.client.consume(frame.wire_len);
+            // COM_STMT_CLOSE and SEND_LONG_DATA have no reply, whatever happens.
+            if !matches!(cmd, COM_STMT_CLOSE | COM_STMT_SEND_LONG_DATA) {
+                let msg = format!("Unknown prepared statement handler ({id}) given to {}", handler_name(cmd));
+                self.reply_err(seq, ER_UNKNOWN_STMT_HANDLER, SQLSTATE_GENERAL, &msg).await;
+            }
+            return true;
+        }
+        match cmd {
+            COM_STMT_EXECUTE | COM_STMT_BULK_EXECUTE => self.execute(cmd, id, frame, seq).await,
+            COM_STMT_FETCH => self.fetch(id, frame, seq).await,
+            COM_STMT_SEND_LONG_DATA => self.long_data(id, frame).await,
+            COM_STMT_RESET => self.reset_statement(id, frame, seq).await,
+            _ => {
+                self.client.consume(frame.wire_len);
+                self.close_statement(id).await;
+                true
+            }
+        }
+    }
+
+    /// COM_STMT_PREPARE: prepared on the connection serving the session; the client gets the
+    /// server's reply with sluice's statement id.
+    async fn prepare(&mut self, frame: Frame, seq: u8) -> bool {
+        let text = frame.payload(&self.client.rbuf).get(1..).unwrap_or_default().to_vec();
+        self.client.consume(frame.wire_len);
+        if self.rules.active() {
+            if let Some(msg) = self.blocked(&text) {
+                self.reply_err(seq, ER_NOT_ALLOWED_COMMAND, SQLSTATE_NOT_SUPPORTED, &msg).await;
+                return true;
+            }
+        }
+        let sql = sql::classify::rewrite_connection_id(&text, self.id).unwrap_or(text);
+        let mut held = match self.acquire(self.user.default_hostgroup, 1, Needs::default()).await {
+            Ok(h) => h,
+            Err(e) => return self.reply_backend_error(seq, &e).await,
+        };
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
+        match held.backend.prepare_for_client(&sql, &mut out).await {
+            Ok(ok) => {
+                held.pins.next_statement = ok.warnings > 0;
+                let entry = self.shared.statements.entry(&self.login.username, self.state.schema.as_deref(), &sql, ok.params);
+                let opened = self.shared.statements.open_handle();
+                match (entry, opened) {
+                    (Ok(entry), Ok(())) => {
+                        let cap = self.shared.config.pool.max_statements_per_connection;
+                        if let Err(e) = held.backend.remember_statement(entry.id, ok.id, cap).await {
+                            held.backend.note_failure(&e);
+                        }
+                        set_statement_id(&mut out, self.statements.add(entry));
+                    }
+                    (entry, opened) => {
+                        if opened.is_ok() {
+                            self.shared.statements.close_handles(1);
+                        }
+                        let cap = entry.err().or(opened.err()).map_or(0, |f| f.cap);
+                        if let Err(e) = held.backend.close_statements(&[ok.id]).await {
+                            held.backend.note_failure(&e);
+                        }
+                        out.clear();
+                        let msg = format!(
+                            "Can't create more than max_prepared_stmt_count statements (current value: {cap}; sluice's [pool] max_statements)"
+                        );
+                        proto::packet::write_err(
+                            &mut out,
+                            &mut seq.clone(),
+                            ER_MAX_PREPARED_STMT_COUNT_REACHED,
+                            SQLSTATE_NOT_SUPPORTED,
+                            &msg,
+                        );
+                    }
+                }
+            }
+            Err(e) => {
+                held.backend.note_failure(&e);
+                held.pins.next_statement = true;
+                out.clear();
+                super::write_backend_error(&mut out, &mut seq.clone(), &e);
+            }
+        }
+        let written = self.client.write_all(&out).await.is_ok();
+        self.out = out;
+        self.settle(held);
+        written
+    }
+
+    /// COM_STMT_EXECUTE and COM_STMT_BULK_EXECUTE, on whichever connection serves the session.
+    async fn execute(&mut self, cmd: u8, id: u32, frame: Frame, seq: u8) -> bool {
+        let first_len = proto::frame::header(&self.client.rbuf).map_or(0, |(l, _)| l);
+        let payload = &self.client.rbuf[4..4 + first_len];
+        let Some(stmt) = self.statements.by_id.get_mut(&id) else { return true };
+        let entry = stmt.entry.clone();
+        let params = entry.params as usize;
+        let types_at = types_in(cmd, payload, params);
+        if let Some((at, true)) = types_at {
+            if let Some(sent) = payload.get(at..at + 2 * params) {
+                if stmt.types.as_deref() != Some(sent) {
+                    stmt.types = Some(sent.into());
+                }
+            }
+        }
+        let client_types = stmt.types.clone();
+        let cursor = cmd == COM_STMT_EXECUTE && payload.get(5).is_some_and(|f| f & CURSOR_TYPE_READ_ONLY != 0);
+        let needs = Needs { last_insert_id: entry.effects.flags & sql::effects::USES_LAST_INSERT_ID != 0 };
+        let mut held = match self.acquire(self.user.default_hostgroup, 1, needs).await {
+            Ok(h) => h,
+            Err(e) => {
+                self.client.consume(frame.wire_len);
+                return self.reply_backend_error(seq, &e).await;
+            }
+        };
+        let cap = self.shared.config.pool.max_statements_per_connection;
+        let backend_id = match held.backend.statement_id(&entry, cap).await {
+            Ok(b) => b,
+            Err(e) => {
+                self.client.consume(frame.wire_len);
+                held.backend.note_failure(&e);
+                held.pins.next_statement = true;
+                let written = self.reply_backend_error(seq, &e).await;
+                self.settle(held);
+                return written;
+            }
+        };
+        // The server reuses a statement's last types when an execute sends none: send the
+        // client's own if the statement here last ran with others.
+        let slot_types = held.backend.statements.get(entry.id).and_then(|s| s.types.clone());
+        let inject = match (types_at, &client_types) {
+            (Some((at, false)), Some(t)) if slot_types.as_deref() != Some(&**t) => Some((at, t.clone())),
+            _ => None,
+        };
+        let rebuilt = inject.as_ref().and_then(|(at, t)| {
+            let payload = frame.payload(&self.client.rbuf);
+            let p = with_types(cmd, &payload, *at, t)?;
+            // Replies follow the request's last sequence id: the chunk count must not change.
+            (p.len() / proto::frame::MAX_CHUNK == payload.len() / proto::frame::MAX_CHUNK).then_some(p)
+        });
+        let request = match rebuilt {
+            Some(mut p) => {
+                self.client.consume(frame.wire_len);
+                p[1..5].copy_from_slice(&backend_id.to_le_bytes());
+                let mut buf = Vec::with_capacity(p.len() + 8);
+                proto::frame::write_packet(&mut buf, &mut frame.first_seq.clone(), &p);
+                bytes::Bytes::from(buf)
+            }
+            None => {
+                let mut packet = self.client.rbuf.split_to(frame.wire_len);
+                set_statement_id(&mut packet, backend_id);
+                packet.freeze()
+            }
+        };
+        let sent_types = matches!(types_at, Some((_, true))) || inject.is_some();
+        // Executing closes the statement's cursor, if it had one.
+        self.statements.update(id, |s| s.cursor = false);
+        let reply = if cmd == COM_STMT_EXECUTE { Reply::Execute { cursor } } else { Reply::Execute { cursor: false } };
+        let Some(outcome) = self.forward(&mut held.backend, &request, Some(reply), None).await else { return false };
+        if let Some(slot) = held.backend.statements.get(entry.id) {
+            if outcome.error {
+                slot.types = None;
+            } else if sent_types {
+                slot.types = client_types;
+            }
+        }
+        let opened = cursor && !outcome.error && outcome.status & StatusFlags::SERVER_STATUS_CURSOR_EXISTS.bits() != 0;
+        self.statements.update(id, |s| {
+            s.long_data = false;
+            s.cursor = opened;
+        });
+        self.after_statement(&mut held, &entry.effects, &outcome, None).await;
+        held.pins.statement = self.statements.pin();
+        self.settle(held);
+        true
+    }
+
+    /// COM_STMT_FETCH: on the connection holding the statement's cursor.
+    async fn fetch(&mut self, id: u32, frame: Frame, seq: u8) -> bool {
+        let Some(entry) = self.statements.by_id.get(&id).filter(|s| s.cursor).map(|s| s.entry.clone()) else {
+            self.client.consume(frame.wire_len);
+            self.reply_err(seq, ER_STMT_HAS_NO_OPEN_CURSOR, SQLSTATE_GENERAL, &format!("The statement ({id}) has no open cursor.")).await;
+            return true;
+        };
+        let mut held = match self.acquire(self.user.default_hostgroup, 0, Needs::default()).await {
+            Ok(h) => h,
+            Err(e) => {
+                self.client.consume(frame.wire_len);
+                self.statements.update(id, |s| s.cursor = false);
+                return self.reply_backend_error(seq, &e).await;
+            }
+        };
+        let Some(backend_id) = held.backend.statements.get(entry.id).map(|s| s.id) else {
+            // Not the connection the cursor was opened on (it was lost): the cursor is gone.
+            self.client.consume(frame.wire_len);
+            self.statements.update(id, |s| s.cursor = false);
+            held.pins.statement = self.statements.pin();
+            self.settle(held);
+            self.reply_err(seq, ER_STMT_HAS_NO_OPEN_CURSOR, SQLSTATE_GENERAL, &format!("The statement ({id}) has no open cursor.")).await;
+            return true;
+        };
+        let mut packet = self.client.rbuf.split_to(frame.wire_len);
+        set_statement_id(&mut packet, backend_id);
+        let Some(outcome) = self.forward(&mut held.backend, &packet.freeze(), Some(Reply::Fetch), None).await else { return false };
+        if outcome.status & StatusFlags::SERVER_STATUS_LAST_ROW_SENT.bits() != 0 {
+            self.statements.update(id, |s| s.cursor = false);
+        }
+        held.pins.follow_status(outcome.status);
+        held.pins.statement = self.statements.pin();
+        self.settle(held);
+        true
+    }
+
+    /// COM_STMT_SEND_LONG_DATA (no reply): the data waits on one connection for the execute.
+    async fn long_data(&mut self, id: u32, frame: Frame) -> bool {
+        let Some(entry) = self.statements.by_id.get(&id).map(|s| s.entry.clone()) else { return true };
+        let Ok(mut held) = self.acquire(self.user.default_hostgroup, 1, Needs::default()).await else {
+            // Nowhere to keep it; the execute reports the failure.
+            self.client.consume(frame.wire_len);
+            return true;
+        };
+        let cap = self.shared.config.pool.max_statements_per_connection;
+        let backend_id = match held.backend.statement_id(&entry, cap).await {
+            Ok(b) => b,
+            Err(e) => {
+                self.client.consume(frame.wire_len);
+                held.backend.note_failure(&e);
+                self.settle(held);
+                return true;
+            }
+        };
+        let mut packet = self.client.rbuf.split_to(frame.wire_len);
+        set_statement_id(&mut packet, backend_id);
+        if self.forward(&mut held.backend, &packet.freeze(), None, None).await.is_none() {
+            return false;
+        }
+        self.statements.update(id, |s| s.long_data = true);
+        held.pins.statement = true;
+        self.settle(held);
+        true
+    }
+
+    /// COM_STMT_RESET: clears long data and closes the cursor, on the connection holding
+    /// them; with neither, there is nothing on any server to reset.
+    async fn reset_statement(&mut self, id: u32, frame: Frame, seq: u8) -> bool {
+        let Some(entry) = self.statements.by_id.get(&id).filter(|s| s.pins()).map(|s| s.entry.clone()) else {
+            self.client.consume(frame.wire_len);
+            return self.reply_ok(seq, "").await;
+        };
+        self.statements.update(id, |s| {
+            s.cursor = false;
+            s.long_data = false;
+        });
+        let mut held = match self.acquire(self.user.default_hostgroup, 0, Needs::default()).await {
+            Ok(h) => h,
+            Err(_) => {
+                // The connection holding them is gone, and they with it.
+                self.client.consume(frame.wire_len);
+                return self.reply_ok(seq, "").await;
+            }
+        };
+        let Some(backend_id) = held.backend.statements.get(entry.id).map(|s| s.id) else {
+            self.client.consume(frame.wire_len);
+            held.pins.statement = self.statements.pin();
+            self.settle(held);
+            return self.reply_ok(seq, "").await;
+        };
+        let mut packet = self.client.rbuf.split_to(frame.wire_len);
+        set_statement_id(&mut packet, backend_id);
+        let Some(outcome) = self.forward(&mut held.backend, &packet.freeze(), Some(Reply::Single), None).await else { return false };
+        held.pins.follow_status(outcome.status);
+        held.pins.statement = self.statements.pin();
+        self.settle(held);
+        true
+    }
+
+    /// COM_STMT_CLOSE (no reply). The server statement stays prepared on its connections for
+    /// other sessions, unless it holds a cursor or long data: then it is closed there.
+    async fn close_statement(&mut self, id: u32) {
+        let Some(stmt) = self.statements.remove(id) else { return };
+        if !stmt.pins() {
+            return;
+        }
+        let Ok(mut held) = self.acquire(self.user.default_hostgroup, 0, Needs::default()).await else { return };
+        if let Some(backend_id) = held.backend.statements.remove(stmt.entry.id) {
+            if let Err(e) = held.backend.close_statements(&[backend_id]).await {
+                held.backend.note_failure(&e);
+            }
+        }
+        held.pins.statement = self.statements.pin();
+        self.settle(held);
+    }
+}
+
+/// The server's name for the handler of a statement command, as its errors say.
+fn handler_name(cmd: u8) -> &'static str {
+    match cmd {
+        COM_STMT_EXECUTE => "mysqld_stmt_execute",
+        COM_STMT_BULK_EXECUTE => "mysqld_stmt_bulk_execute",
+        COM_STMT_FETCH => "mysqld_stmt_fetch",
+        COM_STMT_RESET => "mysqld_stmt_reset",
+        COM_STMT_SEND_LONG_DATA => "mysqld_stmt_send_long_data",
+        _ => "mysqld_stmt_close",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn types_are_found_and_added() {
+        // Execute, 2 parameters: flags, iterations, 1-byte NULL bitmap, bound = 0, values.
+        let mut exec = vec![COM_STMT_EXECUTE, 7, 0, 0, 0, 0, 1, 0, 0, 0, 0b00, 0, 0xAA];
+        assert_eq!(types_in(COM_STMT_EXECUTE, &exec, 2), Some((12, false)));
+        assert_eq!(types_in(COM_STMT_EXECUTE, &exec, 0), None);
+        let added = with_types(COM_STMT_EXECUTE, &exec, 12, &[3, 0, 253, 0]).unwrap();
+        assert_eq!(added, vec![COM_STMT_EXECUTE, 7, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 3, 0, 253, 0, 0xAA]);
+        assert_eq!(types_in(COM_STMT_EXECUTE, &added, 2), Some((12, true)));
+        // Truncated: nothing to find.
+        exec.truncate(11);
+        assert_eq!(types_in(COM_STMT_EXECUTE, &exec, 2), None);
+        // Bulk: flags 0 → types added after the flags, flag 128 set.
+        let bulk = vec![COM_STMT_BULK_EXECUTE, 7, 0, 0, 0, 0, 0, 0xBB];
+        assert_eq!(types_in(COM_STMT_BULK_EXECUTE, &bulk, 1), Some((7, false)));
+        let added = with_types(COM_STMT_BULK_EXECUTE, &bulk, 7, &[3, 0]).unwrap();
+        assert_eq!(added, vec![COM_STMT_BULK_EXECUTE, 7, 0, 0, 0, 128, 0, 3, 0, 0xBB]);
+        assert_eq!(types_in(COM_STMT_BULK_EXECUTE, &added, 1), Some((7, true)));
+    }
+}
