@@ -198,7 +198,7 @@ fn write_backend_error(out: &mut Vec<u8>, seq: &mut u8, e: &BackendError) {
 
 /// How the reply to a command is shaped, or how sluice handles the command itself.
 enum Route {
-    Forward(Option<Reply>),
+    Forward(Reply),
     /// COM_STMT_*: sluice's statement ids (`prepared`).
     Statement,
     Quit,
@@ -209,7 +209,7 @@ enum Route {
 
 fn route_command(cmd: u8) -> Route {
     match cmd {
-        COM_QUERY | COM_PROCESS_INFO => Route::Forward(Some(Reply::Query)),
+        COM_QUERY | COM_PROCESS_INFO => Route::Forward(Reply::Query),
         COM_STMT_PREPARE
         | COM_STMT_EXECUTE
         | COM_STMT_BULK_EXECUTE
@@ -217,9 +217,9 @@ fn route_command(cmd: u8) -> Route {
         | COM_STMT_CLOSE
         | COM_STMT_RESET
         | COM_STMT_SEND_LONG_DATA => Route::Statement,
-        COM_FIELD_LIST => Route::Forward(Some(Reply::FieldList)),
+        COM_FIELD_LIST => Route::Forward(Reply::FieldList),
         COM_PING | COM_INIT_DB | COM_STATISTICS | COM_SET_OPTION | COM_RESET_CONNECTION | COM_DEBUG | COM_REFRESH | COM_SHUTDOWN
-        | COM_CREATE_DB | COM_DROP_DB => Route::Forward(Some(Reply::Single)),
+        | COM_CREATE_DB | COM_DROP_DB => Route::Forward(Reply::Single),
         COM_QUIT => Route::Quit,
         COM_PROCESS_KILL => Route::Kill,
         COM_CHANGE_USER => Route::ChangeUser,
@@ -300,20 +300,16 @@ impl Session {
                         Ok(h) => h,
                         Err(e) => {
                             self.client.consume(frame.wire_len);
-                            if reply.is_some() {
-                                self.reply_backend_error(seq, &e).await;
-                            }
+                            self.reply_backend_error(seq, &e).await;
                             continue;
                         }
                     };
                     let request = self.client.rbuf.split_to(frame.wire_len).freeze();
-                    let Some(outcome) = self.forward(&mut held.backend, &request, reply, None).await else { return };
-                    if !outcome.error && reply.is_some() {
+                    let Some(outcome) = self.forward(&mut held.backend, &request, Some(reply), None).await else { return };
+                    if !outcome.error {
                         self.after_command(cmd, init_db, &mut held);
                     }
-                    if reply.is_some() {
-                        held.pins.follow_status(outcome.status);
-                    }
+                    held.pins.follow_status(outcome.status);
                     self.settle(held);
                 }
                 Route::Quit => return,

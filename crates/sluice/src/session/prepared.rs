@@ -143,12 +143,11 @@ fn with_types(cmd: u8, payload: &[u8], types_at: usize, types: &[u8]) -> Option<
 impl Session {
     /// A COM_STMT_* command. False when the session must end.
     pub(super) async fn statement_command(&mut self, cmd: u8, frame: Frame, seq: u8) -> bool {
-        let first_len = proto::frame::header(&self.client.rbuf).map_or(0, |(l, _)| l);
-        let id = statement_id(&self.client.rbuf[4..4 + first_len]);
         if cmd == COM_STMT_PREPARE {
             return self.prepare(frame, seq).await;
         }
-        let Some(id) = id else {
+        let first_len = proto::frame::header(&self.client.rbuf).map_or(0, |(l, _)| l);
+        let Some(id) = statement_id(&self.client.rbuf[4..4 + first_len]) else {
             self.client.consume(frame.wire_len);
             if !matches!(cmd, COM_STMT_CLOSE | COM_STMT_SEND_LONG_DATA) {
                 let msg = format!("Incorrect arguments to {}", handler_name(cmd));
