@@ -99,6 +99,12 @@ pub struct ServerPool {
     logins: Mutex<Vec<Arc<Login>>>,
 }
 
+/// Whether an idle connection can serve a session of `login`: a session can move a connection
+/// into its schema (COM_INIT_DB), never out of one.
+fn fits(b: &Backend, login: &Login, has_schema: bool) -> bool {
+    b.login.same_key(login) && (has_schema || b.state.schema.is_none())
+}
+
 impl ServerPool {
     pub fn new(max_connections: u32, shards: usize, waiters: Arc<Waiters>) -> ServerPool {
         ServerPool {
@@ -137,7 +143,7 @@ impl ServerPool {
         let order = std::iter::once(own).chain((0..self.shards.len()).filter(move |&i| any_shard && i != own));
         for i in order {
             let Ok(mut idle) = self.shards[i].lock() else { continue };
-            let fits = |b: &Backend| b.login.same_key(login) && b.state.schema.is_some() == has_schema;
+            let fits = |b: &Backend| fits(b, login, has_schema);
             let pick = idle.iter().rposition(|b| Arc::ptr_eq(&b.state, state)).filter(|&i| fits(&idle[i]));
             if let Some(i) = pick.or_else(|| idle.iter().rposition(fits)) {
                 return Some(idle.remove(i));
@@ -146,15 +152,17 @@ impl ServerPool {
         None
     }
 
-    /// Closes one idle connection to make room, another login's if there is one (the caller
-    /// found none that fits); any worker's, as a full server must not starve one worker.
-    fn evict_other(&self, login: &Login) -> bool {
+    /// Closes one idle connection that cannot serve `login` (another login's, or one in a
+    /// schema a session without one cannot leave) to make room; any worker's, as a full server
+    /// must not starve one worker. One that fits, returned since the caller looked, is left
+    /// for the caller's next look.
+    fn evict_other(&self, login: &Login, has_schema: bool) -> bool {
         for i in 0..self.shards.len() {
             let Ok(mut idle) = self.shards[i].lock() else { continue };
-            if !idle.is_empty() {
-                let pos = idle.iter().position(|b| !b.login.same_key(login)).unwrap_or(0);
+            if let Some(pos) = idle.iter().position(|b| !fits(b, login, has_schema)) {
                 let b = idle.remove(pos);
                 drop(idle);
+                tracing::debug!(thread = b.thread_id, user = %b.login.username, "closing an idle connection to make room for another login");
                 b.close();
                 return true;
             }
@@ -230,7 +238,7 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
         // 2. Room for a new one (by weight), or room made by closing another login's idle one.
         let server = hostgroups
             .reserve_by_weight(servers)
-            .or_else(|| servers.iter().filter(|s| s.accepts_new()).find(|s| s.pool.evict_other(req.login) && s.pool.reserve()));
+            .or_else(|| servers.iter().filter(|s| s.accepts_new()).find(|s| s.pool.evict_other(req.login, has_schema) && s.pool.reserve()));
         if let Some(server) = server {
             break open(server, req).await;
         }
@@ -294,7 +302,9 @@ pub fn checkin(b: Backend, settings: &PoolSection) {
 fn checkin_to(mut b: Backend, settings: &PoolSection, shard: usize) {
     // Bytes buffered past the last reply would answer the next user's statement: never reuse.
     let unread = !b.conn.rbuf.is_empty();
-    if !b.pooled || b.broken || unread || b.age() > Duration::from_millis(settings.max_lifetime_ms) || !b.server.accepts_new() {
+    let old = b.age() > Duration::from_millis(settings.max_lifetime_ms);
+    if !b.pooled || b.broken || unread || old || !b.server.accepts_new() {
+        tracing::debug!(server = %b.server.name, thread = b.thread_id, broken = b.broken, unread, old, "closing a connection instead of pooling it");
         b.close();
         return;
     }
@@ -349,6 +359,7 @@ pub async fn maintain(
                 Err(_) => Vec::new(),
             };
             for b in expired {
+                tracing::debug!(server = %b.server.name, thread = b.thread_id, "closing an idle connection (idle too long, too old, closed by the server or its server not ONLINE)");
                 b.quit().await;
             }
             if settings.min_idle == 0 || !server.accepts_new() {
