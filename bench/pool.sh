@@ -533,6 +533,12 @@ maxv() { # "v1 v2 ..." -> the largest, or "–"
 	# shellcheck disable=SC2086 # word splitting of the value list is intended
 	printf '%s\n' $1 | awk 'NF { if (n++ == 0 || $1 + 0 > m) m = $1 + 0 } END { print n ? m : "–" }'
 }
+ratio_row() { # LABEL ARRAY SCENARIO [FORMAT] -> "| LABEL | direct | sluice | sluice/direct |" from medians
+	local -n values=$2
+	local d s
+	d=$(median "${values[$3|direct]:-}" "${4:-}") s=$(median "${values[$3|sluice]:-}" "${4:-}")
+	echo "| $1 | $d | $s | $(ratio "$s" "$d") |"
+}
 pool_desc() { # SCENARIO
 	if [ "$POOL_SECTION" = 1 ]; then
 		echo "\`[pool] multiplexing = true\`, server \`max_connections = $(backend_max "$1")\` (the pool size)"
@@ -564,16 +570,11 @@ pool_desc() { # SCENARIO
 		echo
 		echo "| burst | direct | sluice | sluice/direct |"
 		echo "|---|---:|---:|---:|"
-		d=$(median "${QPS[burst|direct]:-}") s=$(median "${QPS[burst|sluice]:-}")
-		echo "| QPS | $d | $s | $(ratio "$s" "$d") |"
+		ratio_row QPS QPS burst
 		for m in P50 P95 P99; do
-			declare -n arr=$m
-			d=$(median "${arr[burst|direct]:-}") s=$(median "${arr[burst|sluice]:-}")
-			echo "| ${m,,} latency µs | $d | $s | $(ratio "$s" "$d") |"
-			unset -n arr
+			ratio_row "${m,,} latency µs" "$m" burst
 		done
-		d=$(median "${CONN_MS[burst|direct]:-}") s=$(median "${CONN_MS[burst|sluice]:-}")
-		echo "| connect phase ms ($CLIENTS clients) | $d | $s | $(ratio "$s" "$d") |"
+		ratio_row "connect phase ms ($CLIENTS clients)" CONN_MS burst
 		echo "| MariaDB connections, all clients idle | $(maxv "${BACKEND_IDLE[burst|direct]:-}") | $(maxv "${BACKEND_IDLE[burst|sluice]:-}") | |"
 		echo "| MariaDB connections, peak sampled every 0.5 s during the run | – | $(maxv "${BACKEND_PEAK[burst|sluice]:-}") | |"
 		echo "| MariaDB Max_used_connections over the run, connect phase included (+1 when a root sampling session overlapped the peak) | $(maxv "${MAX_USED[burst|direct]:-}") | $(maxv "${MAX_USED[burst|sluice]:-}") | |"
@@ -596,10 +597,8 @@ pool_desc() { # SCENARIO
 		echo
 		echo "| ps64 | direct | sluice | sluice/direct |"
 		echo "|---|---:|---:|---:|"
-		d=$(median "${QPS[ps64|direct]:-}") s=$(median "${QPS[ps64|sluice]:-}")
-		echo "| QPS | $d | $s | $(ratio "$s" "$d") |"
-		d=$(median "${P95[ps64|direct]:-}" %.2f) s=$(median "${P95[ps64|sluice]:-}" %.2f)
-		echo "| p95 latency ms | $d | $s | $(ratio "$s" "$d") |"
+		ratio_row QPS QPS ps64
+		ratio_row "p95 latency ms" P95 ps64 %.2f
 		echo "| sluice CPU µs/query | – | $(median "${CPU[ps64|sluice]:-}" %.1f) | |"
 		echo "| MariaDB connections, peak sampled every 0.5 s | – | $(maxv "${BACKEND_PEAK[ps64|sluice]:-}") | |"
 		echo "| MariaDB Max_used_connections over the run (+1 when the root sampling session overlapped the peak) | $(maxv "${MAX_USED[ps64|direct]:-}") | $(maxv "${MAX_USED[ps64|sluice]:-}") | |"

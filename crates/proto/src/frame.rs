@@ -42,6 +42,11 @@ impl Frame {
         (self.chunks == 1).then(|| &buf[HEADER_LEN..self.wire_len])
     }
 
+    /// The payload of the first chunk: the whole payload unless the packet was split.
+    pub fn first_chunk<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
+        &buf[HEADER_LEN..HEADER_LEN + self.payload_len.min(MAX_CHUNK)]
+    }
+
     /// The payload, joined when the packet was split (rare: ≥ 16 MiB).
     pub fn payload<'a>(&self, buf: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
         if let Some(p) = self.single_payload(buf) {
@@ -103,6 +108,15 @@ pub fn write_packet(out: &mut Vec<u8>, seq: &mut u8, payload: &[u8]) {
     }
 }
 
+/// Appends a command packet: the command byte and its body, split into chunks if the
+/// protocol requires.
+pub fn write_command(out: &mut Vec<u8>, seq: u8, cmd: u8, body: &[u8]) {
+    let packet = PacketBuilder::begin(out);
+    out.push(cmd);
+    out.extend_from_slice(body);
+    packet.finish(out, &mut seq.clone());
+}
+
 /// Builds a packet in place: reserve the header, append the payload, then `finish`.
 /// Avoids a second buffer for the common small packet.
 pub struct PacketBuilder {
@@ -148,6 +162,7 @@ mod tests {
         let f = frame(&buf, 1 << 30).unwrap().unwrap();
         assert_eq!(f, Frame { wire_len: 5, payload_len: 1, first_seq: 0, last_seq: 0, chunks: 1 });
         assert_eq!(f.single_payload(&buf), Some(&[0x0E][..]));
+        assert_eq!(f.first_chunk(&buf), &[0x0E][..]);
         assert_eq!(frame(&buf[..4], 1 << 30), Ok(None));
     }
 
@@ -162,6 +177,7 @@ mod tests {
         assert_eq!(&out[MAX_CHUNK + 4..], &[0, 0, 0, 1]);
         let f = frame(&out, usize::MAX).unwrap().unwrap();
         assert_eq!((f.chunks, f.payload_len, f.last_seq), (2, MAX_CHUNK, 1));
+        assert_eq!(f.first_chunk(&out).len(), MAX_CHUNK);
         assert_eq!(frame(&out[..out.len() - 1], usize::MAX), Ok(None));
     }
 
@@ -181,6 +197,7 @@ mod tests {
         assert_eq!(seq, 5);
         let f = frame(&out[1..], usize::MAX).unwrap().unwrap();
         assert_eq!((f.first_seq, f.last_seq, f.payload_len), (3, 4, MAX_CHUNK + 10));
+        assert_eq!(f.first_chunk(&out[1..]), &vec![1u8; MAX_CHUNK][..]);
     }
 
     proptest! {

@@ -181,20 +181,17 @@ mod session_state_tests {
     fn login_ok_schema_is_replaced() {
         // OK, 0 rows, id 0, status AUTOCOMMIT|STATE_CHANGED, no warnings, empty info, state:
         // system variable (0) autocommit=ON, schema (1) "a".
-        let mut state = vec![0u8];
-        write_lenenc_str(&mut state, b"\x0aautocommit\x02ON");
-        state.push(1);
-        write_lenenc_str(&mut state, b"\x01a");
-        let mut p = vec![0, 0, 0, 0x02, 0x40, 0, 0, 0];
-        write_lenenc_str(&mut p, &state);
-        let out = ok_with_schema(&p, Some("shop")).unwrap();
-        let mut want_state = vec![0u8];
-        write_lenenc_str(&mut want_state, b"\x0aautocommit\x02ON");
-        want_state.push(1);
-        write_lenenc_str(&mut want_state, b"\x04shop");
-        let mut want = vec![0, 0, 0, 0x02, 0x40, 0, 0, 0];
-        write_lenenc_str(&mut want, &want_state);
-        assert_eq!(out, want);
+        let login_ok = |schema_entry: &[u8]| {
+            let mut state = vec![0u8];
+            write_lenenc_str(&mut state, b"\x0aautocommit\x02ON");
+            state.push(1);
+            write_lenenc_str(&mut state, schema_entry);
+            let mut p = vec![0, 0, 0, 0x02, 0x40, 0, 0, 0];
+            write_lenenc_str(&mut p, &state);
+            p
+        };
+        let out = ok_with_schema(&login_ok(b"\x01a"), Some("shop")).unwrap();
+        assert_eq!(out, login_ok(b"\x04shop"));
         let plain = ok_with_schema(&[0, 0, 0, 2, 0, 0, 0], None).unwrap();
         assert_eq!(plain, vec![0, 0, 0, 2, 0, 0, 0]);
         assert!(ok_with_schema(&[0, 0], None).is_none());

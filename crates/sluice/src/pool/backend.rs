@@ -175,11 +175,7 @@ impl Backend {
     /// column's type, and the status flags of its last reply.
     pub async fn query_columns(&mut self, sql: &str) -> Result<(Vec<Vec<state::Column>>, u16), BackendError> {
         let mut out = Vec::with_capacity(sql.len() + 5);
-        let mut seq = 0;
-        let packet = proto::frame::PacketBuilder::begin(&mut out);
-        out.push(proto::command::COM_QUERY);
-        out.extend_from_slice(sql.as_bytes());
-        packet.finish(&mut out, &mut seq);
+        proto::frame::write_command(&mut out, 0, proto::command::COM_QUERY, sql.as_bytes());
         self.conn.write_all(&out).await.map_err(|e| self.lost(e))?;
         let mut rows = Vec::new();
         loop {
@@ -247,10 +243,7 @@ impl Backend {
         let mut out = Vec::new();
         for (cmd, body) in [(proto::command::COM_INIT_DB, init_db), (proto::command::COM_QUERY, sql)] {
             if let Some(body) = body {
-                let packet = proto::frame::PacketBuilder::begin(&mut out);
-                out.push(cmd);
-                out.extend_from_slice(body.as_bytes());
-                packet.finish(&mut out, &mut 0);
+                proto::frame::write_command(&mut out, 0, cmd, body.as_bytes());
             }
         }
         self.conn.write_all(&out).await.map_err(|e| self.lost(e))?;

@@ -11,7 +11,7 @@
 use super::{Backend, BackendError};
 use proto::command::{COM_INIT_DB, COM_STMT_CLOSE, COM_STMT_PREPARE};
 use proto::errors::ER_MAX_PREPARED_STMT_COUNT_REACHED;
-use proto::frame::PacketBuilder;
+use proto::frame::write_command;
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -91,8 +91,7 @@ impl Registry {
     /// Counts a statement a client opens; refused beyond the cap, as the server refuses beyond
     /// max_prepared_stmt_count.
     pub fn open_handle(&self) -> Result<(), Full> {
-        let cap = self.cap;
-        self.open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < cap).then_some(n + 1)).map(|_| ()).map_err(|_| Full { cap })
+        count_below(&self.open, self.cap).then_some(()).ok_or(Full { cap: self.cap })
     }
 
     pub fn close_handles(&self, n: usize) {
@@ -112,6 +111,10 @@ impl Registry {
                 }
             }
         }
+        // Room for one more: counted now, or taken over from an entry evicted for it.
+        if !count_below(&self.entries, self.cap) && !self.evict_one(shard_index) {
+            return Err(Full { cap: self.cap });
+        }
         let entry = Arc::new(Entry {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             user: user.into(),
@@ -120,11 +123,6 @@ impl Registry {
             params,
             effects: sql::effects::effects(sql),
         });
-        // Room for one more: counted now, or taken over from an entry evicted for it.
-        let counted = self.entries.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.cap).then_some(n + 1)).is_ok();
-        if !counted && !self.evict_one(shard_index) {
-            return Err(Full { cap: self.cap });
-        }
         let mut shard = lock(&self.shards[shard_index]);
         match shard.by_key.get(&key) {
             // Another session registered it meanwhile: share that one.
@@ -168,6 +166,11 @@ impl Registry {
     }
 }
 
+/// Adds one to `counter` unless it is at `cap` already.
+fn count_below(counter: &AtomicUsize, cap: usize) -> bool {
+    counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < cap).then_some(n + 1)).is_ok()
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -196,10 +199,6 @@ impl Statements {
         let slot = self.slots.get_mut(&entry)?;
         slot.used = self.clock;
         Some(slot)
-    }
-
-    pub fn len(&self) -> usize {
-        self.slots.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -243,7 +242,7 @@ impl Backend {
     /// must see it (the statement id is still the server's; the caller rewrites it).
     pub async fn prepare_for_client(&mut self, sql: &[u8], out: &mut Vec<u8>) -> Result<PrepareOk, BackendError> {
         let mut request = Vec::with_capacity(sql.len() + 5);
-        push_command(&mut request, COM_STMT_PREPARE, sql);
+        write_command(&mut request, 0, COM_STMT_PREPARE, sql);
         self.conn.write_all(&request).await.map_err(|e| self.lost(e))?;
         self.read_prepare_reply(Some(out)).await
     }
@@ -262,7 +261,7 @@ impl Backend {
         }
         let mut out = Vec::with_capacity(ids.len() * 9);
         for id in ids {
-            push_command(&mut out, COM_STMT_CLOSE, &id.to_le_bytes());
+            write_command(&mut out, 0, COM_STMT_CLOSE, &id.to_le_bytes());
         }
         self.conn.write_all(&out).await.map_err(|e| self.lost(e))
     }
@@ -294,11 +293,11 @@ impl Backend {
         let detour = entry.schema.as_deref().filter(|s| here.is_some() && here.as_deref() != Some(*s));
         let mut out = Vec::with_capacity(entry.sql.len() + 64);
         if let (Some(there), Some(here)) = (detour, here.as_deref()) {
-            push_command(&mut out, COM_INIT_DB, there.as_bytes());
-            push_command(&mut out, COM_STMT_PREPARE, &entry.sql);
-            push_command(&mut out, COM_INIT_DB, here.as_bytes());
+            write_command(&mut out, 0, COM_INIT_DB, there.as_bytes());
+            write_command(&mut out, 0, COM_STMT_PREPARE, &entry.sql);
+            write_command(&mut out, 0, COM_INIT_DB, here.as_bytes());
         } else {
-            push_command(&mut out, COM_STMT_PREPARE, &entry.sql);
+            write_command(&mut out, 0, COM_STMT_PREPARE, &entry.sql);
         }
         self.conn.write_all(&out).await.map_err(|e| self.lost(e))?;
         if detour.is_none() {
@@ -313,7 +312,13 @@ impl Backend {
             self.needs_reset = true;
             return Err(e);
         }
-        to?;
+        if let Err(e) = to {
+            // Prepared in the wrong schema, if at all: not kept.
+            if let Ok(wrong) = ok {
+                self.close_statements(&[wrong.id]).await?;
+            }
+            return Err(e);
+        }
         ok
     }
 
@@ -347,14 +352,6 @@ impl Backend {
         }
         Ok(ok)
     }
-}
-
-/// Appends one command packet (sequence id 0).
-fn push_command(out: &mut Vec<u8>, cmd: u8, body: &[u8]) {
-    let packet = PacketBuilder::begin(out);
-    out.push(cmd);
-    out.extend_from_slice(body);
-    packet.finish(out, &mut 0);
 }
 
 #[cfg(test)]
@@ -399,7 +396,7 @@ mod tests {
         assert_eq!(s.get(1).map(|s| s.id), Some(10));
         assert_eq!(s.insert(3, 30, 2), vec![20]);
         assert_eq!(s.insert(1, 11, 2), vec![10]);
-        assert_eq!(s.len(), 2);
+        assert_eq!(s.slots.len(), 2);
         assert!(s.get(2).is_none());
     }
 }

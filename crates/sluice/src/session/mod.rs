@@ -274,8 +274,7 @@ impl Session {
             };
             // The first chunk's payload is enough to decide; split packets (≥ 16 MiB) only
             // ever continue a COM_QUERY or COM_STMT_* payload.
-            let first_len = proto::frame::header(&self.client.rbuf).map_or(0, |(l, _)| l);
-            let payload = &self.client.rbuf[4..4 + first_len];
+            let payload = frame.first_chunk(&self.client.rbuf);
             let Some(&cmd) = payload.first() else {
                 self.client.consume(frame.wire_len);
                 self.reply_err(1, ER_UNKNOWN_COM_ERROR, SQLSTATE_UNKNOWN_COM, "Unknown command").await;

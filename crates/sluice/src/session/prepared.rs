@@ -8,7 +8,7 @@
 //! it pins the session there until the cursor is read out, the statement is reset, closed or
 //! executed.
 
-use super::multiplex::Needs;
+use super::multiplex::{Held, Needs};
 use super::Session;
 use crate::pool::prepared::{Entry, Registry};
 use proto::command::*;
@@ -146,8 +146,7 @@ impl Session {
         if cmd == COM_STMT_PREPARE {
             return self.prepare(frame, seq).await;
         }
-        let first_len = proto::frame::header(&self.client.rbuf).map_or(0, |(l, _)| l);
-        let Some(id) = statement_id(&self.client.rbuf[4..4 + first_len]) else {
+        let Some(id) = statement_id(frame.first_chunk(&self.client.rbuf)) else {
             self.client.consume(frame.wire_len);
             if !matches!(cmd, COM_STMT_CLOSE | COM_STMT_SEND_LONG_DATA) {
                 let msg = format!("Incorrect arguments to {}", handler_name(cmd));
@@ -198,27 +197,29 @@ impl Session {
         match held.backend.prepare_for_client(&sql, &mut out).await {
             Ok(ok) => {
                 held.pins.next_statement = ok.warnings > 0;
-                let entry = self.shared.statements.entry(&self.login.username, self.state.schema.as_deref(), &sql, ok.params);
-                let opened = self.shared.statements.open_handle();
-                match (entry, opened) {
-                    (Ok(entry), Ok(())) => {
+                // Counted as an open statement first, then registered.
+                let registry = &self.shared.statements;
+                let registered = registry.open_handle().and_then(|()| {
+                    registry
+                        .entry(&self.login.username, self.state.schema.as_deref(), &sql, ok.params)
+                        .inspect_err(|_| registry.close_handles(1))
+                });
+                match registered {
+                    Ok(entry) => {
                         let cap = self.shared.config.pool.max_statements_per_connection;
                         if let Err(e) = held.backend.remember_statement(entry.id, ok.id, cap).await {
                             held.backend.note_failure(&e);
                         }
                         set_statement_id(&mut out, self.statements.add(entry));
                     }
-                    (entry, opened) => {
-                        if opened.is_ok() {
-                            self.shared.statements.close_handles(1);
-                        }
-                        let cap = entry.err().or(opened.err()).map_or(0, |f| f.cap);
+                    Err(full) => {
                         if let Err(e) = held.backend.close_statements(&[ok.id]).await {
                             held.backend.note_failure(&e);
                         }
                         out.clear();
                         let msg = format!(
-                            "Can't create more than max_prepared_stmt_count statements (current value: {cap}; sluice's [pool] max_statements)"
+                            "Can't create more than max_prepared_stmt_count statements (current value: {}; sluice's [pool] max_statements)",
+                            full.cap
                         );
                         proto::packet::write_err(
                             &mut out,
@@ -245,8 +246,7 @@ impl Session {
 
     /// COM_STMT_EXECUTE and COM_STMT_BULK_EXECUTE, on whichever connection serves the session.
     async fn execute(&mut self, cmd: u8, id: u32, frame: Frame, seq: u8) -> bool {
-        let first_len = proto::frame::header(&self.client.rbuf).map_or(0, |(l, _)| l);
-        let payload = &self.client.rbuf[4..4 + first_len];
+        let payload = frame.first_chunk(&self.client.rbuf);
         let Some(stmt) = self.statements.by_id.get_mut(&id) else { return true };
         let entry = stmt.entry.clone();
         let params = entry.params as usize;
@@ -301,11 +301,7 @@ impl Session {
                 proto::frame::write_packet(&mut buf, &mut frame.first_seq.clone(), &p);
                 bytes::Bytes::from(buf)
             }
-            None => {
-                let mut packet = self.client.rbuf.split_to(frame.wire_len);
-                set_statement_id(&mut packet, backend_id);
-                packet.freeze()
-            }
+            None => self.request_for(frame, backend_id),
         };
         let sent_types = matches!(types_at, Some((_, true))) || inject.is_some();
         // Executing closes the statement's cursor, if it had one.
@@ -325,8 +321,7 @@ impl Session {
             s.cursor = opened;
         });
         self.after_statement(&mut held, &entry.effects, &outcome, None).await;
-        held.pins.statement = self.statements.pin();
-        self.settle(held);
+        self.settle_statement(held);
         true
     }
 
@@ -334,8 +329,7 @@ impl Session {
     async fn fetch(&mut self, id: u32, frame: Frame, seq: u8) -> bool {
         let Some(entry) = self.statements.by_id.get(&id).filter(|s| s.cursor).map(|s| s.entry.clone()) else {
             self.client.consume(frame.wire_len);
-            self.reply_err(seq, ER_STMT_HAS_NO_OPEN_CURSOR, SQLSTATE_GENERAL, &format!("The statement ({id}) has no open cursor.")).await;
-            return true;
+            return self.reply_no_cursor(id, seq).await;
         };
         let mut held = match self.acquire(self.user.default_hostgroup, 0, Needs::default()).await {
             Ok(h) => h,
@@ -349,20 +343,16 @@ impl Session {
             // Not the connection the cursor was opened on (it was lost): the cursor is gone.
             self.client.consume(frame.wire_len);
             self.statements.update(id, |s| s.cursor = false);
-            held.pins.statement = self.statements.pin();
-            self.settle(held);
-            self.reply_err(seq, ER_STMT_HAS_NO_OPEN_CURSOR, SQLSTATE_GENERAL, &format!("The statement ({id}) has no open cursor.")).await;
-            return true;
+            self.settle_statement(held);
+            return self.reply_no_cursor(id, seq).await;
         };
-        let mut packet = self.client.rbuf.split_to(frame.wire_len);
-        set_statement_id(&mut packet, backend_id);
-        let Some(outcome) = self.forward(&mut held.backend, &packet.freeze(), Some(Reply::Fetch), None).await else { return false };
+        let request = self.request_for(frame, backend_id);
+        let Some(outcome) = self.forward(&mut held.backend, &request, Some(Reply::Fetch), None).await else { return false };
         if outcome.status & StatusFlags::SERVER_STATUS_LAST_ROW_SENT.bits() != 0 {
             self.statements.update(id, |s| s.cursor = false);
         }
         held.pins.follow_status(outcome.status);
-        held.pins.statement = self.statements.pin();
-        self.settle(held);
+        self.settle_statement(held);
         true
     }
 
@@ -384,14 +374,12 @@ impl Session {
                 return true;
             }
         };
-        let mut packet = self.client.rbuf.split_to(frame.wire_len);
-        set_statement_id(&mut packet, backend_id);
-        if self.forward(&mut held.backend, &packet.freeze(), None, None).await.is_none() {
+        let request = self.request_for(frame, backend_id);
+        if self.forward(&mut held.backend, &request, None, None).await.is_none() {
             return false;
         }
         self.statements.update(id, |s| s.long_data = true);
-        held.pins.statement = true;
-        self.settle(held);
+        self.settle_statement(held);
         true
     }
 
@@ -416,16 +404,13 @@ impl Session {
         };
         let Some(backend_id) = held.backend.statements.get(entry.id).map(|s| s.id) else {
             self.client.consume(frame.wire_len);
-            held.pins.statement = self.statements.pin();
-            self.settle(held);
+            self.settle_statement(held);
             return self.reply_ok(seq, "").await;
         };
-        let mut packet = self.client.rbuf.split_to(frame.wire_len);
-        set_statement_id(&mut packet, backend_id);
-        let Some(outcome) = self.forward(&mut held.backend, &packet.freeze(), Some(Reply::Single), None).await else { return false };
+        let request = self.request_for(frame, backend_id);
+        let Some(outcome) = self.forward(&mut held.backend, &request, Some(Reply::Single), None).await else { return false };
         held.pins.follow_status(outcome.status);
-        held.pins.statement = self.statements.pin();
-        self.settle(held);
+        self.settle_statement(held);
         true
     }
 
@@ -442,8 +427,29 @@ impl Session {
                 held.backend.note_failure(&e);
             }
         }
+        self.settle_statement(held);
+    }
+}
+
+impl Session {
+    /// The client's packet for `frame`, naming the server's statement `backend_id` instead.
+    fn request_for(&mut self, frame: Frame, backend_id: u32) -> bytes::Bytes {
+        let mut packet = self.client.rbuf.split_to(frame.wire_len);
+        set_statement_id(&mut packet, backend_id);
+        packet.freeze()
+    }
+
+    /// After a statement command: the connection stays with the session while one of its
+    /// statements holds a cursor or long data there.
+    fn settle_statement(&mut self, mut held: Held) {
         held.pins.statement = self.statements.pin();
         self.settle(held);
+    }
+
+    async fn reply_no_cursor(&mut self, id: u32, seq: u8) -> bool {
+        let msg = format!("The statement ({id}) has no open cursor.");
+        self.reply_err(seq, ER_STMT_HAS_NO_OPEN_CURSOR, SQLSTATE_GENERAL, &msg).await;
+        true
     }
 }
 

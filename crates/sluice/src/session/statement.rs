@@ -66,7 +66,7 @@ impl Session {
             let payload = match frame.single_payload(&self.client.rbuf) {
                 Some(p) => std::borrow::Cow::Borrowed(p),
                 None if self.rules.active() => frame.payload(&self.client.rbuf),
-                None => std::borrow::Cow::Borrowed(self.client.rbuf.get(4..4 + proto::frame::MAX_CHUNK).unwrap_or_default()),
+                None => std::borrow::Cow::Borrowed(frame.first_chunk(&self.client.rbuf)),
             };
             let text = payload.get(1..).unwrap_or_default();
             let kill = sql::classify::parse_kill(text);
@@ -160,9 +160,6 @@ fn chunks(len: usize) -> usize {
 
 fn query_packet(sql: &[u8], seq: u8) -> bytes::Bytes {
     let mut buf = Vec::with_capacity(sql.len() + 5);
-    let packet = proto::frame::PacketBuilder::begin(&mut buf);
-    buf.push(COM_QUERY);
-    buf.extend_from_slice(sql);
-    packet.finish(&mut buf, &mut seq.clone());
+    proto::frame::write_command(&mut buf, seq, COM_QUERY, sql);
     bytes::Bytes::from(buf)
 }
