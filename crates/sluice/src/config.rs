@@ -4,13 +4,13 @@
 //! A bad file is reported as `FILE:LINE: [section] field `name`: what is wrong`, and nothing
 //! starts (exit code 2).
 
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How sessions are spread over threads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum RuntimeKind {
     /// One tokio runtime per worker thread; a session never leaves its worker.
@@ -21,7 +21,7 @@ pub enum RuntimeKind {
     Steal,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ServerStatus {
     #[default]
@@ -30,7 +30,7 @@ pub enum ServerStatus {
     OfflineHard,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProxySection {
     /// Addresses the client listener binds.
@@ -61,10 +61,15 @@ pub struct ProxySection {
     pub backend_users_hostgroup: u32,
     /// Least time between two reloads of the backend's accounts.
     pub backend_users_refresh_ms: u64,
-    // Reserved for the admin and HTTP issues; accepted now so one file serves every release.
-    pub admin_listen: Option<String>,
-    pub http_listen: Option<String>,
-    pub admin_credentials: Option<String>,
+    /// The admin SQL port (ProxySQL's admin interface); "" turns it off.
+    pub admin_listen: String,
+    /// `user:password` pairs for the admin port, separated by `;`. The default admin:admin is
+    /// refused on an address other than loopback.
+    pub admin_credentials: String,
+    /// HTTP: /metrics, /healthz, /readyz, JSON and the dashboard; "" turns it off.
+    pub http_listen: String,
+    /// Holds `sluice.db`, the admin port's saved configuration (SAVE … TO DISK). Without it the
+    /// disk layer lives in memory until the process ends.
     pub datadir: Option<PathBuf>,
 }
 
@@ -86,16 +91,16 @@ impl Default for ProxySection {
             backend_users: false,
             backend_users_hostgroup: 0,
             backend_users_refresh_ms: 1_000,
-            admin_listen: None,
-            http_listen: None,
-            admin_credentials: None,
+            admin_listen: "127.0.0.1:6032".into(),
+            admin_credentials: "admin:admin".into(),
+            http_listen: "127.0.0.1:6070".into(),
             datadir: None,
         }
     }
 }
 
 /// Client-side TLS. Without a certificate, a self-signed one is generated at start-up.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TlsSection {
     pub enabled: bool,
@@ -112,7 +117,7 @@ impl Default for TlsSection {
 }
 
 /// Backend connection pooling, multiplexing and prepared statements (docs/pooling.md).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PoolSection {
     /// Hand a client's backend connection back to the pool after each statement unless the
@@ -153,8 +158,50 @@ impl Default for PoolSection {
     }
 }
 
+/// Query statistics (`stats`): what is counted per statement.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StatsSection {
+    /// Per-digest statistics (stats_mysql_query_digest). Off, a statement costs no digest.
+    pub digests: bool,
+    /// Digests kept per worker; the least used is evicted (and counted) beyond this.
+    pub max_digests_per_worker: usize,
+    /// Longest digest text kept (bytes).
+    pub max_digest_length: usize,
+}
+
+impl Default for StatsSection {
+    fn default() -> Self {
+        StatsSection { digests: true, max_digests_per_worker: 5_000, max_digest_length: 2_048 }
+    }
+}
+
+/// The JSON-lines query log (`querylog`): every statement when `enabled`, else only those a
+/// query rule with `log = 1` matched.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueryLogSection {
+    pub enabled: bool,
+    /// The log file; rotated files get `.1`, `.2`… appended. Needed for rule `log = 1` too.
+    pub path: Option<PathBuf>,
+    /// Rotate when the file reaches this size.
+    pub max_file_bytes: u64,
+    /// Rotated files kept.
+    pub max_files: u32,
+    /// Longest query text written (bytes; 0: no text at all).
+    pub max_query_length: usize,
+    /// Events queued for the writer; beyond this they are dropped and counted.
+    pub queue: usize,
+}
+
+impl Default for QueryLogSection {
+    fn default() -> Self {
+        QueryLogSection { enabled: false, path: None, max_file_bytes: 100 << 20, max_files: 5, max_query_length: 4_096, queue: 16_384 }
+    }
+}
+
 /// The account sluice uses for its own backend queries (reading mysql.user, health checks).
-#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct MonitorSection {
     pub username: String,
@@ -162,7 +209,7 @@ pub struct MonitorSection {
 }
 
 /// A `[[mysql_servers]]` row (ProxySQL's mysql_servers columns).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerRow {
     pub hostgroup_id: u32,
@@ -185,7 +232,7 @@ pub struct ServerRow {
 }
 
 /// A `[[mysql_users]]` row (ProxySQL's mysql_users columns).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct UserRow {
     pub username: String,
@@ -209,7 +256,7 @@ pub struct UserRow {
 
 /// A `[[mysql_query_rules]]` row (ProxySQL's mysql_query_rules columns; docs/rules.md).
 /// Integer actions left out (or negative, as ProxySQL stores "no change") change nothing.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct QueryRuleRow {
     pub rule_id: u32,
@@ -271,7 +318,7 @@ pub struct QueryRuleRow {
     pub comment: String,
 }
 
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     #[serde(default)]
@@ -282,6 +329,10 @@ pub struct FileConfig {
     pub monitor: Option<MonitorSection>,
     #[serde(default)]
     pub pool: PoolSection,
+    #[serde(default)]
+    pub stats: StatsSection,
+    #[serde(default)]
+    pub querylog: QueryLogSection,
     #[serde(default)]
     pub mysql_servers: Vec<ServerRow>,
     #[serde(default)]
@@ -345,6 +396,8 @@ pub struct Config {
     pub tls: TlsSection,
     pub monitor: Option<MonitorSection>,
     pub pool: PoolSection,
+    pub stats: StatsSection,
+    pub querylog: QueryLogSection,
     pub servers: Vec<ServerRow>,
     pub users: Vec<UserRow>,
     pub query_rules: Vec<QueryRuleRow>,
@@ -358,6 +411,21 @@ impl Config {
     }
     pub fn shutdown_timeout(&self) -> Duration {
         Duration::from_millis(self.proxy.shutdown_timeout_ms)
+    }
+
+    /// The sections and rows in force, as the file (and the admin tables) spell them.
+    pub fn to_file(&self) -> FileConfig {
+        FileConfig {
+            proxy: self.proxy.clone(),
+            tls: self.tls.clone(),
+            monitor: self.monitor.clone(),
+            pool: self.pool.clone(),
+            stats: self.stats.clone(),
+            querylog: self.querylog.clone(),
+            mysql_servers: self.servers.clone(),
+            mysql_users: self.users.clone(),
+            mysql_query_rules: self.query_rules.clone(),
+        }
     }
 
     /// True when `other` differs from this config in its query rules at most (command-line
@@ -432,6 +500,29 @@ impl FileConfig {
             if a.parse::<SocketAddr>().is_err() {
                 out.push(problem(vec![Key("proxy"), Key("listen"), Index(i)], format!("`{a}` is not an IP:port address")));
             }
+        }
+        for (field, addr) in [("admin_listen", &self.proxy.admin_listen), ("http_listen", &self.proxy.http_listen)] {
+            if !addr.is_empty() && addr.parse::<SocketAddr>().is_err() {
+                out.push(problem(vec![Key("proxy"), Key(field)], format!("`{addr}` is not an IP:port address (\"\" turns it off)")));
+            }
+        }
+        match admin_logins(&self.proxy.admin_credentials) {
+            Err(message) => out.push(problem(vec![Key("proxy"), Key("admin_credentials")], message)),
+            Ok(logins) => {
+                let exposed = self.proxy.admin_listen.parse::<SocketAddr>().is_ok_and(|a| !a.ip().is_loopback());
+                if exposed && logins.iter().any(|(u, p)| *u == "admin" && *p == "admin") {
+                    out.push(problem(
+                        vec![Key("proxy"), Key("admin_credentials")],
+                        "the default admin:admin is refused when admin_listen is not a loopback address; choose your own",
+                    ));
+                }
+            }
+        }
+        if self.stats.max_digests_per_worker == 0 {
+            out.push(problem(vec![Key("stats"), Key("max_digests_per_worker")], "must be at least 1"));
+        }
+        if self.querylog.enabled && self.querylog.path.is_none() {
+            out.push(problem(vec![Key("querylog"), Key("path")], "is needed when the query log is enabled"));
         }
         if self.proxy.workers == Some(0) {
             out.push(problem(vec![Key("proxy"), Key("workers")], "must be at least 1"));
@@ -528,6 +619,8 @@ impl FileConfig {
             tls: self.tls,
             monitor: self.monitor,
             pool: self.pool,
+            stats: self.stats,
+            querylog: self.querylog,
             servers: self.mysql_servers,
             users: self.mysql_users,
             query_rules: self.mysql_query_rules,
@@ -544,6 +637,19 @@ impl FileConfig {
             problem(vec![Key("mysql_query_rules"), Index(e.index), Key(e.field)], format!("rule_id {}: {}", e.rule_id, e.message))
         })
     }
+}
+
+/// `admin_credentials` as (user, password) pairs: `user:password` separated by `;`.
+pub fn admin_logins(credentials: &str) -> Result<Vec<(&str, &str)>, String> {
+    credentials
+        .split(';')
+        .filter(|c| !c.trim().is_empty())
+        .map(|c| match c.split_once(':') {
+            Some((u, p)) if !u.trim().is_empty() => Ok((u.trim(), p)),
+            _ => Err(format!("`{c}` is not user:password")),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|v| if v.is_empty() { Err("at least one user:password is needed".into()) } else { Ok(v) })
 }
 
 fn field_name(path: &[PathPart]) -> String {
