@@ -97,6 +97,11 @@ pub struct Scanner {
     warnings: u16,
     last_insert_id: u64,
     packets: u64,
+    /// Rows of the reply's result sets, and rows its OK packets report as affected (statistics).
+    rows: u64,
+    affected_rows: u64,
+    /// The ERR packet's code, when the reply ended with one.
+    error_code: u16,
 }
 
 impl Scanner {
@@ -126,6 +131,9 @@ impl Scanner {
             warnings: 0,
             last_insert_id: 0,
             packets: 0,
+            rows: 0,
+            affected_rows: 0,
+            error_code: 0,
         }
     }
 
@@ -154,6 +162,21 @@ impl Scanner {
     /// The last insert id of the last OK that reported one (0 if none did).
     pub fn last_insert_id(&self) -> u64 {
         self.last_insert_id
+    }
+
+    /// Rows sent in result sets so far.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Rows affected, summed over the reply's OK packets.
+    pub fn affected_rows(&self) -> u64 {
+        self.affected_rows
+    }
+
+    /// The error code of the ERR that ended the reply (0: none).
+    pub fn error_code(&self) -> u16 {
+        self.error_code
     }
 
     /// Sequence id of the last packet header seen.
@@ -237,6 +260,9 @@ impl Scanner {
         }
         // 0xFE opens a terminator unless the packet is 16 MiB or more (a row whose first value is huge).
         let is_terminator = first == Some(EOF_HEADER) && len < MAX_CHUNK;
+        if is_err {
+            self.error_code = p.get(1..3).map_or(0, |c| u16::from_le_bytes([c[0], c[1]]));
+        }
         let done = |s: &mut Self, error| {
             s.state = State::Finished;
             Ok(Event::Done { error })
@@ -251,6 +277,7 @@ impl Scanner {
                         let ok = parse_ok(p).map_err(|_| ProtoError::Malformed("OK"))?;
                         self.status = ok.status;
                         self.warnings = ok.warnings;
+                        self.affected_rows += ok.affected_rows;
                         if ok.last_insert_id != 0 {
                             self.last_insert_id = ok.last_insert_id;
                         }
@@ -315,6 +342,7 @@ impl Scanner {
                     }
                     return self.more_results_or_done();
                 }
+                self.rows += 1;
                 Ok(Event::More)
             }
             State::PrepareOk => {
@@ -442,6 +470,7 @@ mod tests {
         let mut s = Scanner::new(Reply::Query, true);
         assert_eq!(scan_all(&mut s, &out), (out.len(), Event::Done { error: false }));
         assert_eq!(s.status(), 3);
+        assert_eq!((s.affected_rows(), s.rows(), s.error_code()), (3, 0, 0));
         assert!(s.is_done());
     }
 
@@ -452,6 +481,7 @@ mod tests {
         write_err(&mut out, &mut seq, 1064, b"42000", "syntax");
         let mut s = Scanner::new(Reply::Query, false);
         assert_eq!(scan_all(&mut s, &out), (out.len(), Event::Done { error: true }));
+        assert_eq!(s.error_code(), 1064);
     }
 
     #[test]
@@ -462,6 +492,7 @@ mod tests {
             result_set(&mut out, &mut seq, 2, &[b"\x011\x012".to_vec(), vec![0xFB, 0xFB]], dep, 2);
             let mut s = Scanner::new(Reply::Query, dep);
             assert_eq!(scan_all(&mut s, &out), (out.len(), Event::Done { error: false }), "deprecate_eof={dep}");
+            assert_eq!(s.rows(), 2, "deprecate_eof={dep}");
         }
     }
 

@@ -9,6 +9,7 @@ pub mod monitor;
 pub mod net;
 pub mod pool;
 pub mod registry;
+pub mod reload;
 pub mod route;
 pub mod rules;
 pub mod server;

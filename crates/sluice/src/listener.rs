@@ -1,8 +1,11 @@
-//! ① listener: binds the client ports and accepts connections until shutdown, handing each to
-//! a worker. The connection limit is enforced when the session starts (it needs to answer with
-//! a MySQL error packet).
+//! ① listener: binds the client ports (and the admin and HTTP ports beside them) and accepts
+//! connections, handing each to a worker. The set of ports follows the config: a reload binds
+//! the new ones before anything else changes (a port that cannot be bound refuses the reload)
+//! and stops accepting on the removed ones, whose sessions go on. The connection limit is
+//! enforced when the session starts (it needs to answer with a MySQL error packet).
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
@@ -15,18 +18,111 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(sock.into())
 }
 
-/// Accepts on every listener until `shutdown`; `hand_off` takes each new connection.
-pub async fn accept_all(
-    listeners: Vec<std::net::TcpListener>,
-    shutdown: &CancellationToken,
-    hand_off: impl Fn(tokio::net::TcpStream, SocketAddr),
-) {
-    let listeners: Vec<tokio::net::TcpListener> = listeners.into_iter().filter_map(|l| tokio::net::TcpListener::from_std(l).ok()).collect();
-    let accept_any = || futures_select_all(listeners.iter().map(|l| Box::pin(l.accept())).collect::<Vec<_>>());
+/// What a port serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Client,
+    Admin,
+    Http,
+}
+
+/// Takes each accepted connection of one kind.
+pub type HandOff = Arc<dyn Fn(tokio::net::TcpStream, SocketAddr) + Send + Sync>;
+
+struct Port {
+    kind: Kind,
+    /// As configured (`127.0.0.1:0` stays that, whatever port it got).
+    configured: SocketAddr,
+    bound: SocketAddr,
+    /// Until the runtime is up, the socket waits here.
+    pending: Option<std::net::TcpListener>,
+    stop: CancellationToken,
+}
+
+/// The open ports, and where their connections go once the runtime runs.
+#[derive(Default)]
+pub struct Listeners {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    ports: Vec<Port>,
+    runtime: Option<(tokio::runtime::Handle, CancellationToken)>,
+    hand_offs: Vec<(Kind, HandOff)>,
+}
+
+impl Listeners {
+    /// Opens the ports `config` names and closes those it no longer names. All new ports are
+    /// bound before anything changes; on error nothing changes.
+    pub fn reconcile(&self, config: &crate::config::Config) -> Result<(), String> {
+        let mut wanted: Vec<(Kind, SocketAddr)> = config.listen.iter().map(|&a| (Kind::Client, a)).collect();
+        for (kind, addr) in [(Kind::Admin, &config.proxy.admin_listen), (Kind::Http, &config.proxy.http_listen)] {
+            // Validated already: "" is off.
+            wanted.extend(addr.parse::<SocketAddr>().ok().map(|a| (kind, a)));
+        }
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut fresh: Vec<Port> = Vec::new();
+        for &(kind, addr) in &wanted {
+            let open = |p: &Port| p.kind == kind && p.configured == addr;
+            if inner.ports.iter().any(open) || fresh.iter().any(open) {
+                continue;
+            }
+            let l = bind(addr).map_err(|e| format!("cannot listen on {addr} ({kind:?} port): {e}"))?;
+            let bound = l.local_addr().map_err(|e| format!("cannot listen on {addr} ({kind:?} port): {e}"))?;
+            fresh.push(Port { kind, configured: addr, bound, pending: Some(l), stop: CancellationToken::new() });
+        }
+        inner.ports.retain(|p| {
+            let keep = wanted.contains(&(p.kind, p.configured));
+            if !keep {
+                tracing::info!(address = %p.bound, kind = ?p.kind, "no longer listening");
+                p.stop.cancel();
+            }
+            keep
+        });
+        inner.ports.extend(fresh);
+        inner.start_pending();
+        Ok(())
+    }
+
+    /// Starts accepting on `runtime`, handing connections of each kind to its hand-off.
+    pub fn run(&self, runtime: tokio::runtime::Handle, shutdown: CancellationToken, hand_offs: Vec<(Kind, HandOff)>) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.runtime = Some((runtime, shutdown));
+        inner.hand_offs = hand_offs;
+        inner.start_pending();
+    }
+
+    /// The bound addresses of `kind`, in config order.
+    pub fn addrs(&self, kind: Kind) -> Vec<SocketAddr> {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.ports.iter().filter(|p| p.kind == kind).map(|p| p.bound).collect()
+    }
+}
+
+impl Inner {
+    fn start_pending(&mut self) {
+        let Some((runtime, shutdown)) = &self.runtime else { return };
+        for p in self.ports.iter_mut() {
+            let Some(hand_off) = self.hand_offs.iter().find(|(k, _)| *k == p.kind).map(|(_, h)| h.clone()) else { continue };
+            let Some(l) = p.pending.take() else { continue };
+            tracing::info!(address = %p.bound, kind = ?p.kind, "listening");
+            let (stop, shutdown) = (p.stop.clone(), shutdown.clone());
+            runtime.spawn(async move {
+                let Ok(l) = tokio::net::TcpListener::from_std(l) else { return };
+                accept(l, stop, shutdown, hand_off).await;
+            });
+        }
+    }
+}
+
+/// Accepts on one port until it is removed or sluice shuts down.
+async fn accept(l: tokio::net::TcpListener, stop: CancellationToken, shutdown: CancellationToken, hand_off: HandOff) {
     loop {
         tokio::select! {
+            _ = stop.cancelled() => return,
             _ = shutdown.cancelled() => return,
-            r = accept_any() => match r {
+            r = l.accept() => match r {
                 Ok((stream, peer)) => hand_off(stream, peer),
                 Err(e) => {
                     // EMFILE and friends: back off briefly instead of spinning.
@@ -36,20 +132,4 @@ pub async fn accept_all(
             }
         }
     }
-}
-
-/// The first of several accept futures to complete.
-async fn futures_select_all<F, T>(mut futs: Vec<std::pin::Pin<Box<F>>>) -> T
-where
-    F: std::future::Future<Output = T>,
-{
-    std::future::poll_fn(|cx| {
-        for f in futs.iter_mut() {
-            if let std::task::Poll::Ready(v) = f.as_mut().poll(cx) {
-                return std::task::Poll::Ready(v);
-            }
-        }
-        std::task::Poll::Pending
-    })
-    .await
 }

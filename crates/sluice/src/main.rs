@@ -1,5 +1,6 @@
 //! The `sluice` command: load the config (file or quick-start flags), run until SIGTERM/SIGINT;
-//! SIGHUP re-reads the file's query rules (a bad file is rejected and the running rules stay).
+//! SIGHUP re-reads the file and puts it in force (a bad file is rejected and the running
+//! configuration stays).
 
 use clap::Parser;
 use sluice::config::{self, RuntimeKind};
@@ -30,6 +31,12 @@ struct Args {
     /// Runtime kind (default: config, else per-core).
     #[arg(long, value_enum)]
     runtime: Option<RuntimeKind>,
+    /// The admin SQL port (overrides the config; "" turns it off).
+    #[arg(long)]
+    admin_listen: Option<String>,
+    /// The HTTP port: metrics, health, dashboard (overrides the config; "" turns it off).
+    #[arg(long)]
+    http_listen: Option<String>,
     /// Check the configuration and exit.
     #[arg(long)]
     check: bool,
@@ -67,6 +74,17 @@ fn main() -> ExitCode {
     if let Some(r) = args.runtime {
         config.proxy.runtime = r;
     }
+    for (flag, given, field) in [
+        ("--admin-listen", &args.admin_listen, &mut config.proxy.admin_listen),
+        ("--http-listen", &args.http_listen, &mut config.proxy.http_listen),
+    ] {
+        let Some(addr) = given else { continue };
+        if !addr.is_empty() && addr.parse::<std::net::SocketAddr>().is_err() {
+            eprintln!("sluice: bad configuration: {flag}: `{addr}` is not an IP:port address (\"\" turns it off)");
+            return ExitCode::from(2);
+        }
+        *field = addr.clone();
+    }
     if args.check {
         println!("configuration OK");
         return ExitCode::SUCCESS;
@@ -80,7 +98,7 @@ fn main() -> ExitCode {
     };
     wait_for_signal(|| {
         if let Some(path) = &args.config {
-            reload_rules(&server, path);
+            reload(&server, path, args.workers);
         }
     });
     tracing::info!("shutting down: no new connections; letting in-flight statements finish");
@@ -112,19 +130,23 @@ fn wait_for_signal(mut on_hup: impl FnMut()) {
     });
 }
 
-/// SIGHUP: the file's `[[mysql_query_rules]]` go live if the whole file is valid and the rules
-/// compile against the running hostgroups; otherwise the error is logged and nothing changes.
-/// Other sections need a restart until the admin port lands (issue 5).
-fn reload_rules(server: &sluice::Server, path: &std::path::Path) {
-    let config = match config::load_file(path) {
+/// SIGHUP: the whole file goes live if it is valid and can be put in force (its ports bound);
+/// otherwise the error is logged and the running configuration stays.
+fn reload(server: &sluice::Server, path: &std::path::Path, workers: Option<usize>) {
+    let mut config = match config::load_file(path) {
         Ok(c) => c,
         Err(e) => return tracing::error!("reload rejected, running configuration kept: {e}"),
     };
-    match server.shared.load_rules(&config.query_rules) {
-        Ok(n) => tracing::info!(rules = n, "reload: query rules in force"),
-        Err(e) => tracing::error!("reload rejected, running rules kept: {}: mysql_query_rules[{}]: {e}", path.display(), e.index),
+    if let Some(w) = workers {
+        config.workers = w;
     }
-    if !server.shared.config.same_except_rules(&config) {
-        tracing::warn!("reload: only [[mysql_query_rules]] change live; other sections of {} need a restart", path.display());
+    match server.shared.apply(config) {
+        Ok(applied) => {
+            tracing::info!(file = %path.display(), "reload: configuration in force");
+            for setting in applied.need_restart {
+                tracing::warn!("reload: {setting} changes at the next start");
+            }
+        }
+        Err(e) => tracing::error!("reload rejected, running configuration kept: {}: {e}", path.display()),
     }
 }

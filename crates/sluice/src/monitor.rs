@@ -8,10 +8,9 @@ use std::time::Duration;
 /// Reads one backend's greeting at start-up so the first clients are greeted like the server
 /// (version, capabilities, collation). Best effort: a backend that is down is reported later.
 pub fn probe_profile(shared: &Shared) {
-    let Some(server) = shared.hostgroups.servers().first() else {
+    let Some(addr) = shared.snapshot().hostgroups.servers().first().map(|s| format!("{}:{}", s.hostname, s.port)) else {
         return;
     };
-    let addr = format!("{}:{}", server.hostname, server.port);
     let greeting = (|| -> Option<proto::handshake::ServerGreeting> {
         use std::io::Read;
         let sa = std::net::ToSocketAddrs::to_socket_addrs(&addr).ok()?.next()?;
@@ -32,11 +31,11 @@ pub fn probe_profile(shared: &Shared) {
 
 /// Reads (user, host, plugin, native hash) rows from mysql.user with the monitor login.
 pub async fn load_accounts(shared: &Shared) -> anyhow::Result<Vec<(String, String, String, String)>> {
-    let monitor = shared.config.monitor.clone().unwrap_or_default();
-    let hostgroup = shared.users.backend.as_ref().map_or(0, |b| b.hostgroup());
-    let server = shared.hostgroups.pick(hostgroup)?;
+    let snapshot = shared.live.load_full();
+    let monitor = snapshot.config.monitor.clone().unwrap_or_default();
+    let server = snapshot.hostgroups.pick(snapshot.config.proxy.backend_users_hostgroup)?;
     let credential = if monitor.password.is_empty() { Credential::Empty } else { Credential::Plain(monitor.password.clone()) };
-    let params = pool::ConnectParams::internal(server, &monitor.username, &credential, shared.config.connect_timeout());
+    let params = pool::ConnectParams::internal(server, &monitor.username, &credential, snapshot.config.connect_timeout());
     let mut conn = pool::connect(&params).await?;
     let rows =
         conn.query("SELECT User, Host, plugin, IF(authentication_string = '', Password, authentication_string) FROM mysql.user").await;

@@ -10,8 +10,8 @@ use tokio::sync::Notify;
 pub struct SessionHandle {
     pub id: u32,
     pub user: String,
-    /// (server index + 1) << 32 | backend thread id of the connection serving the session
-    /// now; 0 when it holds none.
+    /// server (pool id) << 32 | backend thread id of the connection serving the session now;
+    /// 0 when it holds none.
     backend: AtomicU64,
     killed: AtomicBool,
     kill: Notify,
@@ -24,19 +24,19 @@ pub struct SessionHandle {
 }
 
 impl SessionHandle {
-    pub fn set_backend(&self, server_index: usize, thread_id: u32) {
-        self.backend.store(((server_index as u64 + 1) << 32) | thread_id as u64, Ordering::Release);
+    pub fn set_backend(&self, server: u32, thread_id: u32) {
+        self.backend.store(((server as u64) << 32) | thread_id as u64, Ordering::Release);
     }
 
     pub fn clear_backend(&self) {
         self.backend.store(0, Ordering::Release);
     }
 
-    /// (server index, thread id) of the backend connection serving the session now.
-    pub fn backend(&self) -> Option<(usize, u32)> {
+    /// (server pool id, thread id) of the backend connection serving the session now.
+    pub fn backend(&self) -> Option<(u32, u32)> {
         match self.backend.load(Ordering::Acquire) {
             0 => None,
-            v => Some(((v >> 32) as usize - 1, v as u32)),
+            v => Some(((v >> 32) as u32, v as u32)),
         }
     }
 

@@ -1,7 +1,12 @@
 //! ④ route: from a hostgroup to one of its servers (ONLINE ones below their max_connections,
 //! chosen by weight). Each server owns its connection pool (⑤).
+//!
+//! `Hostgroups` is part of the config snapshot and rebuilt at each reload; a server that stays
+//! (same hostgroup, host and port) keeps its pool, whose status and max_connections the reload
+//! updates in place so connections already checked out see them when they come back.
 
 use crate::config::{Config, ServerStatus};
+
 use crate::pool::{ServerPool, Waiters};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -9,8 +14,6 @@ use std::sync::Arc;
 /// A backend server as the data path uses it.
 #[derive(Clone)]
 pub struct Server {
-    /// Its place in `Hostgroups::servers()`.
-    pub index: usize,
     pub hostgroup: u32,
     pub hostname: String,
     pub port: u16,
@@ -18,9 +21,8 @@ pub struct Server {
     /// the registry at every hostgroup switch).
     pub name: Arc<str>,
     pub weight: u32,
-    pub status: ServerStatus,
-    pub max_connections: u32,
-    /// Idle connections and the count of open ones (at most max_connections).
+    /// Idle connections, the count of open ones (at most max_connections), and the server's
+    /// live status: shared by every snapshot the server is in.
     pub pool: Arc<ServerPool>,
     pub tls: Option<Arc<rustls::ClientConfig>>,
 }
@@ -28,7 +30,7 @@ pub struct Server {
 impl Server {
     /// ONLINE: new statements may use it (OFFLINE_SOFT lets pinned sessions finish).
     pub fn accepts_new(&self) -> bool {
-        self.status == ServerStatus::Online
+        self.pool.status() == ServerStatus::Online
     }
 }
 
@@ -48,36 +50,70 @@ pub struct Hostgroups {
 
 impl Hostgroups {
     pub fn from_config(config: &Config) -> anyhow::Result<Hostgroups> {
+        Hostgroups::rebuild(config, None)
+    }
+
+    /// The servers of `config`; those also in `old` keep their pool (and hostgroups their
+    /// waiters). Nothing in `old` changes: `adopt` puts the new statuses and limits in force.
+    pub fn rebuild(config: &Config, old: Option<&Hostgroups>) -> anyhow::Result<Hostgroups> {
         let mut rows: Vec<&crate::config::ServerRow> = config.servers.iter().collect();
         rows.sort_by_key(|s| s.hostgroup_id);
         let mut servers: Vec<Server> = Vec::new();
         let mut waiters = Arc::new(Waiters::default());
         for s in rows {
             let tls = if s.use_ssl { Some(crate::tls::client_config(s.ssl_ca.as_deref())?) } else { None };
-            if servers.last().is_some_and(|l| l.hostgroup != s.hostgroup_id) {
-                waiters = Arc::new(Waiters::default());
+            let previous = old.and_then(|o| o.find(s.hostgroup_id, &s.hostname, s.port));
+            if servers.last().is_none_or(|l| l.hostgroup != s.hostgroup_id) {
+                let group_waiters = old.and_then(|o| o.group_members(s.hostgroup_id).first().map(|s| s.pool.waiters.clone()));
+                waiters = group_waiters.unwrap_or_default();
             }
+            let pool = match previous {
+                Some(p) => p.pool.clone(),
+                None => Arc::new(ServerPool::new(s.status, s.max_connections, config.workers, waiters.clone())),
+            };
             servers.push(Server {
-                index: servers.len(),
                 hostgroup: s.hostgroup_id,
                 hostname: s.hostname.clone(),
                 port: s.port,
                 name: format!("{}:{}", s.hostname, s.port).into(),
                 weight: s.weight,
-                status: s.status,
-                max_connections: s.max_connections,
-                pool: Arc::new(ServerPool::new(s.max_connections, config.workers, waiters.clone())),
+                pool,
                 tls,
             });
         }
         Ok(Hostgroups { servers, next: AtomicU64::new(0) })
     }
 
-    /// The servers of `hostgroup`, or why there are none to use.
-    pub fn group(&self, hostgroup: u32) -> Result<&[Server], NoServer> {
+    /// Puts this (new) snapshot's server statuses and limits in force, and retires the servers
+    /// of `old` that are gone: their idle connections close, busy ones close when returned.
+    pub fn adopt(&self, config: &Config, old: &Hostgroups) {
+        for row in &config.servers {
+            if let Some(s) = self.find(row.hostgroup_id, &row.hostname, row.port) {
+                s.pool.set_limits(row.status, row.max_connections);
+            }
+        }
+        for s in old.servers() {
+            if self.find(s.hostgroup, &s.hostname, s.port).is_none() {
+                s.pool.set_limits(ServerStatus::OfflineHard, s.pool.max());
+                s.pool.close_idle();
+            }
+        }
+    }
+
+    fn find(&self, hostgroup: u32, hostname: &str, port: u16) -> Option<&Server> {
+        self.group_members(hostgroup).iter().find(|s| s.hostname == hostname && s.port == port)
+    }
+
+    /// The servers of `hostgroup`, whatever their status.
+    fn group_members(&self, hostgroup: u32) -> &[Server] {
         let start = self.servers.partition_point(|s| s.hostgroup < hostgroup);
         let len = self.servers[start..].partition_point(|s| s.hostgroup == hostgroup);
-        let group = &self.servers[start..start + len];
+        &self.servers[start..start + len]
+    }
+
+    /// The servers of `hostgroup`, or why there are none to use.
+    pub fn group(&self, hostgroup: u32) -> Result<&[Server], NoServer> {
+        let group = self.group_members(hostgroup);
         if group.is_empty() {
             return Err(NoServer::NoSuchHostgroup(hostgroup));
         }
@@ -97,7 +133,7 @@ impl Hostgroups {
     /// Reserves room for a new pooled connection on an ONLINE server of `group` that has room,
     /// chosen by weight among those.
     pub fn reserve_by_weight<'a>(&self, group: &'a [Server]) -> Option<&'a Server> {
-        let room = || group.iter().filter(|s| s.accepts_new() && s.pool.open() < s.max_connections);
+        let room = || group.iter().filter(|s| s.accepts_new() && s.pool.open() < s.pool.max());
         // Room can vanish between the look and the reservation: try the others then.
         let first = self.by_weight(room())?;
         if first.pool.reserve() {
@@ -130,10 +166,6 @@ impl Hostgroups {
 
     pub fn servers(&self) -> &[Server] {
         &self.servers
-    }
-
-    pub fn get(&self, index: usize) -> Option<&Server> {
-        self.servers.get(index)
     }
 }
 

@@ -2,12 +2,11 @@
 //! current-thread runtime per worker, or one work-stealing runtime), and start/stop.
 
 use crate::config::{Config, RuntimeKind};
-use crate::listener;
+use crate::listener::{HandOff, Kind, Listeners};
 use crate::registry::Registry;
-use crate::route::Hostgroups;
-use crate::rules::{RuleError, RuleSet};
+use crate::reload::Snapshot;
 use crate::tls::RsaKeys;
-use crate::users::{User, Users};
+use crate::users::{BackendAccounts, User};
 use proto::handshake::ServerGreeting;
 use proto::CapabilityFlags;
 use std::net::{IpAddr, SocketAddr};
@@ -39,13 +38,14 @@ impl Default for Profile {
 
 /// Read-mostly state every session sees. Nothing here is locked on the query path.
 pub struct Shared {
-    pub config: Config,
-    pub hostgroups: Arc<Hostgroups>,
-    /// The query rules in force; a reload swaps them, sessions pick the new set up at their
-    /// next statement (in-flight statements finish under the old one).
-    pub rules: Arc<arc_swap::ArcSwap<RuleSet>>,
-    pub users: Users,
-    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The configuration in force; a reload swaps it (`reload`), sessions pick the new one up
+    /// at their next command (in-flight statements finish under the old one).
+    pub live: Arc<arc_swap::ArcSwap<Snapshot>>,
+    /// Serializes reloads (never taken on the query path).
+    pub(crate) reload_lock: std::sync::Mutex<()>,
+    pub listeners: Listeners,
+    /// The backend's own accounts, while `proxy.backend_users` is on.
+    pub backend_accounts: BackendAccounts,
     rsa: OnceLock<Option<RsaKeys>>,
     pub registry: Registry,
     /// Prepared statements shared by every session (`pool::prepared`).
@@ -57,9 +57,17 @@ pub struct Shared {
     closing: std::sync::atomic::AtomicBool,
     /// Client connections open now.
     pub clients: AtomicUsize,
+    /// Worker threads and runtime kind, fixed at start.
+    pub workers: usize,
+    pub runtime: RuntimeKind,
 }
 
 impl Shared {
+    /// The configuration in force now (cheap; for paths outside a session's command loop).
+    pub fn snapshot(&self) -> arc_swap::Guard<Arc<Snapshot>> {
+        self.live.load()
+    }
+
     /// True once shutdown began: sessions end after their current statement.
     pub fn closing(&self) -> bool {
         self.closing.load(std::sync::atomic::Ordering::Acquire)
@@ -94,21 +102,11 @@ impl Shared {
         }
     }
 
-    /// Compiles `rows` and puts them in force, or changes nothing and says which rule is wrong.
-    /// Destinations are checked against the running hostgroups.
-    pub fn load_rules(&self, rows: &[crate::config::QueryRuleRow]) -> Result<usize, RuleError> {
-        let rules = RuleSet::new(rows, &|hg| self.hostgroups.has(hg))?;
-        let n = rules.len();
-        warn_inactive_columns(rows);
-        self.rules.store(Arc::new(rules));
-        Ok(n)
-    }
-
     /// The RSA keys for caching_sha2_password without TLS, made on first use.
     pub fn rsa_keys(&self) -> Option<&RsaKeys> {
         self.rsa
             .get_or_init(|| {
-                let r = match &self.config.tls.rsa_key {
+                let r = match &self.snapshot().config.tls.rsa_key {
                     Some(path) => RsaKeys::load(path),
                     None => RsaKeys::generate(),
                 };
@@ -120,16 +118,23 @@ impl Shared {
     /// Looks a login name up: config users, then the backend's accounts (reloaded when
     /// `reload` is set or the name is unknown, at most once per refresh interval).
     pub async fn find_user(&self, name: &str, client: IpAddr, reload: bool) -> Option<User> {
-        if let Some(u) = self.users.configured(name) {
-            return Some(u.clone());
-        }
-        let accounts = self.users.backend.as_ref()?;
-        let found = self.users.from_backend(name, client);
+        let (refresh, hostgroup) = {
+            let snap = self.snapshot();
+            if let Some(u) = snap.users.configured(name) {
+                return Some(u.clone());
+            }
+            let p = &snap.config.proxy;
+            if !p.backend_users {
+                return None;
+            }
+            (std::time::Duration::from_millis(p.backend_users_refresh_ms), p.backend_users_hostgroup)
+        };
+        let found = self.backend_accounts.find(name, client, hostgroup);
         if found.is_some() && !reload {
             return found;
         }
-        if accounts.reload(crate::monitor::load_accounts(self)).await {
-            return self.users.from_backend(name, client);
+        if self.backend_accounts.reload(refresh, crate::monitor::load_accounts(self)).await {
+            return self.backend_accounts.find(name, client, hostgroup);
         }
         found
     }
@@ -138,56 +143,47 @@ impl Shared {
 /// A running sluice. Dropping it does not stop it; call `shutdown`.
 pub struct Server {
     pub shared: Arc<Shared>,
-    addrs: Vec<SocketAddr>,
     threads: Vec<JoinHandle<()>>,
 }
 
 impl Server {
     /// Binds the listeners and starts the workers. Returns once clients can connect.
     pub fn start(config: Config) -> anyhow::Result<Server> {
-        let hostgroups = Hostgroups::from_config(&config)?;
-        let tls = if config.tls.enabled {
-            Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(config.tls.cert.as_deref(), config.tls.key.as_deref())?))
-        } else {
-            None
-        };
-        let users = Users::from_config(&config);
-        let listeners = config
-            .listen
-            .iter()
-            .map(|a| listener::bind(*a).map_err(|e| anyhow::anyhow!("cannot listen on {a}: {e}")))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let addrs = listeners.iter().map(|l| l.local_addr()).collect::<Result<Vec<_>, _>>()?;
+        let (workers, runtime) = (config.workers, config.proxy.runtime);
         warn_inactive_columns(&config.query_rules);
+        let listeners = Listeners::default();
+        listeners.reconcile(&config).map_err(|e| anyhow::anyhow!(e))?;
         let shared = Arc::new(Shared {
-            rules: Arc::new(arc_swap::ArcSwap::new(config.rules.clone())),
-            hostgroups: Arc::new(hostgroups),
-            users,
-            tls,
+            statements: Arc::new(crate::pool::prepared::Registry::new(config.pool.max_statements)),
+            live: Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot::build(config, None)?)),
+            reload_lock: std::sync::Mutex::new(()),
+            listeners,
+            backend_accounts: BackendAccounts::default(),
             rsa: OnceLock::new(),
             registry: Registry::default(),
-            statements: Arc::new(crate::pool::prepared::Registry::new(config.pool.max_statements)),
             profile: RwLock::new(Profile::default()),
             shutdown: CancellationToken::new(),
             closing: std::sync::atomic::AtomicBool::new(false),
             clients: AtomicUsize::new(0),
-            config,
+            workers,
+            runtime,
         });
         crate::monitor::probe_profile(&shared);
-        let threads = match shared.config.proxy.runtime {
-            RuntimeKind::PerCore => start_per_core(&shared, listeners)?,
-            RuntimeKind::Steal => start_stealing(&shared, listeners)?,
+        let threads = match runtime {
+            RuntimeKind::PerCore => start_per_core(&shared)?,
+            RuntimeKind::Steal => start_stealing(&shared)?,
         };
-        tracing::info!(listen = ?addrs, workers = shared.config.workers, runtime = ?shared.config.proxy.runtime, "sluice started");
-        Ok(Server { shared, addrs, threads })
+        tracing::info!(listen = ?shared.listeners.addrs(Kind::Client), workers, ?runtime, "sluice started");
+        Ok(Server { shared, threads })
     }
 
+    /// The first client port.
     pub fn local_addr(&self) -> SocketAddr {
-        self.addrs[0]
+        self.local_addrs()[0]
     }
 
-    pub fn local_addrs(&self) -> &[SocketAddr] {
-        &self.addrs
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.shared.listeners.addrs(Kind::Client)
     }
 
     /// Stops accepting, lets in-flight statements finish (up to the shutdown timeout), then
@@ -201,7 +197,7 @@ impl Server {
 }
 
 /// Rule columns sluice accepts but does not act on yet: said once per load, not per query.
-fn warn_inactive_columns(rows: &[crate::config::QueryRuleRow]) {
+pub(crate) fn warn_inactive_columns(rows: &[crate::config::QueryRuleRow]) {
     for r in rows.iter().filter(|r| r.active) {
         let pending = [
             ("cache_ttl", r.cache_ttl.is_some_and(|v| v >= 0), "the result cache"),
@@ -223,15 +219,15 @@ fn runtime_thread(name: String, f: impl FnOnce() + Send + 'static) -> anyhow::Re
 /// Waits for a worker's sessions after shutdown was asked, at most the shutdown timeout.
 async fn drain(tracker: TaskTracker, shared: &Shared) {
     tracker.close();
-    let _ = tokio::time::timeout(shared.config.shutdown_timeout(), tracker.wait()).await;
+    let _ = tokio::time::timeout(shared.snapshot().config.shutdown_timeout(), tracker.wait()).await;
 }
 
-/// One current-thread runtime per worker; the acceptor hands each connection to the next
-/// worker, where its session stays for its whole life.
-fn start_per_core(shared: &Arc<Shared>, listeners: Vec<std::net::TcpListener>) -> anyhow::Result<Vec<JoinHandle<()>>> {
+/// One current-thread runtime per worker; the acceptor thread hands each connection to the
+/// next worker, where its session stays for its whole life.
+fn start_per_core(shared: &Arc<Shared>) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let mut threads = Vec::new();
     let mut senders = Vec::new();
-    for w in 0..shared.config.workers {
+    for w in 0..shared.workers {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(std::net::TcpStream, SocketAddr)>();
         senders.push(tx);
         let shared = shared.clone();
@@ -243,7 +239,7 @@ fn start_per_core(shared: &Arc<Shared>, listeners: Vec<std::net::TcpListener>) -
             crate::pool::set_worker(w);
             rt.block_on(async move {
                 let tracker = TaskTracker::new();
-                tokio::spawn(maintain_pool(shared.clone(), w));
+                tokio::spawn(crate::pool::maintain(shared.clone(), w));
                 loop {
                     tokio::select! {
                         _ = shared.shutdown.cancelled() => break,
@@ -266,47 +262,53 @@ fn start_per_core(shared: &Arc<Shared>, listeners: Vec<std::net::TcpListener>) -
             Ok(rt) => rt,
             Err(e) => return tracing::error!("acceptor: cannot build runtime: {e}"),
         };
-        rt.block_on(async move {
-            let next = std::sync::atomic::AtomicUsize::new(0);
-            let hand_off = |stream: tokio::net::TcpStream, peer: SocketAddr| {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % senders.len();
-                if let Ok(std_stream) = stream.into_std() {
-                    let _ = senders[i].send((std_stream, peer));
-                }
-            };
-            listener::accept_all(listeners, &shared.shutdown, hand_off).await;
+        let next = AtomicUsize::new(0);
+        let hand_off: HandOff = Arc::new(move |stream: tokio::net::TcpStream, peer: SocketAddr| {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % senders.len();
+            if let Ok(std_stream) = stream.into_std() {
+                let _ = senders[i].send((std_stream, peer));
+            }
+        });
+        let side = TaskTracker::new();
+        shared.listeners.run(rt.handle().clone(), shared.shutdown.clone(), hand_offs(&shared, hand_off, &side));
+        rt.block_on(async {
+            shared.shutdown.cancelled().await;
+            drain(side, &shared).await;
         });
     })?);
     Ok(threads)
 }
 
-/// Keeps worker `shard`'s pooled connections fresh until shutdown.
-async fn maintain_pool(shared: Arc<Shared>, shard: usize) {
-    let settings = shared.config.pool.clone();
-    crate::pool::maintain(shared.hostgroups.clone(), settings, shared.config.connect_timeout(), shard, shared.shutdown.clone()).await;
-}
-
 /// One multi-threaded work-stealing runtime with `workers` threads.
-fn start_stealing(shared: &Arc<Shared>, listeners: Vec<std::net::TcpListener>) -> anyhow::Result<Vec<JoinHandle<()>>> {
+fn start_stealing(shared: &Arc<Shared>) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let next_worker = Arc::new(AtomicUsize::new(0));
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(shared.config.workers)
+        .worker_threads(shared.workers)
         .thread_name("sluice-worker")
         .on_thread_start(move || crate::pool::set_worker(next_worker.fetch_add(1, std::sync::atomic::Ordering::Relaxed)))
         .enable_all()
         .build()?;
     let shared = shared.clone();
+    let tracker = TaskTracker::new();
+    let sessions = tracker.clone();
+    let spawner = shared.clone();
+    let hand_off: HandOff = Arc::new(move |stream: tokio::net::TcpStream, peer: SocketAddr| {
+        sessions.spawn(crate::session::run(spawner.clone(), stream, peer));
+    });
+    shared.listeners.run(rt.handle().clone(), shared.shutdown.clone(), hand_offs(&shared, hand_off, &tracker));
     Ok(vec![runtime_thread("sluice-runtime".into(), move || {
         rt.block_on(async move {
-            for w in 0..shared.config.workers {
-                tokio::spawn(maintain_pool(shared.clone(), w));
+            for w in 0..shared.workers {
+                tokio::spawn(crate::pool::maintain(shared.clone(), w));
             }
-            let tracker = TaskTracker::new();
-            let spawn = |stream: tokio::net::TcpStream, peer: SocketAddr| {
-                tracker.spawn(crate::session::run(shared.clone(), stream, peer));
-            };
-            listener::accept_all(listeners, &shared.shutdown, spawn).await;
-            drain(tracker.clone(), &shared).await;
+            shared.shutdown.cancelled().await;
+            drain(tracker, &shared).await;
         });
     })?])
+}
+
+/// Where each kind of port's connections go: client sessions to `clients`; admin sessions
+/// and HTTP requests are tracked by `side` (they end at shutdown like client sessions).
+fn hand_offs(_shared: &Arc<Shared>, clients: HandOff, _side: &TaskTracker) -> Vec<(Kind, HandOff)> {
+    vec![(Kind::Client, clients)]
 }

@@ -117,40 +117,34 @@ struct Account {
 }
 
 /// The backend's accounts, reloaded on demand (an unknown user or a failed login), at most
-/// once per `refresh`.
+/// once per refresh interval. Kept across config reloads; used while `backend_users` is on.
+#[derive(Default)]
 pub struct BackendAccounts {
     accounts: RwLock<Arc<HashMap<String, Vec<Account>>>>,
     last_load: tokio::sync::Mutex<Option<Instant>>,
-    refresh: Duration,
-    hostgroup: u32,
 }
 
-/// The login directory: config users first, then the backend's accounts when enabled.
+/// The users of the config in force (the backend's accounts live beside it, in `Shared`).
 pub struct Users {
     configured: HashMap<String, User>,
-    pub backend: Option<BackendAccounts>,
 }
 
 impl Users {
     pub fn from_config(config: &Config) -> Users {
         let configured = config.users.iter().filter(|u| u.active).map(|u| (u.username.clone(), User::from_row(u))).collect();
-        let backend = config.proxy.backend_users.then(|| BackendAccounts {
-            accounts: RwLock::new(Arc::new(HashMap::new())),
-            last_load: tokio::sync::Mutex::new(None),
-            refresh: Duration::from_millis(config.proxy.backend_users_refresh_ms),
-            hostgroup: config.proxy.backend_users_hostgroup,
-        });
-        Users { configured, backend }
+        Users { configured }
     }
 
     pub fn configured(&self, name: &str) -> Option<&User> {
         self.configured.get(name)
     }
+}
 
-    /// A backend account matching `name` from `client`'s address, if loaded.
-    pub fn from_backend(&self, name: &str, client: IpAddr) -> Option<User> {
-        let b = self.backend.as_ref()?;
-        let map = b.accounts.read().ok()?.clone();
+impl BackendAccounts {
+    /// A backend account matching `name` from `client`'s address, if loaded; its sessions go
+    /// to `hostgroup`.
+    pub fn find(&self, name: &str, client: IpAddr, hostgroup: u32) -> Option<User> {
+        let map = self.accounts.read().ok()?.clone();
         let candidates = map.get(name)?;
         let mut best: Option<&Account> = None;
         for a in candidates.iter().filter(|a| host_matches(&a.host, client)) {
@@ -161,23 +155,21 @@ impl Users {
         best.map(|a| User {
             name: name.to_string(),
             secret: a.secret.clone(),
-            default_hostgroup: b.hostgroup,
+            default_hostgroup: hostgroup,
             default_schema: None,
             backend_login: None,
             from_backend: true,
         })
     }
-}
-
-impl BackendAccounts {
-    pub fn hostgroup(&self) -> u32 {
-        self.hostgroup
-    }
 
     /// Reloads unless the last load was less than `refresh` ago. Returns whether it loaded.
-    pub async fn reload(&self, load: impl std::future::Future<Output = anyhow::Result<Vec<(String, String, String, String)>>>) -> bool {
+    pub async fn reload(
+        &self,
+        refresh: Duration,
+        load: impl std::future::Future<Output = anyhow::Result<Vec<(String, String, String, String)>>>,
+    ) -> bool {
         let mut last = self.last_load.lock().await;
-        if last.is_some_and(|t| t.elapsed() < self.refresh) {
+        if last.is_some_and(|t| t.elapsed() < refresh) {
             return false;
         }
         *last = Some(Instant::now());

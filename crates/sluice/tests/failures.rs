@@ -113,6 +113,7 @@ fn sluice_bin() -> Command {
 fn spawn_quick(db: &MariaDb, port: u16, extra: &[&str]) -> Child {
     let child = sluice_bin()
         .args(["--listen", &format!("127.0.0.1:{port}"), "--backend", &db.addr(), "--user", "root", "--password", ""])
+        .args(["--admin-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -32,7 +32,9 @@ impl Trio {
     }
 
     fn toml(&self, rules: &str) -> String {
-        let mut t = String::from("[proxy]\nlisten = [\"127.0.0.1:0\"]\nworkers = 2\n[tls]\nenabled = false\n");
+        let mut t = String::from(
+            "[proxy]\nlisten = [\"127.0.0.1:0\"]\nworkers = 2\nadmin_listen = \"\"\nhttp_listen = \"\"\n[tls]\nenabled = false\n",
+        );
         for (hg, db) in self.dbs.iter().enumerate() {
             t += &format!("[[mysql_servers]]\nhostgroup_id = {hg}\nhostname = \"127.0.0.1\"\nport = {}\n", db.port());
         }
@@ -104,7 +106,7 @@ async fn each_shard_lands_on_its_hostgroup() {
         }
         assert_eq!(port_of(&mut c, "SELECT @@port").await, trio.port(0), "no rule: the user's default hostgroup");
         // Counters: one hit for each shard rule used (and, for the tree, its two jumps).
-        let hits: u64 = proxy.shared().rules.load().hits().iter().map(|h| h.1).sum();
+        let hits: u64 = proxy.shared().snapshot().config.rules.hits().iter().map(|h| h.1).sum();
         assert!(hits >= 8, "hits counted: {hits}");
     }
 }

@@ -27,7 +27,7 @@ pub struct Watermarks {
 }
 
 /// How a forwarded request ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Outcome {
     pub error: bool,
     /// Server status flags of the last OK/EOF.
@@ -36,6 +36,11 @@ pub struct Outcome {
     pub last_insert_id: u64,
     /// Warnings of the last OK/EOF.
     pub warnings: u16,
+    /// For statistics: rows in result sets, rows affected, the ERR code (0: none), reply bytes.
+    pub rows: u64,
+    pub affected_rows: u64,
+    pub error_code: u16,
+    pub reply_bytes: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -71,14 +76,23 @@ pub async fn forward(
         return Err(ExecError::BackendLost { reply_seq: Some(request_seq.wrapping_add(1)) });
     }
     let Some(reply) = reply else {
-        return Ok(Outcome { error: false, status: 0, last_insert_id: 0, warnings: 0 });
+        return Ok(Outcome::default());
     };
     let mut scanner = Scanner::new(reply, format.deprecate_eof).with_mariadb_capabilities(format.mariadb_caps);
+    let mut reply_bytes = 0;
     loop {
-        match stream_reply(&mut client.stream, backend, &mut scanner, wm, request_seq).await? {
+        match stream_reply(&mut client.stream, backend, &mut scanner, wm, request_seq, &mut reply_bytes).await? {
             Event::Done { error } => {
-                let (status, last_insert_id, warnings) = (scanner.status(), scanner.last_insert_id(), scanner.warnings());
-                return Ok(Outcome { error, status, last_insert_id, warnings });
+                return Ok(Outcome {
+                    error,
+                    status: scanner.status(),
+                    last_insert_id: scanner.last_insert_id(),
+                    warnings: scanner.warnings(),
+                    rows: scanner.rows(),
+                    affected_rows: scanner.affected_rows(),
+                    error_code: scanner.error_code(),
+                    reply_bytes,
+                });
             }
             Event::LocalInfile => {
                 let last = relay_infile(client, backend, max_packet).await?;
@@ -117,6 +131,7 @@ async fn stream_reply(
     scanner: &mut Scanner,
     wm: Watermarks,
     request_seq: u8,
+    reply_bytes: &mut u64,
 ) -> Result<Event, ExecError> {
     let Conn { stream: bstream, rbuf: buf } = backend;
     // buf[..scanned] belongs to this reply and waits to be written; buf[scanned..] is unscanned.
@@ -128,6 +143,7 @@ async fn stream_reply(
             match scanner.feed(&buf[scanned..]) {
                 Ok((used, ev)) => {
                     scanned += used;
+                    *reply_bytes += used as u64;
                     event = ev;
                     if ev != Event::More && scanned < buf.len() {
                         return Poll::Ready(Err(ExecError::BackendProtocol(proto::ProtoError::Unexpected(

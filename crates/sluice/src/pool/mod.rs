@@ -14,11 +14,11 @@ pub mod state;
 
 pub use backend::{connect, Backend, BackendError, ConnectParams, Credential};
 
-use crate::config::PoolSection;
+use crate::config::{PoolSection, ServerStatus};
 use crate::route::{Hostgroups, NoServer, Server};
 use proto::CapabilityFlags;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -87,14 +87,18 @@ impl Waiters {
     }
 }
 
-/// One server's pooled connections.
+/// One server's pooled connections, and its live status and limit (kept across reloads).
 pub struct ServerPool {
+    /// Stable for the server's life in the config, whatever reloads happen (statistics key).
+    pub id: u32,
     /// Idle connections per worker, most recently used last.
     shards: Box<[Mutex<Vec<Backend>>]>,
     /// Pooled connections open or being opened: never above `max`.
     slots: AtomicU32,
-    max: u32,
-    waiters: Arc<Waiters>,
+    max: AtomicU32,
+    /// `ServerStatus` as a number: a reload changes it under connections in use.
+    status: AtomicU8,
+    pub(crate) waiters: Arc<Waiters>,
     /// Logins that have used this server, for keeping `min_idle` connections warm.
     logins: Mutex<Vec<Arc<Login>>>,
 }
@@ -106,13 +110,46 @@ fn fits(b: &Backend, login: &Login, has_schema: bool) -> bool {
 }
 
 impl ServerPool {
-    pub fn new(max_connections: u32, shards: usize, waiters: Arc<Waiters>) -> ServerPool {
+    pub fn new(status: ServerStatus, max_connections: u32, shards: usize, waiters: Arc<Waiters>) -> ServerPool {
+        static NEXT_ID: AtomicU32 = AtomicU32::new(1);
         ServerPool {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             shards: (0..shards.max(1)).map(|_| Mutex::new(Vec::new())).collect(),
             slots: AtomicU32::new(0),
-            max: max_connections,
+            max: AtomicU32::new(max_connections),
+            status: AtomicU8::new(status as u8),
             waiters,
             logins: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn status(&self) -> ServerStatus {
+        match self.status.load(Ordering::Relaxed) {
+            0 => ServerStatus::Online,
+            1 => ServerStatus::OfflineSoft,
+            _ => ServerStatus::OfflineHard,
+        }
+    }
+
+    pub fn max(&self) -> u32 {
+        self.max.load(Ordering::Relaxed)
+    }
+
+    /// A reload's new status and max_connections. Waiters look again: a server may have come
+    /// online or grown.
+    pub(crate) fn set_limits(&self, status: ServerStatus, max_connections: u32) {
+        self.status.store(status as u8, Ordering::Relaxed);
+        self.max.store(max_connections, Ordering::Relaxed);
+        self.waiters.notify.notify_waiters();
+    }
+
+    /// Closes every idle connection (a server leaving the config).
+    pub(crate) fn close_idle(&self) {
+        for shard in self.shards.iter() {
+            let idle: Vec<Backend> = shard.lock().map(|mut s| s.drain(..).collect()).unwrap_or_default();
+            for b in idle {
+                b.close();
+            }
         }
     }
 
@@ -127,7 +164,8 @@ impl ServerPool {
 
     /// Reserves room for one more connection.
     pub(crate) fn reserve(&self) -> bool {
-        self.slots.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.max).then_some(n + 1)).is_ok()
+        let max = self.max();
+        self.slots.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).is_ok()
     }
 
     /// A closed pooled connection's room is free again.
@@ -319,22 +357,19 @@ fn checkin_to(mut b: Backend, settings: &PoolSection, shard: usize) {
 }
 
 /// Closes idle connections past `max_idle_ms` or their lifetime or closed by the server, and
-/// opens connections up to `min_idle` per known login: once per second, for one worker's shard.
-pub async fn maintain(
-    hostgroups: Arc<Hostgroups>,
-    settings: PoolSection,
-    connect_timeout: Duration,
-    shard: usize,
-    stop: tokio_util::sync::CancellationToken,
-) {
+/// opens connections up to `min_idle` per known login: once per second, for one worker's shard,
+/// under the config in force at each round.
+pub async fn maintain(shared: Arc<crate::server::Shared>, shard: usize) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = stop.cancelled() => break,
+            _ = shared.shutdown.cancelled() => break,
             _ = tick.tick() => {}
         }
-        for server in hostgroups.servers() {
+        let snapshot = shared.live.load_full();
+        let (settings, connect_timeout) = (&snapshot.config.pool, snapshot.config.connect_timeout());
+        for server in snapshot.hostgroups.servers() {
             let pool = &server.pool;
             let i = shard % pool.shards.len();
             let expired: Vec<Backend> = match pool.shards[i].lock() {
@@ -373,9 +408,9 @@ pub async fn maintain(
                         break;
                     }
                     let state = Arc::new(state::State::new(None, login.collation as u16));
-                    let req = Request { login: &login, state: &state, settings: &settings, connect_timeout, any_shard: false };
+                    let req = Request { login: &login, state: &state, settings, connect_timeout, any_shard: false };
                     match open(server, &req).await {
-                        Ok(b) => checkin_to(b, &settings, shard),
+                        Ok(b) => checkin_to(b, settings, shard),
                         Err(e) => {
                             tracing::debug!(server = %server.name, "min_idle connection failed: {e}");
                             break;

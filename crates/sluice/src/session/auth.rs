@@ -38,23 +38,39 @@ pub struct Login {
     pub seq: u8,
 }
 
-pub fn offered_capabilities(shared: &Shared) -> CapabilityFlags {
+pub fn offered_capabilities(shared: &Shared, tls: bool) -> CapabilityFlags {
     let mut caps = crate::pool::backend::passthrough_capabilities() & shared.profile().capabilities;
     caps |= CapabilityFlags::CLIENT_PROTOCOL_41 | CapabilityFlags::CLIENT_SECURE_CONNECTION | CapabilityFlags::CLIENT_PLUGIN_AUTH;
-    if shared.tls.is_some() {
+    if tls {
         caps |= CapabilityFlags::CLIENT_SSL;
     }
     caps
 }
 
-/// Greets the client, upgrades to TLS if asked, and authenticates it.
-pub async fn login(shared: &Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAddr, id: u32) -> Result<Login, LoginError> {
+/// Whose logins a port accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Directory {
+    /// Client ports: the config's users, and the backend's accounts when enabled.
+    Clients,
+    /// The admin port: `proxy.admin_credentials`.
+    Admin,
+}
+
+/// Greets the client, upgrades to TLS if asked, and authenticates it against `directory`.
+pub async fn login(
+    shared: &Arc<Shared>,
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    id: u32,
+    directory: Directory,
+) -> Result<Login, LoginError> {
     let mut client = Conn::new(Stream::Tcp(tcp));
+    let snapshot = shared.live.load_full();
     let nonce = auth::make_nonce(rand::random());
-    let offered = offered_capabilities(shared);
+    let offered = offered_capabilities(shared, snapshot.tls.is_some());
     let profile = shared.profile();
     let offered_mariadb = profile.mariadb_caps & crate::pool::backend::MARIADB_PASSTHROUGH;
-    let version = shared.config.proxy.server_version.clone().unwrap_or_else(|| profile.server_version.clone());
+    let version = snapshot.config.proxy.server_version.clone().unwrap_or_else(|| profile.server_version.clone());
     let mut out = Vec::with_capacity(128);
     handshake::write_greeting(
         &mut out,
@@ -65,7 +81,7 @@ pub async fn login(shared: &Arc<Shared>, tcp: tokio::net::TcpStream, peer: Socke
             capabilities: offered,
             collation: profile.collation,
             status: proto::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits(),
-            auth_plugin: &shared.config.proxy.default_auth_plugin,
+            auth_plugin: &snapshot.config.proxy.default_auth_plugin,
             mariadb_caps: offered_mariadb,
         },
     );
@@ -73,7 +89,7 @@ pub async fn login(shared: &Arc<Shared>, tcp: tokio::net::TcpStream, peer: Socke
 
     let (mut seq, mut payload) = client.read_packet_unbuffered(1 << 16).await?;
     if handshake::is_ssl_request(&payload) {
-        let Some(acceptor) = &shared.tls else {
+        let Some(acceptor) = &snapshot.tls else {
             return Err(LoginError::Protocol("SSL requested but not offered".into()));
         };
         let Stream::Tcp(tcp) = client.stream else { unreachable!("login starts on plain TCP") };
@@ -97,6 +113,7 @@ pub async fn login(shared: &Arc<Shared>, tcp: tokio::net::TcpStream, peer: Socke
         nonce: &nonce,
         can_switch: capabilities.contains(CapabilityFlags::CLIENT_PLUGIN_AUTH),
         peer,
+        directory,
     };
     match authenticate(shared, &mut client, &mut seq, attempt).await? {
         Ok((user, credential)) => Ok(Login { client, hello, capabilities, user, credential, nonce, mariadb_caps, seq }),
@@ -117,6 +134,7 @@ pub struct Attempt<'a> {
     pub nonce: &'a [u8; 20],
     pub can_switch: bool,
     pub peer: SocketAddr,
+    pub directory: Directory,
 }
 
 /// Runs the plugin exchange. Outer error: the connection failed. Inner error: access denied,
@@ -138,7 +156,7 @@ pub async fn authenticate(
         if !a.can_switch {
             return Ok(Err(denied(!reply.is_empty())));
         }
-        plugin = shared.config.proxy.default_auth_plugin.clone();
+        plugin = shared.snapshot().config.proxy.default_auth_plugin.clone();
         handshake::write_auth_switch(&mut out, seq, &plugin, a.nonce);
         client.write_all(&out).await?;
         out.clear();
@@ -146,7 +164,10 @@ pub async fn authenticate(
         *seq = last.wrapping_add(1);
         reply = r;
     }
-    let mut user = shared.find_user(a.user, a.peer.ip(), false).await;
+    let mut user = match a.directory {
+        Directory::Clients => shared.find_user(a.user, a.peer.ip(), false).await,
+        Directory::Admin => admin_user(shared, a.user),
+    };
     // caching_sha2 clients whose account has only a native hash give their password in full.
     let mut clear: Option<Vec<u8>> = None;
     if plugin == CACHING_SHA2_PASSWORD && !reply.is_empty() && user.as_ref().is_some_and(|u| !u.secret.has_plain()) {
@@ -158,7 +179,7 @@ pub async fn authenticate(
     for retry in [false, true] {
         if retry {
             // Unknown user or wrong password: the backend's accounts may have changed.
-            if shared.users.backend.is_none() {
+            if a.directory == Directory::Admin || !shared.snapshot().config.proxy.backend_users {
                 break;
             }
             user = shared.find_user(a.user, a.peer.ip(), true).await;
@@ -178,6 +199,21 @@ pub async fn authenticate(
         }
     }
     Ok(Err(denied(!reply.is_empty())))
+}
+
+/// An admin login from `proxy.admin_credentials` (read at each login: a reload applies at once).
+fn admin_user(shared: &Shared, name: &str) -> Option<User> {
+    let snapshot = shared.snapshot();
+    let logins = crate::config::admin_logins(&snapshot.config.proxy.admin_credentials).ok()?;
+    let (user, password) = logins.into_iter().find(|(u, _)| *u == name)?;
+    Some(User {
+        name: user.to_string(),
+        secret: crate::users::Secret::from_config(password),
+        default_hostgroup: 0,
+        default_schema: None,
+        backend_login: None,
+        from_backend: false,
+    })
 }
 
 /// caching_sha2_password full authentication: the password in clear over TLS, or RSA-encrypted.

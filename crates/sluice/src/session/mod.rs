@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::debug;
 
-pub use auth::offered_capabilities;
+pub use auth::{login, offered_capabilities, Directory, Login};
 
 /// A logged-in client and the backend connections serving it.
 struct Session {
@@ -50,6 +50,10 @@ struct Session {
     /// Status flags of the last reply, for sluice's own OK packets.
     status: u16,
     origin: statement::Origin,
+    /// The config snapshot in force, re-read only when a reload swapped it (one atomic load
+    /// per command); `snap` is what the current command runs under.
+    live: arc_swap::Cache<Arc<arc_swap::ArcSwap<crate::reload::Snapshot>>, Arc<crate::reload::Snapshot>>,
+    snap: Arc<crate::reload::Snapshot>,
     rules: statement::RulesState,
     handle: Arc<SessionHandle>,
     /// Scratch space for packets sluice writes itself.
@@ -62,7 +66,8 @@ pub async fn run(shared: Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAd
     crate::net::tune(&tcp);
     let id = shared.registry.next_id();
     let local = tcp.local_addr().ok();
-    if shared.clients.fetch_add(1, std::sync::atomic::Ordering::AcqRel) >= shared.config.proxy.max_connections {
+    let max_connections = shared.snapshot().config.proxy.max_connections;
+    if shared.clients.fetch_add(1, std::sync::atomic::Ordering::AcqRel) >= max_connections {
         let mut out = Vec::new();
         proto::packet::write_err(&mut out, &mut 0, ER_CON_COUNT_ERROR, SQLSTATE_CONN_COUNT, "Too many connections");
         let mut conn = crate::net::Conn::new(crate::net::Stream::Tcp(tcp));
@@ -92,8 +97,8 @@ async fn start(
     local: Option<SocketAddr>,
     id: u32,
 ) -> Result<Session, String> {
-    let timeout = std::time::Duration::from_millis(shared.config.proxy.client_connect_timeout_ms);
-    let login = match tokio::time::timeout(timeout, auth::login(shared, tcp, peer, id)).await {
+    let timeout = std::time::Duration::from_millis(shared.snapshot().config.proxy.client_connect_timeout_ms);
+    let login = match tokio::time::timeout(timeout, auth::login(shared, tcp, peer, id, auth::Directory::Clients)).await {
         Ok(r) => r.map_err(|e| e.to_string())?,
         Err(_) => return Err(format!("no login within {} ms", timeout.as_millis())),
     };
@@ -122,11 +127,9 @@ async fn start(
         nonce,
         user,
         origin,
-        rules: statement::RulesState {
-            cache: arc_swap::Cache::new(shared.rules.clone()),
-            scratch: Default::default(),
-            digest_text: Vec::new(),
-        },
+        live: arc_swap::Cache::new(shared.live.clone()),
+        snap: shared.live.load_full(),
+        rules: statement::RulesState { scratch: Default::default(), digest_text: Vec::new() },
         handle,
         out: Vec::new(),
     };
@@ -229,11 +232,11 @@ fn route_command(cmd: u8) -> Route {
 
 impl Session {
     fn max_packet(&self) -> usize {
-        self.shared.config.proxy.max_allowed_packet
+        self.snap.config.proxy.max_allowed_packet
     }
 
     fn watermarks(&self) -> Watermarks {
-        Watermarks { high: self.shared.config.proxy.buffer_high_watermark, low: self.shared.config.proxy.buffer_low_watermark }
+        Watermarks { high: self.snap.config.proxy.buffer_high_watermark, low: self.snap.config.proxy.buffer_low_watermark }
     }
 
     async fn command_loop(&mut self) {
@@ -242,6 +245,10 @@ impl Session {
             // list on the query path); the flag catches a shutdown that began during login.
             if self.shared.closing() {
                 return;
+            }
+            let current = self.live.load();
+            if !Arc::ptr_eq(current, &self.snap) {
+                self.snap = current.clone();
             }
             // A wait_timeout the client set is kept here: its server session may be on no
             // connection while it is idle, so the server cannot keep it.
@@ -403,7 +410,7 @@ impl Session {
         self.handle.clear_kill_query();
         let timeout = sleep_or_never(timeout);
         tokio::pin!(timeout);
-        let connect_timeout = self.shared.config.connect_timeout();
+        let connect_timeout = self.snap.config.connect_timeout();
         let mut killer: Option<tokio::task::JoinHandle<()>> = None;
         let result = {
             // Borrowed field by field: nothing is cloned per statement for a KILL that rarely comes.
@@ -507,6 +514,7 @@ impl Session {
             nonce: &self.nonce,
             can_switch: self.negotiated.capabilities.contains(CapabilityFlags::CLIENT_PLUGIN_AUTH),
             peer: self.peer,
+            directory: auth::Directory::Clients,
         };
         let authenticated = auth::authenticate(&self.shared, &mut self.client, &mut seq, attempt).await;
         // Whatever the outcome, the server resets the session.

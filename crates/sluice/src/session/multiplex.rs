@@ -217,9 +217,9 @@ impl Session {
         pool::Request {
             login: &self.login,
             state: &self.state,
-            settings: &self.shared.config.pool,
-            connect_timeout: self.shared.config.connect_timeout(),
-            any_shard: self.shared.config.proxy.runtime == crate::config::RuntimeKind::Steal,
+            settings: &self.snap.config.pool,
+            connect_timeout: self.snap.config.connect_timeout(),
+            any_shard: self.shared.runtime == crate::config::RuntimeKind::Steal,
         }
     }
 
@@ -247,7 +247,7 @@ impl Session {
             None => {
                 let mut attempt = 0;
                 let backend = loop {
-                    match pool::checkout(&self.shared.hostgroups, hostgroup, &self.pool_request()).await {
+                    match pool::checkout(&self.snap.hostgroups, hostgroup, &self.pool_request()).await {
                         Ok(b) => break b,
                         Err(e @ (BackendError::Rejected { .. } | BackendError::Unavailable(_))) => return Err(e),
                         Err(e) if attempt >= retries => return Err(e),
@@ -262,7 +262,7 @@ impl Session {
             self.release(held);
             return Err(e);
         }
-        self.handle.set_backend(held.backend.server.index, held.backend.thread_id);
+        self.handle.set_backend(held.backend.server.pool.id, held.backend.thread_id);
         Ok(held)
     }
 
@@ -377,7 +377,7 @@ impl Session {
     /// After a statement: the session keeps the connection if something pins it (or
     /// multiplexing is off), else it goes back to the pool.
     pub(super) fn settle(&mut self, held: Held) {
-        let reason = held.pins.reason().or((!self.shared.config.pool.multiplexing).then_some(PinReason::MultiplexingOff));
+        let reason = held.pins.reason().or((!self.snap.config.pool.multiplexing).then_some(PinReason::MultiplexingOff));
         match reason {
             Some(r) => {
                 if !held.kept {
@@ -401,7 +401,7 @@ impl Session {
         if self.held.is_empty() {
             self.handle.clear_backend();
         }
-        pool::checkin(held.backend, &self.shared.config.pool);
+        pool::checkin(held.backend, &self.snap.config.pool);
     }
 
     /// Gives back every kept connection (session end, COM_CHANGE_USER, COM_RESET_CONNECTION):
@@ -409,7 +409,7 @@ impl Session {
     pub(super) fn release_all(&mut self) {
         for mut h in std::mem::take(&mut self.held) {
             h.backend.needs_reset = true;
-            pool::checkin(h.backend, &self.shared.config.pool);
+            pool::checkin(h.backend, &self.snap.config.pool);
         }
         self.handle.clear_backend();
     }

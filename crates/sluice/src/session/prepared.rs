@@ -181,7 +181,7 @@ impl Session {
     async fn prepare(&mut self, frame: Frame, seq: u8) -> bool {
         let text = frame.payload(&self.client.rbuf).get(1..).unwrap_or_default().to_vec();
         self.client.consume(frame.wire_len);
-        if self.rules.active() {
+        if !self.snap.config.rules.is_empty() {
             if let Some(msg) = self.blocked(&text) {
                 self.reply_err(seq, ER_NOT_ALLOWED_COMMAND, SQLSTATE_NOT_SUPPORTED, &msg).await;
                 return true;
@@ -206,7 +206,7 @@ impl Session {
                 });
                 match registered {
                     Ok(entry) => {
-                        let cap = self.shared.config.pool.max_statements_per_connection;
+                        let cap = self.snap.config.pool.max_statements_per_connection;
                         if let Err(e) = held.backend.remember_statement(entry.id, ok.id, cap).await {
                             held.backend.note_failure(&e);
                         }
@@ -268,7 +268,7 @@ impl Session {
                 return self.reply_backend_error(seq, &e).await;
             }
         };
-        let cap = self.shared.config.pool.max_statements_per_connection;
+        let cap = self.snap.config.pool.max_statements_per_connection;
         let backend_id = match held.backend.statement_id(&entry, cap).await {
             Ok(b) => b,
             Err(e) => {
@@ -364,7 +364,7 @@ impl Session {
             self.client.consume(frame.wire_len);
             return true;
         };
-        let cap = self.shared.config.pool.max_statements_per_connection;
+        let cap = self.snap.config.pool.max_statements_per_connection;
         let backend_id = match held.backend.statement_id(&entry, cap).await {
             Ok(b) => b,
             Err(e) => {

@@ -10,11 +10,7 @@ use proto::command::*;
 use proto::errors::*;
 use proto::frame::Frame;
 use proto::response::Reply;
-use std::sync::Arc;
 use std::time::Duration;
-
-/// The rule set in force, re-read only when a reload swapped it (one atomic load per statement).
-pub(super) type RulesCache = arc_swap::Cache<Arc<arc_swap::ArcSwap<RuleSet>>, Arc<RuleSet>>;
 
 /// Where the client is and which listener it came in through, for client_addr/proxy_port rules.
 pub(super) struct Origin {
@@ -32,20 +28,13 @@ impl Origin {
 
 /// The per-session state rules need, borrowed apart from the rest of the session.
 pub(super) struct RulesState {
-    pub cache: RulesCache,
     pub scratch: Scratch,
     pub digest_text: Vec<u8>,
 }
 
 impl RulesState {
-    /// Some rules are loaded.
-    pub(super) fn active(&mut self) -> bool {
-        !self.cache.load().is_empty()
-    }
-
     /// The rules' decision on `text`; `None` when no rules are loaded (nothing computed then).
-    fn decide(&mut self, who: &Who, text: &[u8]) -> Option<Decision> {
-        let rules = self.cache.load();
+    fn decide(&mut self, rules: &RuleSet, who: &Who, text: &[u8]) -> Option<Decision> {
         if rules.is_empty() {
             return None;
         }
@@ -65,13 +54,13 @@ impl Session {
             // otherwise its first chunk tells all sluice needs (KILL, USE).
             let payload = match frame.single_payload(&self.client.rbuf) {
                 Some(p) => std::borrow::Cow::Borrowed(p),
-                None if self.rules.active() => frame.payload(&self.client.rbuf),
+                None if !self.snap.config.rules.is_empty() => frame.payload(&self.client.rbuf),
                 None => std::borrow::Cow::Borrowed(frame.first_chunk(&self.client.rbuf)),
             };
             let text = payload.get(1..).unwrap_or_default();
             let kill = sql::classify::parse_kill(text);
             let who = self.origin.who(&self.user.name, self.state.schema.as_deref());
-            let decision = if kill.is_some() { None } else { self.rules.decide(&who, text) };
+            let decision = if kill.is_some() { None } else { self.rules.decide(&self.snap.config.rules, &who, text) };
             let text = decision.as_ref().and_then(|d| d.rewritten.as_deref()).unwrap_or(text);
             let use_db = sql::classify::parse_use(text);
             let effects = sql::effects::effects(text);
@@ -141,7 +130,7 @@ impl Session {
     /// COM_STMT_PREPARE text a rule blocks with error_msg: the message.
     pub(super) fn blocked(&mut self, text: &[u8]) -> Option<Box<str>> {
         let who = self.origin.who(&self.user.name, self.state.schema.as_deref());
-        self.rules.decide(&who, text)?.actions.error_msg
+        self.rules.decide(&self.snap.config.rules, &who, text)?.actions.error_msg
     }
 
     async fn refuse_rewrite(&mut self, frame: Frame, seq: u8, rule: Option<u32>) -> bool {

@@ -15,8 +15,14 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    pub fn start(config: Config) -> Proxy {
+    pub fn start(mut config: Config) -> Proxy {
         init_logs();
+        // Tests run side by side: the admin and HTTP ports take a free port unless a test chose one.
+        for addr in [&mut config.proxy.admin_listen, &mut config.proxy.http_listen] {
+            if addr.ends_with(":6032") || addr.ends_with(":6070") {
+                *addr = "127.0.0.1:0".into();
+            }
+        }
         let server = sluice::Server::start(config).expect("sluice starts");
         let port = server.local_addr().port();
         Proxy { server: Some(server), port }

@@ -1,0 +1,86 @@
+//! Side path: live reconfiguration. A `Snapshot` is everything a statement reads from the
+//! configuration (servers and their pools, users, compiled rules, settings). A reload builds a
+//! whole new one, checks it, and swaps it in atomically; sessions pick it up at their next
+//! command, so a statement in flight finishes under the snapshot it started with. A rejected
+//! reload changes nothing.
+
+use crate::config::{Config, ConfigError, FileConfig};
+use crate::route::Hostgroups;
+use crate::server::Shared;
+use crate::users::Users;
+use std::sync::Arc;
+
+/// The configuration in force, as the data path reads it.
+pub struct Snapshot {
+    pub config: Config,
+    pub hostgroups: Hostgroups,
+    pub users: Users,
+    /// Client-side TLS, rebuilt when `[tls]` changes.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+impl Snapshot {
+    /// Builds the snapshot for `config`; servers that `old` has too keep their pools.
+    pub fn build(config: Config, old: Option<&Snapshot>) -> anyhow::Result<Snapshot> {
+        let hostgroups = Hostgroups::rebuild(&config, old.map(|o| &o.hostgroups))?;
+        let tls = match old {
+            Some(o) if o.config.tls == config.tls => o.tls.clone(),
+            _ if config.tls.enabled => {
+                Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(config.tls.cert.as_deref(), config.tls.key.as_deref())?))
+            }
+            _ => None,
+        };
+        let users = Users::from_config(&config);
+        Ok(Snapshot { config, hostgroups, users, tls })
+    }
+}
+
+/// Why a reload was refused. The running configuration stays as it was.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// A field is wrong; `field` is its path (`mysql_query_rules[3].match_pattern`).
+    #[error("{0}")]
+    Invalid(ConfigError),
+    /// The config is valid but cannot be put in force (a certificate, a port).
+    #[error("{0}")]
+    Unusable(String),
+}
+
+/// What a reload changed, for its caller to report.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// Settings that take effect only at the next start.
+    pub need_restart: Vec<&'static str>,
+}
+
+impl Shared {
+    /// Validates `file` and puts it in force (`apply`).
+    pub fn apply_file(&self, file: FileConfig) -> Result<Applied, ReloadError> {
+        self.apply(file.validate(None, None).map_err(ReloadError::Invalid)?)
+    }
+
+    /// Builds `config`'s snapshot and puts it in force: servers (added, drained, removed),
+    /// users, rules, settings, listeners. One reload at a time.
+    pub fn apply(&self, mut config: Config) -> Result<Applied, ReloadError> {
+        let _one_at_a_time = self.reload_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let old = self.snapshot();
+        if config.workers != self.workers {
+            tracing::warn!(running = self.workers, configured = config.workers, "the worker count changes at the next start");
+            config.workers = self.workers;
+        }
+        let mut applied = Applied::default();
+        if config.proxy.runtime != self.runtime {
+            applied.need_restart.push("proxy.runtime");
+        }
+        if config.proxy.datadir != old.config.proxy.datadir {
+            applied.need_restart.push("proxy.datadir");
+        }
+        let snapshot = Snapshot::build(config, Some(&old)).map_err(|e| ReloadError::Unusable(format!("{e:#}")))?;
+        // Ports first: a port that cannot be bound refuses the whole reload.
+        self.listeners.reconcile(&snapshot.config).map_err(ReloadError::Unusable)?;
+        snapshot.hostgroups.adopt(&snapshot.config, &old.hostgroups);
+        crate::server::warn_inactive_columns(&snapshot.config.query_rules);
+        self.live.store(Arc::new(snapshot));
+        Ok(applied)
+    }
+}
