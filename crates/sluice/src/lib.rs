@@ -4,10 +4,12 @@
 
 pub mod config;
 pub mod exec;
+pub mod http;
 pub mod listener;
 pub mod monitor;
 pub mod net;
 pub mod pool;
+pub mod querylog;
 pub mod registry;
 pub mod reload;
 pub mod route;

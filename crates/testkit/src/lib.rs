@@ -1,4 +1,4 @@
-//! Test-only helpers for sluice: private MariaDB servers and TLS test certificates.
+//! Test-only helpers for sluice: private MariaDB servers, TLS test certificates, a Prometheus exposition checker.
 //!
 //! ```no_run
 //! let db = sluice_testkit::MariaDb::start()?;
@@ -8,6 +8,7 @@
 
 mod certs;
 mod mariadb;
+pub mod prometheus;
 mod spawner;
 mod temp;
 mod template;
