@@ -3,7 +3,8 @@
 //! Steps ②–⑥ of the data path use it: `frame` cuts the byte stream into packets,
 //! `packet` reads and writes the generic OK/ERR/EOF packets, `handshake` and `auth`
 //! carry the connection phase, `command` names the command bytes, and `response`
-//! follows a backend's reply packet by packet so it can be streamed without decoding rows.
+//! follows a backend's reply packet by packet so it can be streamed without decoding rows;
+//! `resultset` writes the text result sets sluice answers itself (the admin port).
 
 pub mod auth;
 pub mod codec;
@@ -13,6 +14,7 @@ pub mod frame;
 pub mod handshake;
 pub mod packet;
 pub mod response;
+pub mod resultset;
 
 pub use mysql_common::constants::{CapabilityFlags, StatusFlags};
 

@@ -1,7 +1,9 @@
 //! sluice: a MySQL/MariaDB-protocol proxy. The data path, in six steps:
 //! ① `listener` → ② `session` → ③ `rules` → ④ `route` → ⑤ `pool` → ⑥ `exec`;
-//! beside it `server` (workers, start/stop), `config`, `users`, `registry`, `monitor`, `tls`, `net`.
+//! beside it `server` (workers, start/stop), `config`, `users`, `registry`, `monitor`, `tls`, `net`,
+//! and the admin port's store `admin`.
 
+pub mod admin;
 pub mod config;
 pub mod exec;
 pub mod http;

@@ -1,0 +1,412 @@
+//! Config rows ↔ admin table rows (side path: admin port). Writing fills sluice's columns and
+//! leaves the others at their defaults; reading accepts every column, ignores those sluice does
+//! not act on, and turns a value sluice cannot represent into a `RowError` naming the row's
+//! primary key and the column.
+
+use super::schema::qualified;
+use super::{quoted, rule_key, server_key, user_key, AdminError, Layer, RowError};
+use crate::config::{QueryRuleRow, ServerRow, ServerStatus, UserRow};
+use rusqlite::types::Value;
+use rusqlite::{params, Connection};
+use std::path::PathBuf;
+
+/// One row read from a table: its values by column name, and its primary key for messages.
+struct Rec {
+    key: String,
+    columns: &'static [&'static str],
+    values: Vec<Value>,
+}
+
+impl Rec {
+    /// A row, named by `key` from its own values.
+    fn new(columns: &'static [&'static str], values: Vec<Value>, key: impl Fn(&Rec) -> String) -> Rec {
+        let mut rec = Rec { key: String::new(), columns, values };
+        rec.key = key(&rec);
+        rec
+    }
+
+    fn err(&self, column: &str, message: impl Into<String>) -> RowError {
+        RowError::new(self.key.clone(), column, message)
+    }
+
+    fn value(&self, column: &str) -> &Value {
+        self.columns.iter().position(|c| *c == column).and_then(|i| self.values.get(i)).unwrap_or(&Value::Null)
+    }
+
+    fn int(&self, column: &str) -> Result<Option<i64>, RowError> {
+        match self.value(column) {
+            Value::Null => Ok(None),
+            Value::Integer(i) => Ok(Some(*i)),
+            Value::Real(f) if f.fract() == 0.0 && f.abs() < 9.0e18 => Ok(Some(*f as i64)),
+            Value::Text(t) => t.trim().parse().map(Some).map_err(|_| self.err(column, format!("`{t}` is not an integer"))),
+            other => Err(self.err(column, format!("{} is not an integer", shown(other)))),
+        }
+    }
+
+    fn required_int(&self, column: &str) -> Result<i64, RowError> {
+        self.int(column)?.ok_or_else(|| self.err(column, "must not be NULL"))
+    }
+
+    fn ranged<T: TryFrom<i64>>(&self, column: &str, what: &str) -> Result<T, RowError> {
+        let v = self.required_int(column)?;
+        T::try_from(v).map_err(|_| self.err(column, format!("{v} is out of range ({what})")))
+    }
+
+    fn boolean(&self, column: &str) -> Result<bool, RowError> {
+        match self.int(column)? {
+            Some(0) => Ok(false),
+            Some(1) => Ok(true),
+            Some(n) => Err(self.err(column, format!("{n} is not 0 or 1"))),
+            None => Err(self.err(column, "must not be NULL")),
+        }
+    }
+
+    fn text(&self, column: &str) -> Result<Option<String>, RowError> {
+        match self.value(column) {
+            Value::Null => Ok(None),
+            Value::Text(t) => Ok(Some(t.clone())),
+            Value::Integer(i) => Ok(Some(i.to_string())),
+            Value::Real(f) => Ok(Some(f.to_string())),
+            Value::Blob(b) => String::from_utf8(b.clone()).map(Some).map_err(|_| self.err(column, "is a blob that is not UTF-8 text")),
+        }
+    }
+
+    fn text_or_empty(&self, column: &str) -> Result<String, RowError> {
+        Ok(self.text(column)?.unwrap_or_default())
+    }
+}
+
+/// A value as a message shows it.
+fn shown(v: &Value) -> String {
+    match v {
+        Value::Null => "NULL".into(),
+        Value::Integer(i) => i.to_string(),
+        Value::Real(f) => f.to_string(),
+        Value::Text(t) => quoted(t),
+        Value::Blob(b) => format!("a blob of {} bytes", b.len()),
+    }
+}
+
+/// Reads the rows of `table` in `layer` that `filter` selects, in `order`.
+fn select(
+    conn: &Connection,
+    layer: Layer,
+    table: &str,
+    columns: &'static [&'static str],
+    filter: &str,
+    order: &str,
+) -> Result<Vec<Vec<Value>>, RowError> {
+    let sql = format!("SELECT {} FROM {} WHERE {filter} ORDER BY {order}", columns.join(", "), qualified(layer, table));
+    let sql_err = |e: rusqlite::Error| RowError::new(qualified(layer, table), "", e.to_string());
+    let mut stmt = conn.prepare(&sql).map_err(sql_err)?;
+    let rows = stmt.query_map([], |r| (0..columns.len()).map(|i| r.get::<_, Value>(i)).collect::<Result<Vec<_>, _>>()).map_err(sql_err)?;
+    rows.collect::<Result<Vec<_>, _>>().map_err(sql_err)
+}
+
+/// A write that SQLite refused, named by the row it was for.
+fn write_err(key: String) -> impl Fn(rusqlite::Error) -> AdminError {
+    move |e| AdminError::Row(RowError::new(key.clone(), "", e.to_string()))
+}
+
+const SERVER_COLUMNS: &[&str] = &["hostgroup_id", "hostname", "port", "status", "weight", "max_connections", "use_ssl", "comment"];
+const SSL_COLUMNS: &[&str] = &["hostname", "port", "username", "ssl_ca"];
+
+fn status_name(s: ServerStatus) -> &'static str {
+    match s {
+        ServerStatus::Online => "ONLINE",
+        ServerStatus::OfflineSoft => "OFFLINE_SOFT",
+        ServerStatus::OfflineHard => "OFFLINE_HARD",
+    }
+}
+
+pub(crate) fn write_servers(conn: &Connection, layer: Layer, rows: &[ServerRow]) -> Result<(), AdminError> {
+    let servers = qualified(layer, "mysql_servers");
+    let ssl = qualified(layer, "mysql_servers_ssl_params");
+    conn.execute(&format!("DELETE FROM {servers}"), [])?;
+    conn.execute(&format!("DELETE FROM {ssl}"), [])?;
+    let mut insert =
+        conn.prepare(&format!("INSERT INTO {servers} ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)", SERVER_COLUMNS.join(", ")))?;
+    for s in rows {
+        let key = server_key(s.hostgroup_id, &s.hostname, s.port);
+        insert
+            .execute(params![s.hostgroup_id, s.hostname, s.port, status_name(s.status), s.weight, s.max_connections, s.use_ssl, s.comment])
+            .map_err(write_err(key))?;
+    }
+    // One CA per hostname:port (ProxySQL's mysql_servers_ssl_params, username ''): rows of the
+    // same server in several hostgroups must agree.
+    let mut insert_ssl = conn.prepare(&format!("INSERT INTO {ssl} ({}) VALUES (?1, ?2, '', ?3)", SSL_COLUMNS.join(", ")))?;
+    for (i, s) in rows.iter().enumerate() {
+        let same = |o: &&ServerRow| o.hostname == s.hostname && o.port == s.port;
+        if let Some(other) = rows[..i].iter().find(same) {
+            if other.ssl_ca != s.ssl_ca {
+                return Err(AdminError::Row(RowError::new(
+                    server_key(s.hostgroup_id, &s.hostname, s.port),
+                    "ssl_ca",
+                    format!(
+                        "differs from that of {}: the CA is kept per hostname and port (mysql_servers_ssl_params)",
+                        server_key(other.hostgroup_id, &other.hostname, other.port)
+                    ),
+                )));
+            }
+            continue;
+        }
+        if let Some(ca) = &s.ssl_ca {
+            let key = server_key(s.hostgroup_id, &s.hostname, s.port);
+            insert_ssl.execute(params![s.hostname, s.port, ca.to_string_lossy()]).map_err(write_err(key))?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn read_servers(conn: &Connection, layer: Layer) -> Result<Vec<ServerRow>, RowError> {
+    let mut cas = Vec::new();
+    for values in select(conn, layer, "mysql_servers_ssl_params", SSL_COLUMNS, "1", "rowid")? {
+        let rec = Rec::new(SSL_COLUMNS, values, |r| {
+            format!(
+                "mysql_servers_ssl_params (hostname={}, port={}, username={})",
+                shown(r.value("hostname")),
+                shown(r.value("port")),
+                shown(r.value("username"))
+            )
+        });
+        if !rec.text_or_empty("username")?.is_empty() {
+            return Err(rec.err("username", "per-user backend TLS settings are not supported: use ''"));
+        }
+        let ca = rec.text_or_empty("ssl_ca")?;
+        cas.push((rec.text_or_empty("hostname")?, rec.int("port")?, ca));
+    }
+    let mut out = Vec::new();
+    for values in select(conn, layer, "mysql_servers", SERVER_COLUMNS, "1", "rowid")? {
+        let r = Rec::new(SERVER_COLUMNS, values, |r| {
+            server_key(shown_bare(r.value("hostgroup_id")), &shown_bare(r.value("hostname")), shown_bare(r.value("port")))
+        });
+        let hostname = r.text_or_empty("hostname")?;
+        let port: u16 = r.ranged("port", "1 to 65535")?;
+        let status = match r.text_or_empty("status")?.to_ascii_uppercase().as_str() {
+            "ONLINE" => ServerStatus::Online,
+            "OFFLINE_SOFT" => ServerStatus::OfflineSoft,
+            "OFFLINE_HARD" => ServerStatus::OfflineHard,
+            "SHUNNED" => {
+                return Err(r.err("status", "SHUNNED is a state sluice's monitor gives; configure ONLINE, OFFLINE_SOFT or OFFLINE_HARD"))
+            }
+            other => return Err(r.err("status", format!("`{other}` is not ONLINE, OFFLINE_SOFT or OFFLINE_HARD"))),
+        };
+        let ssl_ca = cas
+            .iter()
+            .find(|(h, p, _)| *h == hostname && *p == Some(i64::from(port)))
+            .filter(|(_, _, ca)| !ca.is_empty())
+            .map(|(_, _, ca)| PathBuf::from(ca));
+        out.push(ServerRow {
+            hostgroup_id: r.ranged("hostgroup_id", "0 to 4294967295")?,
+            hostname,
+            port,
+            status,
+            weight: r.ranged("weight", "0 to 4294967295")?,
+            max_connections: r.ranged("max_connections", "0 to 4294967295")?,
+            use_ssl: r.boolean("use_ssl")?,
+            ssl_ca,
+            comment: r.text_or_empty("comment")?,
+        });
+    }
+    Ok(out)
+}
+
+/// A key value as it appears inside a key: strings unquoted (the key quotes them itself).
+fn shown_bare(v: &Value) -> String {
+    match v {
+        Value::Text(t) => t.clone(),
+        other => shown(other),
+    }
+}
+
+const USER_COLUMNS: &[&str] = &[
+    "username",
+    "password",
+    "active",
+    "default_hostgroup",
+    "default_schema",
+    "comment",
+    "backend_username",
+    "backend_password",
+    "frontend",
+    "backend",
+];
+
+pub(crate) fn write_users(conn: &Connection, layer: Layer, rows: &[UserRow]) -> Result<(), AdminError> {
+    let table = qualified(layer, "mysql_users");
+    conn.execute(&format!("DELETE FROM {table}"), [])?;
+    let mut insert =
+        conn.prepare(&format!("INSERT INTO {table} ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1, 1)", USER_COLUMNS.join(", ")))?;
+    for u in rows {
+        insert
+            .execute(params![
+                u.username,
+                u.password,
+                u.active,
+                u.default_hostgroup,
+                u.default_schema,
+                u.comment,
+                u.backend_username,
+                u.backend_password
+            ])
+            .map_err(write_err(user_key(&u.username)))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn read_users(conn: &Connection, layer: Layer) -> Result<Vec<UserRow>, RowError> {
+    let mut out = Vec::new();
+    for values in select(conn, layer, "mysql_users", USER_COLUMNS, "1", "rowid")? {
+        let r = Rec::new(USER_COLUMNS, values, |r| user_key(&shown_bare(r.value("username"))));
+        for side in ["frontend", "backend"] {
+            if !r.boolean(side)? {
+                return Err(r.err(side, "0 is not supported: a sluice user logs in from clients and to backends (see backend_username)"));
+            }
+        }
+        out.push(UserRow {
+            username: r.text_or_empty("username")?,
+            password: r.text_or_empty("password")?,
+            default_hostgroup: r.ranged("default_hostgroup", "0 to 4294967295")?,
+            default_schema: r.text("default_schema")?,
+            active: r.boolean("active")?,
+            backend_username: r.text("backend_username")?,
+            backend_password: r.text("backend_password")?,
+            comment: r.text_or_empty("comment")?,
+        });
+    }
+    Ok(out)
+}
+
+const RULE_COLUMNS: &[&str] = &[
+    "rule_id",
+    "active",
+    "username",
+    "schemaname",
+    "flagIN",
+    "client_addr",
+    "proxy_addr",
+    "proxy_port",
+    "digest",
+    "match_digest",
+    "match_pattern",
+    "negate_match_pattern",
+    "re_modifiers",
+    "flagOUT",
+    "replace_pattern",
+    "destination_hostgroup",
+    "cache_ttl",
+    "timeout",
+    "retries",
+    "delay",
+    "mirror_hostgroup",
+    "error_msg",
+    "OK_msg",
+    "multiplex",
+    "log",
+    "apply",
+    "comment",
+];
+
+/// An integer action: negative (ProxySQL's "no change", accepted in the file) is written NULL.
+fn action(v: Option<i64>) -> Option<i64> {
+    v.filter(|n| *n >= 0)
+}
+
+pub(crate) fn write_rules(conn: &Connection, layer: Layer, rows: &[QueryRuleRow]) -> Result<(), AdminError> {
+    let table = qualified(layer, "mysql_query_rules");
+    conn.execute(&format!("DELETE FROM {table}"), [])?;
+    let marks: Vec<String> = (1..=RULE_COLUMNS.len()).map(|i| format!("?{i}")).collect();
+    let mut insert = conn.prepare(&format!("INSERT INTO {table} ({}) VALUES ({})", RULE_COLUMNS.join(", "), marks.join(", ")))?;
+    for r in rows {
+        insert
+            .execute(params![
+                r.rule_id,
+                r.active,
+                r.username,
+                r.schemaname,
+                r.flag_in,
+                r.client_addr,
+                r.proxy_addr,
+                r.proxy_port,
+                r.digest,
+                r.match_digest,
+                r.match_pattern,
+                r.negate_match_pattern,
+                r.re_modifiers,
+                action(r.flag_out),
+                r.replace_pattern,
+                action(r.destination_hostgroup),
+                r.cache_ttl.filter(|n| *n > 0),
+                action(r.timeout),
+                action(r.retries),
+                action(r.delay),
+                action(r.mirror_hostgroup),
+                r.error_msg,
+                r.ok_msg,
+                action(r.multiplex),
+                action(r.log),
+                r.apply,
+                r.comment,
+            ])
+            .map_err(write_err(rule_key(r.rule_id)))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn read_rules(conn: &Connection, layer: Layer) -> Result<Vec<QueryRuleRow>, RowError> {
+    let mut out = Vec::new();
+    for values in select(conn, layer, "mysql_query_rules", RULE_COLUMNS, "1", "rule_id")? {
+        let r = Rec::new(RULE_COLUMNS, values, |r| rule_key(shown(r.value("rule_id"))));
+        out.push(QueryRuleRow {
+            rule_id: r.ranged("rule_id", "0 to 4294967295")?,
+            active: r.boolean("active")?,
+            username: r.text("username")?,
+            schemaname: r.text("schemaname")?,
+            client_addr: r.text("client_addr")?,
+            proxy_addr: r.text("proxy_addr")?,
+            proxy_port: r.int("proxy_port")?,
+            digest: r.text("digest")?,
+            match_digest: r.text("match_digest")?,
+            match_pattern: r.text("match_pattern")?,
+            negate_match_pattern: r.boolean("negate_match_pattern")?,
+            re_modifiers: r.text_or_empty("re_modifiers")?,
+            flag_in: r.required_int("flagIN")?,
+            flag_out: r.int("flagOUT")?,
+            replace_pattern: r.text("replace_pattern")?,
+            destination_hostgroup: r.int("destination_hostgroup")?,
+            cache_ttl: r.int("cache_ttl")?,
+            timeout: r.int("timeout")?,
+            retries: r.int("retries")?,
+            delay: r.int("delay")?,
+            mirror_hostgroup: r.int("mirror_hostgroup")?,
+            error_msg: r.text("error_msg")?,
+            ok_msg: r.text("OK_msg")?,
+            multiplex: r.int("multiplex")?,
+            log: r.int("log")?,
+            apply: r.boolean("apply")?,
+            comment: r.text_or_empty("comment")?,
+        });
+    }
+    Ok(out)
+}
+
+/// The `global_variables` rows of a layer that `filter` selects, by name.
+pub(crate) fn read_variables(conn: &Connection, layer: Layer, filter: &str) -> Result<Vec<(String, String)>, RowError> {
+    const COLUMNS: &[&str] = &["variable_name", "variable_value"];
+    let mut out = Vec::new();
+    for values in select(conn, layer, "global_variables", COLUMNS, filter, "rowid")? {
+        let r = Rec::new(COLUMNS, values, |r| format!("global_variables variable_name={}", shown(r.value("variable_name"))));
+        out.push((r.text_or_empty("variable_name")?, r.text_or_empty("variable_value")?));
+    }
+    Ok(out)
+}
+
+pub(crate) fn write_variables(conn: &Connection, layer: Layer, filter: &str, rows: &[(String, String)]) -> Result<(), AdminError> {
+    let table = qualified(layer, "global_variables");
+    conn.execute(&format!("DELETE FROM {table} WHERE {filter}"), [])?;
+    let mut insert = conn.prepare(&format!("INSERT INTO {table} (variable_name, variable_value) VALUES (?1, ?2)"))?;
+    for (name, value) in rows {
+        insert.execute(params![name, value]).map_err(write_err(format!("global_variables variable_name={}", quoted(name))))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,345 @@
+//! The admin store's tables (side path: admin port): ProxySQL's names, columns, types, defaults
+//! and CHECK constraints for the configuration sluice supports, and its statistics tables.
+
+use super::{Layer, Module};
+
+/// Bumped when a disk table changes shape; a disk file from a newer sluice is refused.
+pub const SCHEMA_VERSION: i64 = 1;
+
+const MYSQL_SERVERS: &str = "
+    hostgroup_id INT CHECK (hostgroup_id >= 0) NOT NULL DEFAULT 0,
+    hostname VARCHAR NOT NULL,
+    port INT CHECK (port >= 0 AND port <= 65535) NOT NULL DEFAULT 3306,
+    gtid_port INT CHECK ((gtid_port <> port OR gtid_port = 0) AND gtid_port >= 0 AND gtid_port <= 65535) NOT NULL DEFAULT 0,
+    status VARCHAR CHECK (UPPER(status) IN ('ONLINE', 'SHUNNED', 'OFFLINE_SOFT', 'OFFLINE_HARD')) NOT NULL DEFAULT 'ONLINE',
+    weight INT CHECK (weight >= 0 AND weight <= 10000000) NOT NULL DEFAULT 1,
+    compression INT CHECK (compression IN (0, 1)) NOT NULL DEFAULT 0,
+    max_connections INT CHECK (max_connections >= 0) NOT NULL DEFAULT 1000,
+    max_replication_lag INT CHECK (max_replication_lag >= 0 AND max_replication_lag <= 126144000) NOT NULL DEFAULT 0,
+    use_ssl INT CHECK (use_ssl IN (0, 1)) NOT NULL DEFAULT 0,
+    max_latency_ms INT UNSIGNED CHECK (max_latency_ms >= 0) NOT NULL DEFAULT 0,
+    comment VARCHAR NOT NULL DEFAULT '',
+    PRIMARY KEY (hostgroup_id, hostname, port)";
+
+const MYSQL_SERVERS_SSL_PARAMS: &str = "
+    hostname VARCHAR NOT NULL,
+    port INT CHECK (port >= 0 AND port <= 65535) NOT NULL DEFAULT 3306,
+    username VARCHAR NOT NULL DEFAULT '',
+    ssl_ca VARCHAR NOT NULL DEFAULT '',
+    ssl_cert VARCHAR NOT NULL DEFAULT '',
+    ssl_key VARCHAR NOT NULL DEFAULT '',
+    ssl_capath VARCHAR NOT NULL DEFAULT '',
+    ssl_crl VARCHAR NOT NULL DEFAULT '',
+    ssl_crlpath VARCHAR NOT NULL DEFAULT '',
+    ssl_cipher VARCHAR NOT NULL DEFAULT '',
+    tls_version VARCHAR NOT NULL DEFAULT '',
+    comment VARCHAR NOT NULL DEFAULT '',
+    PRIMARY KEY (hostname, port, username)";
+
+/// ProxySQL's columns, then sluice's `backend_username` and `backend_password`.
+const MYSQL_USERS: &str = "
+    username VARCHAR NOT NULL,
+    password VARCHAR,
+    active INT CHECK (active IN (0, 1)) NOT NULL DEFAULT 1,
+    use_ssl INT CHECK (use_ssl IN (0, 1)) NOT NULL DEFAULT 0,
+    default_hostgroup INT NOT NULL DEFAULT 0,
+    default_schema VARCHAR,
+    schema_locked INT CHECK (schema_locked IN (0, 1)) NOT NULL DEFAULT 0,
+    transaction_persistent INT CHECK (transaction_persistent IN (0, 1)) NOT NULL DEFAULT 1,
+    fast_forward INT CHECK (fast_forward IN (0, 1)) NOT NULL DEFAULT 0,
+    backend INT CHECK (backend IN (0, 1)) NOT NULL DEFAULT 1,
+    frontend INT CHECK (frontend IN (0, 1)) NOT NULL DEFAULT 1,
+    max_connections INT CHECK (max_connections >= 0) NOT NULL DEFAULT 10000,
+    attributes VARCHAR CHECK (JSON_VALID(attributes) OR attributes = '') NOT NULL DEFAULT '',
+    comment VARCHAR NOT NULL DEFAULT '',
+    backend_username VARCHAR DEFAULT NULL,
+    backend_password VARCHAR DEFAULT NULL,
+    PRIMARY KEY (username, backend),
+    UNIQUE (username, frontend)";
+
+const MYSQL_QUERY_RULES: &str = "
+    rule_id INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL,
+    active INT CHECK (active IN (0, 1)) NOT NULL DEFAULT 0,
+    username VARCHAR,
+    schemaname VARCHAR,
+    flagIN INT CHECK (flagIN >= 0) NOT NULL DEFAULT 0,
+    client_addr VARCHAR,
+    proxy_addr VARCHAR,
+    proxy_port INT CHECK (proxy_port >= 0 AND proxy_port <= 65535),
+    digest VARCHAR,
+    match_digest VARCHAR,
+    match_pattern VARCHAR,
+    negate_match_pattern INT CHECK (negate_match_pattern IN (0, 1)) NOT NULL DEFAULT 0,
+    re_modifiers VARCHAR DEFAULT 'CASELESS',
+    flagOUT INT CHECK (flagOUT >= 0),
+    replace_pattern VARCHAR CHECK (replace_pattern IS NULL OR match_pattern IS NOT NULL),
+    destination_hostgroup INT DEFAULT NULL,
+    cache_ttl INT CHECK (cache_ttl > 0),
+    cache_empty_result INT CHECK (cache_empty_result IN (0, 1)) DEFAULT NULL,
+    cache_timeout INT CHECK (cache_timeout >= 0),
+    reconnect INT CHECK (reconnect IN (0, 1)) DEFAULT NULL,
+    timeout INT UNSIGNED CHECK (timeout >= 0),
+    retries INT CHECK (retries >= 0 AND retries <= 1000),
+    delay INT UNSIGNED CHECK (delay >= 0),
+    next_query_flagIN INT UNSIGNED,
+    mirror_flagOUT INT UNSIGNED,
+    mirror_hostgroup INT UNSIGNED,
+    error_msg VARCHAR,
+    OK_msg VARCHAR,
+    sticky_conn INT CHECK (sticky_conn IN (0, 1)),
+    multiplex INT CHECK (multiplex IN (0, 1, 2)),
+    gtid_from_hostgroup INT UNSIGNED,
+    log INT CHECK (log IN (0, 1)),
+    apply INT CHECK (apply IN (0, 1)) NOT NULL DEFAULT 0,
+    attributes VARCHAR CHECK (JSON_VALID(attributes) OR attributes = '') NOT NULL DEFAULT '',
+    comment VARCHAR";
+
+const GLOBAL_VARIABLES: &str = "
+    variable_name VARCHAR NOT NULL PRIMARY KEY,
+    variable_value VARCHAR NOT NULL";
+
+/// The configuration tables, each with its module (variables: both variable modules).
+pub(crate) const CONFIG_TABLES: &[(&str, &str)] = &[
+    ("mysql_servers", MYSQL_SERVERS),
+    ("mysql_servers_ssl_params", MYSQL_SERVERS_SSL_PARAMS),
+    ("mysql_users", MYSQL_USERS),
+    ("mysql_query_rules", MYSQL_QUERY_RULES),
+    ("global_variables", GLOBAL_VARIABLES),
+];
+
+/// The tables a module's rows live in.
+pub(crate) fn module_tables(module: Module) -> &'static [&'static str] {
+    match module {
+        Module::MysqlServers => &["mysql_servers", "mysql_servers_ssl_params"],
+        Module::MysqlUsers => &["mysql_users"],
+        Module::MysqlQueryRules => &["mysql_query_rules"],
+        Module::MysqlVariables | Module::AdminVariables => &["global_variables"],
+    }
+}
+
+/// The rows of a module's table that belong to it (`global_variables` is shared).
+pub(crate) fn module_filter(module: Module) -> &'static str {
+    match module {
+        Module::MysqlVariables => "variable_name NOT GLOB 'admin-*'",
+        Module::AdminVariables => "variable_name GLOB 'admin-*'",
+        _ => "1",
+    }
+}
+
+/// The qualified name of a config table in a layer: `main.mysql_servers`,
+/// `disk.mysql_servers`, `main.runtime_mysql_servers`.
+pub(crate) fn qualified(layer: Layer, table: &str) -> String {
+    match layer {
+        Layer::Memory => format!("main.{table}"),
+        Layer::Disk => format!("disk.{table}"),
+        Layer::Runtime => format!("main.runtime_{table}"),
+    }
+}
+
+/// Every `CREATE TABLE IF NOT EXISTS` for the three layers and the statistics.
+pub(crate) fn create_statements() -> Vec<String> {
+    let mut out = Vec::new();
+    for layer in [Layer::Memory, Layer::Disk, Layer::Runtime] {
+        for (table, body) in CONFIG_TABLES {
+            out.push(format!("CREATE TABLE IF NOT EXISTS {} ({body})", qualified(layer, table)));
+        }
+    }
+    for t in StatsTable::ALL {
+        out.push(format!("CREATE TABLE IF NOT EXISTS stats.{} ({})", t.name(), t.body()));
+    }
+    out
+}
+
+/// A statistics table the integrator fills before a statement reads it. They live in the
+/// attached in-memory `stats` schema: `stats.stats_mysql_global` and `stats_mysql_global` both
+/// name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StatsTable {
+    QueryDigest,
+    /// Reading it returns the digests and resets them (ProxySQL's semantics; the integrator's part).
+    QueryDigestReset,
+    ConnectionPool,
+    CommandsCounters,
+    QueryRules,
+    Global,
+    /// sluice's: (Variable_Name, per_second_1s, per_second_10s, per_second_60s).
+    Rates,
+    /// sluice's: why sessions were pinned to a backend connection, and how often.
+    MultiplexPins,
+}
+
+const DIGEST_COLUMNS: &str = "
+    hostgroup INT,
+    schemaname VARCHAR NOT NULL,
+    username VARCHAR NOT NULL,
+    client_address VARCHAR NOT NULL,
+    digest VARCHAR NOT NULL,
+    digest_text VARCHAR NOT NULL,
+    count_star INTEGER NOT NULL,
+    first_seen INTEGER NOT NULL,
+    last_seen INTEGER NOT NULL,
+    sum_time INTEGER NOT NULL,
+    min_time INTEGER NOT NULL,
+    max_time INTEGER NOT NULL,
+    sum_rows_affected INTEGER NOT NULL,
+    sum_rows_sent INTEGER NOT NULL,
+    PRIMARY KEY (hostgroup, schemaname, username, client_address, digest)";
+
+impl StatsTable {
+    pub const ALL: [StatsTable; 8] = [
+        StatsTable::QueryDigest,
+        StatsTable::QueryDigestReset,
+        StatsTable::ConnectionPool,
+        StatsTable::CommandsCounters,
+        StatsTable::QueryRules,
+        StatsTable::Global,
+        StatsTable::Rates,
+        StatsTable::MultiplexPins,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StatsTable::QueryDigest => "stats_mysql_query_digest",
+            StatsTable::QueryDigestReset => "stats_mysql_query_digest_reset",
+            StatsTable::ConnectionPool => "stats_mysql_connection_pool",
+            StatsTable::CommandsCounters => "stats_mysql_commands_counters",
+            StatsTable::QueryRules => "stats_mysql_query_rules",
+            StatsTable::Global => "stats_mysql_global",
+            StatsTable::Rates => "stats_rates",
+            StatsTable::MultiplexPins => "stats_mysql_multiplex_pins",
+        }
+    }
+
+    /// The columns, in order: what each row given to `Store::fill_stats` holds.
+    pub fn columns(self) -> &'static [&'static str] {
+        match self {
+            StatsTable::QueryDigest | StatsTable::QueryDigestReset => &[
+                "hostgroup",
+                "schemaname",
+                "username",
+                "client_address",
+                "digest",
+                "digest_text",
+                "count_star",
+                "first_seen",
+                "last_seen",
+                "sum_time",
+                "min_time",
+                "max_time",
+                "sum_rows_affected",
+                "sum_rows_sent",
+            ],
+            StatsTable::ConnectionPool => &[
+                "hostgroup",
+                "srv_host",
+                "srv_port",
+                "status",
+                "ConnUsed",
+                "ConnFree",
+                "ConnOK",
+                "ConnERR",
+                "MaxConnUsed",
+                "Queries",
+                "Queries_GTID_sync",
+                "Bytes_data_sent",
+                "Bytes_data_recv",
+                "Latency_us",
+            ],
+            StatsTable::CommandsCounters => &[
+                "Command",
+                "Total_Time_us",
+                "Total_cnt",
+                "cnt_100us",
+                "cnt_500us",
+                "cnt_1ms",
+                "cnt_5ms",
+                "cnt_10ms",
+                "cnt_50ms",
+                "cnt_100ms",
+                "cnt_500ms",
+                "cnt_1s",
+                "cnt_5s",
+                "cnt_10s",
+                "cnt_INFs",
+            ],
+            StatsTable::QueryRules => &["rule_id", "hits"],
+            StatsTable::Global => &["Variable_Name", "Variable_Value"],
+            StatsTable::Rates => &["Variable_Name", "per_second_1s", "per_second_10s", "per_second_60s"],
+            StatsTable::MultiplexPins => &["reason", "count"],
+        }
+    }
+
+    fn body(self) -> String {
+        match self {
+            StatsTable::QueryDigest | StatsTable::QueryDigestReset => DIGEST_COLUMNS.into(),
+            StatsTable::ConnectionPool => "hostgroup INT, srv_host VARCHAR, srv_port INT, status VARCHAR, ConnUsed INT, ConnFree INT, \
+                 ConnOK INT, ConnERR INT, MaxConnUsed INT, Queries INT, Queries_GTID_sync INT, Bytes_data_sent INT, \
+                 Bytes_data_recv INT, Latency_us INT"
+                .into(),
+            StatsTable::CommandsCounters => {
+                let counts: Vec<String> = self.columns()[1..].iter().map(|c| format!("{c} INT NOT NULL")).collect();
+                format!("Command VARCHAR NOT NULL PRIMARY KEY, {}", counts.join(", "))
+            }
+            StatsTable::QueryRules => "rule_id INTEGER PRIMARY KEY, hits INT NOT NULL".into(),
+            StatsTable::Global => "Variable_Name VARCHAR NOT NULL PRIMARY KEY, Variable_Value VARCHAR NOT NULL".into(),
+            StatsTable::Rates => "Variable_Name VARCHAR NOT NULL PRIMARY KEY, per_second_1s REAL NOT NULL, \
+                 per_second_10s REAL NOT NULL, per_second_60s REAL NOT NULL"
+                .into(),
+            StatsTable::MultiplexPins => "reason VARCHAR NOT NULL PRIMARY KEY, count INT NOT NULL".into(),
+        }
+    }
+}
+
+/// The statistics tables a statement names (case-insensitive, whole identifiers, quoted or
+/// not), so the integrator refreshes only those before running it. Over-approximates: a name
+/// inside a string literal counts too.
+pub fn stats_tables_referenced(sql: &str) -> Vec<StatsTable> {
+    let mut out = Vec::new();
+    let b = sql.as_bytes();
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80;
+    let mut i = 0;
+    while i < b.len() {
+        if !ident(b[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && ident(b[i]) {
+            i += 1;
+        }
+        let word = &sql[start..i];
+        if let Some(t) = StatsTable::ALL.iter().find(|t| t.name().eq_ignore_ascii_case(word)) {
+            if !out.contains(t) {
+                out.push(*t);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn referenced_stats_tables() {
+        assert_eq!(stats_tables_referenced("SELECT * FROM stats_mysql_query_digest"), vec![StatsTable::QueryDigest]);
+        assert_eq!(stats_tables_referenced("select * from stats.STATS_MYSQL_QUERY_DIGEST_RESET"), vec![StatsTable::QueryDigestReset]);
+        assert_eq!(
+            stats_tables_referenced("SELECT g.* FROM `stats_mysql_global` g JOIN stats_rates r USING (Variable_Name), stats_mysql_global"),
+            vec![StatsTable::Global, StatsTable::Rates]
+        );
+        assert!(stats_tables_referenced("SELECT * FROM mysql_servers").is_empty());
+        assert!(stats_tables_referenced("SELECT * FROM stats_mysql_query_digestx").is_empty());
+    }
+
+    #[test]
+    fn stats_columns_match_bodies() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        for t in StatsTable::ALL {
+            conn.execute_batch(&format!("CREATE TABLE {} ({})", t.name(), t.body())).unwrap();
+            let stmt = conn.prepare(&format!("SELECT * FROM {}", t.name())).unwrap();
+            assert_eq!(stmt.column_names(), t.columns(), "{}", t.name());
+        }
+    }
+}

@@ -1,0 +1,526 @@
+//! The admin store's tests: layers, the LOAD path's errors, ProxySQL scripts run verbatim.
+
+use super::*;
+use crate::admin::{describe_config_error, describe_row, parse, stats_tables_referenced};
+use crate::config::{MonitorSection, QueryRuleRow};
+
+const CONFIG: &str = r#"
+[proxy]
+listen = ["127.0.0.1:6033"]
+workers = 2
+[monitor]
+username = "mon"
+password = "monpw"
+[pool]
+min_idle = 3
+[[mysql_servers]]
+hostgroup_id = 0
+hostname = "db1"
+port = 3306
+ssl_ca = "/etc/ca.pem"
+[[mysql_servers]]
+hostgroup_id = 1
+hostname = "db1"
+port = 3306
+ssl_ca = "/etc/ca.pem"
+weight = 5
+comment = "it's the primary"
+[[mysql_servers]]
+hostgroup_id = 1
+hostname = "db2"
+port = 3307
+status = "OFFLINE_SOFT"
+use_ssl = true
+max_connections = 50
+[[mysql_users]]
+username = "app"
+password = "pw"
+default_hostgroup = 0
+default_schema = "shop"
+[[mysql_users]]
+username = "ro"
+password = "*0123456789ABCDEF0123456789ABCDEF01234567"
+default_hostgroup = 1
+active = false
+backend_username = "ro_backend"
+backend_password = "secret"
+[[mysql_query_rules]]
+rule_id = 5
+match_digest = "^SELECT .* FOR UPDATE"
+destination_hostgroup = 0
+apply = true
+[[mysql_query_rules]]
+rule_id = 7
+username = "app"
+schemaname = "shop"
+client_addr = "10.0.%"
+digest = "0x1234ABCD"
+match_pattern = "^SELECT (\\w+)"
+replace_pattern = "SELECT \\1"
+negate_match_pattern = false
+re_modifiers = "CASELESS,GLOBAL"
+flagIN = 0
+flagOUT = 100
+cache_ttl = 5000
+timeout = 1000
+retries = 3
+delay = 10
+mirror_hostgroup = 1
+multiplex = 2
+log = 1
+error_msg = "no"
+OK_msg = "fine"
+comment = "rewrite"
+"#;
+
+fn config() -> FileConfig {
+    FileConfig::parse(CONFIG).unwrap()
+}
+
+/// QueryRuleRow has no PartialEq: compare what it serializes to.
+fn same_rules(a: &[QueryRuleRow], b: &[QueryRuleRow]) {
+    assert_eq!(toml::Value::try_from(a).unwrap(), toml::Value::try_from(b).unwrap());
+}
+
+fn assert_same(a: &FileConfig, b: &FileConfig) {
+    assert_eq!(a.mysql_servers, b.mysql_servers);
+    assert_eq!(a.mysql_users, b.mysql_users);
+    same_rules(&a.mysql_query_rules, &b.mysql_query_rules);
+    assert_eq!(a.proxy, b.proxy);
+    assert_eq!(a.tls, b.tls);
+    assert_eq!(a.monitor, b.monitor);
+    assert_eq!(a.pool, b.pool);
+    assert_eq!(a.stats, b.stats);
+    assert_eq!(a.querylog, b.querylog);
+}
+
+fn read_all(store: &Store, layer: Layer) -> FileConfig {
+    let mut fc = FileConfig::default();
+    for m in Module::ALL {
+        store.read(layer, m, &mut fc).unwrap_or_else(|e| panic!("{m}: {e}"));
+    }
+    fc
+}
+
+fn rows_of(out: Output) -> Vec<Vec<Option<String>>> {
+    match out {
+        Output::Rows { rows, .. } => rows,
+        other => panic!("not rows: {other:?}"),
+    }
+}
+
+fn text(rows: &[Vec<Option<String>>]) -> Vec<Vec<&str>> {
+    rows.iter().map(|r| r.iter().map(|v| v.as_deref().unwrap_or("NULL")).collect()).collect()
+}
+
+#[test]
+fn seed_then_read_back_every_layer() {
+    let (mut store, fresh) = Store::open(None).unwrap();
+    assert!(fresh);
+    let fc = config();
+    store.seed(&Module::ALL, &fc, &[Layer::Memory, Layer::Disk]).unwrap();
+    for m in Module::ALL {
+        store.write_runtime(m, &fc).unwrap();
+    }
+    for layer in [Layer::Memory, Layer::Disk, Layer::Runtime] {
+        assert_same(&read_all(&store, layer), &fc);
+    }
+    // The ssl_ca went to mysql_servers_ssl_params, once per hostname:port.
+    let out = store.query("SELECT hostname, port, username, ssl_ca FROM mysql_servers_ssl_params").unwrap();
+    assert_eq!(text(&rows_of(out)), vec![vec!["db1", "3306", "", "/etc/ca.pem"]]);
+    // ProxySQL's own columns hold their defaults.
+    let out = store.query("SELECT transaction_persistent, frontend, backend, max_connections FROM runtime_mysql_users").unwrap();
+    assert_eq!(text(&rows_of(out))[0], vec!["1", "1", "1", "10000"]);
+    let out = store.query("SELECT variable_value FROM global_variables WHERE variable_name = 'mysql-threads'").unwrap();
+    assert_eq!(text(&rows_of(out)), vec![vec!["2"]]);
+    // A fresh default config (no monitor, nothing optional set) round-trips too.
+    let plain = FileConfig::default();
+    store.seed(&Module::ALL, &plain, &[Layer::Memory]).unwrap();
+    assert_same(&read_all(&store, Layer::Memory), &plain);
+}
+
+#[test]
+fn read_replaces_only_its_module() {
+    let (mut store, _) = Store::open(None).unwrap();
+    let fc = config();
+    store.seed(&[Module::MysqlServers], &fc, &[Layer::Memory]).unwrap();
+    let mut into = fc.clone();
+    into.mysql_servers.clear();
+    into.pool.min_idle = 9;
+    store.read(Layer::Memory, Module::MysqlServers, &mut into).unwrap();
+    assert_eq!(into.mysql_servers, fc.mysql_servers);
+    assert_eq!(into.pool.min_idle, 9);
+    // Variables without a row keep their value; admin variables leave mysql ones alone.
+    store.seed(&[Module::AdminVariables], &FileConfig::default(), &[Layer::Memory]).unwrap();
+    store.query("UPDATE global_variables SET variable_value = '127.0.0.1:7000' WHERE variable_name = 'admin-mysql_ifaces'").unwrap();
+    store.read(Layer::Memory, Module::AdminVariables, &mut into).unwrap();
+    assert_eq!(into.proxy.admin_listen, "127.0.0.1:7000");
+    assert_eq!((into.proxy.workers, into.pool.min_idle), (Some(2), 9));
+    store.read(Layer::Memory, Module::MysqlVariables, &mut into).unwrap();
+    assert_eq!(into.pool.min_idle, 9, "no mysql variable rows were seeded");
+}
+
+/// Servers and users the scripts' rules can route to.
+fn scripts_base(store: &mut Store) {
+    store.query("INSERT INTO mysql_servers(hostgroup_id,hostname,port) VALUES (1,'127.0.0.1',3307);").unwrap();
+    store.query("INSERT INTO mysql_servers(hostgroup_id,hostname,port) VALUES (0,'127.0.0.1',3306);").unwrap();
+    store.query("INSERT INTO mysql_users(username,password,default_hostgroup) VALUES ('app','pw',0);").unwrap();
+}
+
+fn load_rules(store: &Store) -> FileConfig {
+    let mut fc = FileConfig::default();
+    for m in [Module::MysqlServers, Module::MysqlUsers, Module::MysqlQueryRules] {
+        store.read(Layer::Memory, m, &mut fc).unwrap();
+    }
+    fc
+}
+
+#[test]
+fn proxysql_script_read_write_split() {
+    let (mut store, _) = Store::open(None).unwrap();
+    scripts_base(&mut store);
+    let out = store
+        .query("insert into mysql_query_rules (active,match_pattern,apply,destination_hostgroup) values (1,'^SELECT.*FOR UPDATE$',1,0),(1,'^SELECT',1,1);")
+        .unwrap();
+    assert_eq!(out, Output::Done { affected: 2 });
+    let fc = load_rules(&store);
+    let r = &fc.mysql_query_rules;
+    assert_eq!(r.len(), 2);
+    assert_eq!((r[0].rule_id, r[1].rule_id), (1, 2), "AUTOINCREMENT assigns them");
+    assert!(r[0].active && r[0].apply && r[1].active && r[1].apply);
+    assert_eq!(r[0].match_pattern.as_deref(), Some("^SELECT.*FOR UPDATE$"));
+    assert_eq!((r[0].destination_hostgroup, r[1].destination_hostgroup), (Some(0), Some(1)));
+    assert_eq!(r[0].re_modifiers, "CASELESS");
+    assert_eq!((r[0].flag_in, r[0].flag_out, r[0].cache_ttl), (0, None, None));
+    assert_eq!(fc.mysql_servers[0].hostname, "127.0.0.1");
+    assert_eq!((fc.mysql_servers[0].hostgroup_id, fc.mysql_servers[0].port, fc.mysql_servers[0].weight), (1, 3307, 1));
+    assert_eq!(fc.mysql_users[0].username, "app");
+    assert_eq!(
+        (fc.mysql_users[0].password.as_str(), fc.mysql_users[0].active, fc.mysql_users[0].default_schema.as_deref()),
+        ("pw", true, None)
+    );
+    // And it is a configuration sluice accepts.
+    fc.validate(None, None).unwrap();
+}
+
+#[test]
+fn proxysql_script_flag_chains() {
+    let (mut store, _) = Store::open(None).unwrap();
+    scripts_base(&mut store);
+    let script = "INSERT INTO mysql_query_rules (rule_id,active,username,match_pattern,destination_hostgroup,flagOUT,apply) VALUES (10,1,'app','^SELECT',NULL,100,0);
+INSERT INTO mysql_query_rules (rule_id,active,flagIN,match_pattern,destination_hostgroup,apply) VALUES (11,1,100,'FOR UPDATE$',0,1),(12,1,100,'.',1,1);";
+    let outs = store.query_all(script).unwrap();
+    assert_eq!(outs, vec![Output::Done { affected: 1 }, Output::Done { affected: 2 }]);
+    let fc = load_rules(&store);
+    let r = &fc.mysql_query_rules;
+    let ids: Vec<u32> = r.iter().map(|r| r.rule_id).collect();
+    assert_eq!(ids, vec![10, 11, 12]);
+    assert_eq!((r[0].username.as_deref(), r[0].destination_hostgroup, r[0].flag_out, r[0].apply), (Some("app"), None, Some(100), false));
+    assert_eq!(
+        (r[1].flag_in, r[1].match_pattern.as_deref(), r[1].destination_hostgroup, r[1].apply),
+        (100, Some("FOR UPDATE$"), Some(0), true)
+    );
+    assert_eq!((r[2].flag_in, r[2].match_pattern.as_deref(), r[2].destination_hostgroup), (100, Some("."), Some(1)));
+    fc.clone().validate(None, None).unwrap();
+    // One statement at a time works the same.
+    let (mut one, _) = Store::open(None).unwrap();
+    for line in script.lines() {
+        one.query(line).unwrap();
+    }
+    same_rules(&load_rules(&one).mysql_query_rules, r);
+}
+
+#[test]
+fn update_global_variable_then_load() {
+    let (mut store, _) = Store::open(None).unwrap();
+    store.seed(&Module::ALL, &config(), &[Layer::Memory]).unwrap();
+    let out = store.query("UPDATE global_variables SET variable_value='4' WHERE variable_name='mysql-threads';").unwrap();
+    assert_eq!(out, Output::Done { affected: 1 });
+    let mut fc = config();
+    store.read(Layer::Memory, Module::MysqlVariables, &mut fc).unwrap();
+    assert_eq!(fc.proxy.workers, Some(4));
+    // ProxySQL's SET shorthand edits the same row.
+    let cmd = parse("SET mysql-threads = 6").unwrap();
+    store.answer(&cmd).unwrap();
+    store.read(Layer::Memory, Module::MysqlVariables, &mut fc).unwrap();
+    assert_eq!(fc.proxy.workers, Some(6));
+    assert!(store.answer(&parse("SET mysql-nonsense = 1").unwrap()).unwrap_err().to_string().contains("mysql-nonsense"));
+}
+
+#[test]
+fn unknown_or_bad_variable_is_named() {
+    let (mut store, _) = Store::open(None).unwrap();
+    store.seed(&Module::ALL, &config(), &[Layer::Memory]).unwrap();
+    store.query("INSERT INTO global_variables VALUES ('mysql-query_cache_size_MB', '256')").unwrap();
+    let mut fc = config();
+    let e = store.read(Layer::Memory, Module::MysqlVariables, &mut fc).unwrap_err();
+    assert_eq!(e.to_string(), "global_variables variable_name='mysql-query_cache_size_MB': unknown variable");
+    // The ADMIN module does not see it.
+    store.read(Layer::Memory, Module::AdminVariables, &mut fc).unwrap();
+    store.query("DELETE FROM global_variables WHERE variable_name = 'mysql-query_cache_size_MB'").unwrap();
+    store.query("UPDATE global_variables SET variable_value = 'lots' WHERE variable_name = 'sluice-pool_min_idle'").unwrap();
+    let e = store.read(Layer::Memory, Module::MysqlVariables, &mut fc).unwrap_err();
+    assert_eq!((e.row.as_str(), e.field.as_str()), ("global_variables variable_name='sluice-pool_min_idle'", "variable_value"));
+    assert!(e.message.contains("`lots`"), "{e}");
+}
+
+#[test]
+fn bad_regex_on_the_load_path_names_its_rule_id() {
+    let (mut store, _) = Store::open(None).unwrap();
+    scripts_base(&mut store);
+    store.query("INSERT INTO mysql_query_rules (rule_id,active,match_pattern,apply) VALUES (3,1,'^SELECT',0),(7,1,'^SELECT (',1)").unwrap();
+    // LOAD MYSQL QUERY RULES TO RUNTIME: read, then validate.
+    let fc = load_rules(&store);
+    let e = fc.clone().validate(None, None).unwrap_err();
+    assert_eq!(e.field, "mysql_query_rules[1].match_pattern");
+    assert_eq!(describe_row(Module::MysqlQueryRules, &fc, 1), "mysql_query_rules rule_id=7");
+    let said = describe_config_error(&fc, &e);
+    assert!(said.starts_with("mysql_query_rules rule_id=7: match_pattern: "), "{said}");
+    assert!(!said.contains("rule_id 7:"), "{said}");
+}
+
+#[test]
+fn validation_errors_name_rows_and_variables() {
+    let (mut store, _) = Store::open(None).unwrap();
+    scripts_base(&mut store);
+    store.query("INSERT INTO mysql_users(username,password,default_hostgroup) VALUES ('bob','pw',9)").unwrap();
+    let fc = load_rules(&store);
+    let e = fc.clone().validate(None, None).unwrap_err();
+    assert_eq!(describe_config_error(&fc, &e), "mysql_users username='bob': default_hostgroup: hostgroup 9 has no [[mysql_servers]] row");
+    assert_eq!(describe_row(Module::MysqlServers, &fc, 0), "mysql_servers (hostgroup_id=1, hostname='127.0.0.1', port=3307)");
+    let mut fc = load_rules(&store);
+    fc.mysql_users.pop();
+    fc.proxy.workers = Some(0);
+    let e = fc.clone().validate(None, None).unwrap_err();
+    assert_eq!(describe_config_error(&fc, &e), "global_variables variable_name='mysql-threads': must be at least 1");
+}
+
+#[test]
+fn values_sluice_cannot_represent_name_row_and_column() {
+    let (mut store, _) = Store::open(None).unwrap();
+    let err = |store: &Store, m: Module| store.read(Layer::Memory, m, &mut FileConfig::default()).unwrap_err().to_string();
+    store.query("INSERT INTO mysql_servers (hostgroup_id,hostname,port,status) VALUES (2,'db1',3306,'shunned')").unwrap();
+    let e = err(&store, Module::MysqlServers);
+    assert!(e.starts_with("mysql_servers (hostgroup_id=2, hostname='db1', port=3306): status: SHUNNED"), "{e}");
+    store.query("UPDATE mysql_servers SET status = 'offline_hard', hostgroup_id = 4294967296").unwrap();
+    let e = err(&store, Module::MysqlServers);
+    assert!(
+        e.starts_with("mysql_servers (hostgroup_id=4294967296, hostname='db1', port=3306): hostgroup_id: 4294967296 is out of range"),
+        "{e}"
+    );
+    store.query("UPDATE mysql_servers SET hostgroup_id = 2").unwrap();
+    // Columns sluice does not act on are accepted and ignored.
+    store.query("UPDATE mysql_servers SET max_replication_lag = 10, compression = 1, gtid_port = 3307, max_latency_ms = 5").unwrap();
+    let mut fc = FileConfig::default();
+    store.read(Layer::Memory, Module::MysqlServers, &mut fc).unwrap();
+    assert_eq!(fc.mysql_servers[0].status, crate::config::ServerStatus::OfflineHard);
+    store.query("INSERT INTO mysql_servers_ssl_params (hostname,port,username,ssl_ca) VALUES ('db1',3306,'app','/ca.pem')").unwrap();
+    let e = err(&store, Module::MysqlServers);
+    assert!(e.starts_with("mysql_servers_ssl_params (hostname='db1', port=3306, username='app'): username: "), "{e}");
+
+    store.query("INSERT INTO mysql_users (username,password,frontend,backend) VALUES ('be','x',0,1)").unwrap();
+    let e = err(&store, Module::MysqlUsers);
+    assert!(e.starts_with("mysql_users username='be': frontend: 0 is not supported"), "{e}");
+    store.query("DELETE FROM mysql_users").unwrap();
+    store
+        .query("INSERT INTO mysql_users (username,password,default_hostgroup,use_ssl,fast_forward,attributes) VALUES ('u','x',-1,1,1,'{}')")
+        .unwrap();
+    let e = err(&store, Module::MysqlUsers);
+    assert_eq!(e, "mysql_users username='u': default_hostgroup: -1 is out of range (0 to 4294967295)");
+
+    store.query("INSERT INTO mysql_query_rules (rule_id, active, destination_hostgroup, sticky_conn, next_query_flagIN) VALUES (9, 1, 'two', 1, 3)").unwrap();
+    let e = err(&store, Module::MysqlQueryRules);
+    assert_eq!(e, "mysql_query_rules rule_id=9: destination_hostgroup: `two` is not an integer");
+    // ProxySQL's CHECKs are there: the statement fails, with SQLite's message.
+    let e = store.query("INSERT INTO mysql_query_rules (rule_id, multiplex) VALUES (10, 5)").unwrap_err();
+    assert!(e.to_string().contains("CHECK constraint failed"), "{e}");
+}
+
+#[test]
+fn seeding_names_the_row_sqlite_refused() {
+    let (mut store, _) = Store::open(None).unwrap();
+    let mut fc = config();
+    fc.mysql_query_rules[1].retries = Some(5000);
+    let e = store.seed(&[Module::MysqlQueryRules], &fc, &[Layer::Memory]).unwrap_err().to_string();
+    assert!(e.starts_with("mysql_query_rules rule_id=7: CHECK constraint failed"), "{e}");
+    // Negative "no change" actions are stored as NULL.
+    fc.mysql_query_rules[1].retries = Some(-1);
+    fc.mysql_query_rules[1].flag_out = Some(-1);
+    store.seed(&[Module::MysqlQueryRules], &fc, &[Layer::Memory]).unwrap();
+    let mut back = FileConfig::default();
+    store.read(Layer::Memory, Module::MysqlQueryRules, &mut back).unwrap();
+    assert_eq!((back.mysql_query_rules[1].retries, back.mysql_query_rules[1].flag_out), (None, None));
+    // Two rows of one server with different CAs cannot share mysql_servers_ssl_params.
+    fc.mysql_servers[1].ssl_ca = Some("/other.pem".into());
+    let e = store.seed(&[Module::MysqlServers], &fc, &[Layer::Memory]).unwrap_err().to_string();
+    assert!(
+        e.starts_with(
+            "mysql_servers (hostgroup_id=1, hostname='db1', port=3306): ssl_ca: differs from that of mysql_servers (hostgroup_id=0"
+        ),
+        "{e}"
+    );
+    // Nothing was half-written.
+    assert_eq!(rows_of(store.query("SELECT COUNT(*) FROM mysql_servers").unwrap()), vec![vec![Some("0".to_string())]]);
+}
+
+#[test]
+fn save_to_disk_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let fc = config();
+    {
+        let (mut store, fresh) = Store::open(Some(dir.path())).unwrap();
+        assert!(fresh);
+        store.seed(&Module::ALL, &fc, &[Layer::Memory]).unwrap();
+        store.query("INSERT INTO mysql_query_rules (rule_id, active, match_digest, apply) VALUES (20, 1, '^INSERT', 1)").unwrap();
+        for m in Module::ALL {
+            let Some(AdminCommand::Move { module, from, to }) = parse(&format!("SAVE {m} TO DISK")) else { panic!() };
+            store.copy(module, from, to).unwrap();
+        }
+        // Edits after the save stay in memory.
+        store.query("DELETE FROM mysql_users").unwrap();
+    }
+    assert!(dir.path().join("sluice.db").is_file());
+    let (mut store, fresh) = Store::open(Some(dir.path())).unwrap();
+    assert!(!fresh);
+    let from_disk = read_all(&store, Layer::Disk);
+    assert_eq!(from_disk.mysql_users, fc.mysql_users);
+    assert_eq!(from_disk.mysql_servers, fc.mysql_servers);
+    assert_eq!(from_disk.mysql_query_rules.iter().map(|r| r.rule_id).collect::<Vec<_>>(), vec![5, 7, 20]);
+    assert_eq!(from_disk.monitor, Some(MonitorSection { username: "mon".into(), password: "monpw".into() }));
+    // Memory starts empty; LOAD … FROM DISK fills it.
+    assert!(read_all(&store, Layer::Memory).mysql_servers.is_empty());
+    for m in Module::ALL {
+        store.copy(m, Layer::Disk, Layer::Memory).unwrap();
+    }
+    assert_same(&read_all(&store, Layer::Memory), &from_disk);
+    // A disk file from a newer sluice is refused.
+    store.query("PRAGMA disk.user_version = 99").unwrap();
+    drop(store);
+    let e = Store::open(Some(dir.path())).unwrap_err().to_string();
+    assert!(e.contains("sluice.db") && e.contains("newer sluice"), "{e}");
+    assert!(Store::open(Some(&dir.path().join("missing"))).is_err());
+}
+
+#[test]
+fn copies_between_layers_move_only_their_module() {
+    let (mut store, _) = Store::open(None).unwrap();
+    let fc = config();
+    for m in Module::ALL {
+        store.write_runtime(m, &fc).unwrap();
+    }
+    // SAVE MYSQL USERS FROM RUNTIME: runtime → memory, users only.
+    store.copy(Module::MysqlUsers, Layer::Runtime, Layer::Memory).unwrap();
+    let mem = read_all(&store, Layer::Memory);
+    assert_eq!(mem.mysql_users, fc.mysql_users);
+    assert!(mem.mysql_servers.is_empty());
+    // Variables: the admin module's rows only.
+    store.copy(Module::AdminVariables, Layer::Runtime, Layer::Memory).unwrap();
+    let names = rows_of(store.query("SELECT variable_name FROM global_variables ORDER BY 1").unwrap());
+    assert_eq!(text(&names), vec![vec!["admin-admin_credentials"], vec!["admin-http_listen"], vec!["admin-mysql_ifaces"]]);
+    assert!(matches!(store.copy(Module::MysqlUsers, Layer::Memory, Layer::Runtime), Err(AdminError::Unsupported(_))));
+}
+
+#[test]
+fn query_outputs_and_client_commands() {
+    let (mut store, _) = Store::open(None).unwrap();
+    store.seed(&Module::ALL, &config(), &[Layer::Memory]).unwrap();
+    match store.query("SELECT hostgroup_id, hostname, comment, NULL AS n FROM mysql_servers WHERE hostgroup_id = 1").unwrap() {
+        Output::Rows { columns, rows } => {
+            assert_eq!(columns, ["hostgroup_id", "hostname", "comment", "n"]);
+            assert_eq!(text(&rows), vec![vec!["1", "db1", "it's the primary", "NULL"], vec!["1", "db2", "", "NULL"]]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(store.query("DELETE FROM mysql_servers WHERE hostgroup_id = 1").unwrap(), Output::Done { affected: 2 });
+    assert_eq!(store.query("  ").unwrap(), Output::Done { affected: 0 });
+    let e = store.query("SELEKT 1").unwrap_err();
+    assert!(matches!(e, AdminError::Sql(_)) && e.to_string().contains("syntax error"), "{e}");
+    assert!(store.query("SELECT * FROM no_such_table").unwrap_err().to_string().contains("no such table"));
+
+    let answer = |store: &mut Store, sql: &str| store.answer(&parse(sql).unwrap()).unwrap();
+    assert_eq!(answer(&mut store, "select @@version_comment limit 1"), Some(Output::single("@@version_comment", VERSION_COMMENT)));
+    assert_eq!(answer(&mut store, "SELECT DATABASE()"), Some(Output::single("DATABASE()", "main")));
+    assert!(matches!(answer(&mut store, "SELECT @@version"), Some(Output::Rows { .. })));
+    assert_eq!(answer(&mut store, "SET NAMES utf8mb4"), Some(Output::Done { affected: 0 }));
+    let dbs = rows_of(answer(&mut store, "SHOW DATABASES").unwrap());
+    let names: Vec<&str> = dbs.iter().map(|r| r[1].as_deref().unwrap_or("")).collect();
+    assert_eq!(names, ["main", "disk", "stats"]);
+    let tables = rows_of(answer(&mut store, "SHOW TABLES").unwrap());
+    let tables: Vec<&str> = tables.iter().map(|r| r[0].as_deref().unwrap_or("")).collect();
+    for t in ["global_variables", "mysql_query_rules", "mysql_servers", "mysql_users", "runtime_mysql_servers", "runtime_global_variables"]
+    {
+        assert!(tables.contains(&t), "{t} in {tables:?}");
+    }
+    assert!(!tables.iter().any(|t| t.starts_with("sqlite_")));
+    let stats = rows_of(answer(&mut store, "SHOW TABLES FROM stats").unwrap());
+    assert_eq!(stats.len(), StatsTable::ALL.len());
+    let create = rows_of(answer(&mut store, "SHOW CREATE TABLE mysql_users").unwrap());
+    assert!(create[0][1].as_deref().unwrap_or("").contains("backend_username"));
+    assert!(store.answer(&parse("SHOW CREATE TABLE nope").unwrap()).unwrap_err().to_string().contains("nope"));
+    let vars = rows_of(answer(&mut store, "SHOW VARIABLES LIKE 'admin-%'").unwrap());
+    assert_eq!(vars.len(), 3);
+    assert_eq!(answer(&mut store, "SHOW PROCESSLIST"), None);
+    assert_eq!(answer(&mut store, "LOAD MYSQL USERS TO RUNTIME"), None);
+}
+
+#[test]
+fn stats_tables_are_filled_then_read() {
+    let (mut store, _) = Store::open(None).unwrap();
+    let sql = "SELECT * FROM stats_mysql_global ORDER BY Variable_Name";
+    assert_eq!(stats_tables_referenced(sql), vec![StatsTable::Global]);
+    store
+        .fill_stats(
+            StatsTable::Global,
+            vec![vec![Cell::from("Questions"), Cell::from("12")], vec!["Client_Connections_connected".into(), "2".into()]],
+        )
+        .unwrap();
+    assert_eq!(text(&rows_of(store.query(sql).unwrap())), vec![vec!["Client_Connections_connected", "2"], vec!["Questions", "12"]]);
+    // Refilling replaces; the qualified name works too.
+    store.fill_stats(StatsTable::Global, vec![vec!["Questions".into(), "13".into()]]).unwrap();
+    assert_eq!(text(&rows_of(store.query("SELECT * FROM stats.stats_mysql_global").unwrap())), vec![vec!["Questions", "13"]]);
+    assert_eq!(rows_of(store.answer(&AdminCommand::ShowMysqlStatus).unwrap().unwrap()).len(), 1);
+    store.fill_stats(StatsTable::Rates, vec![vec!["Questions".into(), 1.5.into(), 2.0.into(), Cell::from(3u64)]]).unwrap();
+    assert_eq!(text(&rows_of(store.answer(&AdminCommand::ShowStatusRate).unwrap().unwrap())), vec![vec!["Questions", "1.5", "2", "3"]]);
+    let digest: Vec<Cell> = vec![
+        Cell::from(0u32),
+        "shop".into(),
+        "app".into(),
+        "".into(),
+        "0x1234".into(),
+        "SELECT ?".into(),
+        Cell::from(3u64),
+        Cell::from(1i64),
+        Cell::from(2i64),
+        Cell::from(30u64),
+        Cell::from(5u64),
+        Cell::from(20u64),
+        Cell::from(0u64),
+        Cell::from(Some(3u64)),
+    ];
+    store.fill_stats(StatsTable::QueryDigest, vec![digest]).unwrap();
+    assert_eq!(rows_of(store.query("SELECT digest_text, count_star FROM stats_mysql_query_digest").unwrap())[0][1].as_deref(), Some("3"));
+    let e = store.fill_stats(StatsTable::MultiplexPins, vec![vec!["transaction".into()]]).unwrap_err();
+    assert!(e.to_string().contains("stats_mysql_multiplex_pins: a row of 1 values for 2 columns"), "{e}");
+}
+
+#[test]
+fn outputs_are_written_as_replies() {
+    use proto::response::{Event, Reply, Scanner};
+    fn _store_moves_between_threads<T: Send>() {}
+    _store_moves_between_threads::<Store>();
+    let (mut store, _) = Store::open(None).unwrap();
+    store.seed(&Module::ALL, &config(), &[Layer::Memory]).unwrap();
+    for dep in [false, true] {
+        for sql in ["SELECT * FROM mysql_servers", "SELECT * FROM mysql_users WHERE 0", "UPDATE mysql_servers SET weight = 2"] {
+            let mut out = Vec::new();
+            let mut seq = 1;
+            store.query(sql).unwrap().write(&mut out, &mut seq, 2, dep);
+            let mut s = Scanner::new(Reply::Query, dep);
+            assert_eq!(s.feed(&out).unwrap(), (out.len(), Event::Done { error: false }), "{sql}");
+            assert_eq!(s.status(), 2);
+        }
+    }
+    let mut out = Vec::new();
+    Output::Done { affected: 3 }.write(&mut out, &mut 1, 2, false);
+    assert_eq!(out, [7, 0, 0, 1, 0, 3, 0, 2, 0, 0, 0]);
+}
