@@ -1,6 +1,6 @@
 //! sluice: a MySQL/MariaDB-protocol proxy. The data path, in six steps:
 //! ① `listener` → ② `session` → ③ `rules` → ④ `route` → ⑤ `pool` → ⑥ `exec`;
-//! beside it `server` (workers, start/stop), `config`, `users`, `registry`, `monitor`, `tls`, `net`.
+//! beside it `server` (workers, start/stop), `config`, `users`, `registry`, `monitor`, `stats`, `tls`, `net`.
 
 pub mod config;
 pub mod exec;
@@ -13,6 +13,7 @@ pub mod route;
 pub mod rules;
 pub mod server;
 pub mod session;
+pub mod stats;
 pub mod tls;
 pub mod users;
 
