@@ -1,0 +1,519 @@
+//! stats (beside ①–⑥): what the admin tables (stats_mysql_query_digest, _commands_counters,
+//! _global, _connection_pool's traffic columns) and /metrics read.
+//!
+//! Every thread that records gets its own state, registered with the `Stats` on first use
+//! (the pattern of `rules::hits`): counters as single-writer atomics, everything else behind a
+//! mutex only that thread and an occasional reader take, so the query path writes no shared
+//! cache line and takes no global lock. Readers merge every thread's state on demand. The
+//! state of a thread that has exited is folded into `retired` by the next reader, so a churn of
+//! short-lived threads does not grow the list.
+
+mod command;
+mod counter;
+mod digest;
+mod rates;
+
+pub use command::{bucket, Command, BUCKET_COLUMNS, BUCKET_LIMITS_US};
+pub use counter::Counter;
+pub use rates::WINDOWS as RATE_WINDOWS;
+
+use crate::config::StatsSection;
+use digest::DigestTable;
+use hdrhistogram::Histogram;
+use rates::RateRing;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// One finished statement, as the thread that ran it reports it.
+#[derive(Debug, Clone, Copy)]
+pub struct QueryEvent<'a> {
+    pub hostgroup: u32,
+    /// The caller's server id (not used by `record`; traffic goes through `server_traffic`).
+    pub server: u32,
+    pub user: &'a str,
+    pub schema: &'a str,
+    /// sql::digest id; 0 (digests off, or a command without text) makes no digest entry.
+    pub digest: u64,
+    /// The normalized text; copied only when a new entry is made.
+    pub digest_text: &'a [u8],
+    pub command: Command,
+    pub duration_us: u64,
+    pub rows_sent: u64,
+    pub rows_affected: u64,
+    pub error: bool,
+}
+
+/// A stats_mysql_query_digest row, merged over threads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DigestRow {
+    pub hostgroup: u32,
+    pub schemaname: String,
+    pub username: String,
+    pub digest: u64,
+    pub digest_text: String,
+    pub count_star: u64,
+    /// Unix seconds.
+    pub first_seen: u64,
+    pub last_seen: u64,
+    pub sum_time_us: u64,
+    pub min_time_us: u64,
+    pub max_time_us: u64,
+    /// From the entry's histogram: within ~6% (see digest.rs), never above max_time_us.
+    pub p50_us: u64,
+    pub p95_us: u64,
+    pub p99_us: u64,
+    pub sum_rows_sent: u64,
+    pub sum_rows_affected: u64,
+    pub errors: u64,
+}
+
+/// A stats_mysql_commands_counters row; `buckets` follow `BUCKET_COLUMNS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandRow {
+    pub command: &'static str,
+    pub total_time_us: u64,
+    pub total_cnt: u64,
+    pub buckets: [u64; 12],
+}
+
+/// Traffic to one backend server (stats_mysql_connection_pool's Queries, Bytes_data_sent,
+/// Bytes_data_recv; latency_sum_us / queries is the mean statement time there).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerTraffic {
+    pub queries: u64,
+    pub bytes_sent: u64,
+    pub bytes_recv: u64,
+    pub latency_sum_us: u64,
+}
+
+impl ServerTraffic {
+    fn absorb(&mut self, o: &ServerTraffic) {
+        self.queries += o.queries;
+        self.bytes_sent += o.bytes_sent;
+        self.bytes_recv += o.bytes_recv;
+        self.latency_sum_us += o.latency_sum_us;
+    }
+}
+
+/// A counter's change per second over the last 1, 10 and 60 seconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateRow {
+    pub name: &'static str,
+    pub per_second_1s: f64,
+    pub per_second_10s: f64,
+    pub per_second_60s: f64,
+}
+
+/// Statement latency over every statement recorded (µs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Percentiles {
+    pub count: u64,
+    pub p50_us: u64,
+    pub p95_us: u64,
+    pub p99_us: u64,
+    pub max_us: u64,
+}
+
+/// The all-statements histogram, one per thread: 1 µs to 1 h at 2 significant figures (within
+/// 1%), u64 counts, 3,328 counters (26 KB a thread).
+fn new_latency_hist() -> Option<Histogram<u64>> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 2).ok()
+}
+
+#[derive(Clone, Copy, Default)]
+struct CommandCounts {
+    total_time_us: u64,
+    total_cnt: u64,
+    buckets: [u64; 12],
+}
+
+/// A u32 key's hash for the per-thread server map (SipHash would cost more than the rest).
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = u64::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type ServerMap = HashMap<u32, ServerTraffic, BuildHasherDefault<IdHasher>>;
+
+/// A thread's state apart from its counters.
+struct LocalData {
+    commands: [CommandCounts; Command::COUNT],
+    latency: Option<Histogram<u64>>,
+    /// Exact (the histogram's max is its bucket's top).
+    latency_max: u64,
+    digests: DigestTable,
+    servers: ServerMap,
+}
+
+impl Default for LocalData {
+    fn default() -> LocalData {
+        LocalData {
+            commands: [CommandCounts::default(); Command::COUNT],
+            latency: None,
+            latency_max: 0,
+            digests: DigestTable::default(),
+            servers: ServerMap::default(),
+        }
+    }
+}
+
+impl LocalData {
+    fn count_command(&mut self, c: Command, us: u64) {
+        if let Some(cc) = self.commands.get_mut(c as usize) {
+            cc.total_cnt += 1;
+            cc.total_time_us += us;
+            if let Some(b) = cc.buckets.get_mut(bucket(us)) {
+                *b += 1;
+            }
+        }
+        self.latency_max = self.latency_max.max(us);
+        if self.latency.is_none() {
+            self.latency = new_latency_hist();
+        }
+        if let Some(h) = &mut self.latency {
+            h.saturating_record(us);
+        }
+    }
+
+    /// Adds everything but the digests into `into`.
+    fn add_totals_to(&self, into: &mut LocalData) {
+        for (o, c) in into.commands.iter_mut().zip(&self.commands) {
+            o.total_cnt += c.total_cnt;
+            o.total_time_us += c.total_time_us;
+            for (ob, cb) in o.buckets.iter_mut().zip(&c.buckets) {
+                *ob += cb;
+            }
+        }
+        if let Some(h) = &self.latency {
+            match &mut into.latency {
+                // Same bounds on both sides, so the add cannot fail.
+                Some(o) => {
+                    let _ = o.add(h);
+                }
+                None => into.latency = Some(h.clone()),
+            }
+        }
+        into.latency_max = into.latency_max.max(self.latency_max);
+        for (id, t) in &self.servers {
+            into.servers.entry(*id).or_default().absorb(t);
+        }
+    }
+}
+
+/// One thread's state for one `Stats`.
+struct Local {
+    /// Written only by the owning thread (a plain load and store, no locked instruction).
+    counters: [AtomicU64; Counter::COUNT],
+    data: Mutex<LocalData>,
+}
+
+impl Local {
+    fn new() -> Local {
+        Local { counters: std::array::from_fn(|_| AtomicU64::new(0)), data: Mutex::new(LocalData::default()) }
+    }
+
+    fn bump(&self, c: Counter, n: u64) {
+        let a = &self.counters[c as usize];
+        a.store(a.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+}
+
+/// What exited threads left behind.
+#[derive(Default)]
+struct Retired {
+    counters: Vec<u64>,
+    data: LocalData,
+}
+
+/// Distinguishes `Stats` instances, so a thread never records into a dropped one's state.
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// This thread's state, by `Stats` generation (one in a running proxy; entries of dropped
+    /// instances are forgotten when the thread next registers).
+    static LOCAL: RefCell<Vec<(u64, Arc<Local>)>> = const { RefCell::new(Vec::new()) };
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking holder leaves counts, never broken invariants worth losing the stats over.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// The statistics of one running proxy, held as `Arc<Stats>`.
+pub struct Stats {
+    generation: u64,
+    digests_on: AtomicBool,
+    max_digests: AtomicUsize,
+    max_digest_length: AtomicUsize,
+    /// Every live thread's state. Locked when a thread registers and when read.
+    threads: Mutex<Vec<Arc<Local>>>,
+    retired: Mutex<Retired>,
+    rates: Mutex<RateRing>,
+}
+
+impl std::fmt::Debug for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stats").field("generation", &self.generation).finish()
+    }
+}
+
+impl Stats {
+    pub fn new(settings: &StatsSection) -> Stats {
+        let s = Stats {
+            generation: GENERATION.fetch_add(1, Relaxed),
+            digests_on: AtomicBool::new(false),
+            max_digests: AtomicUsize::new(0),
+            max_digest_length: AtomicUsize::new(0),
+            threads: Mutex::new(Vec::new()),
+            retired: Mutex::new(Retired::default()),
+            rates: Mutex::new(RateRing::default()),
+        };
+        s.apply(settings);
+        s
+    }
+
+    /// Takes new settings live. Turning digests off keeps the entries there are; a lower cap
+    /// shrinks a thread's table at its next new digest.
+    pub fn apply(&self, settings: &StatsSection) {
+        self.digests_on.store(settings.digests, Relaxed);
+        self.max_digests.store(settings.max_digests_per_worker, Relaxed);
+        self.max_digest_length.store(settings.max_digest_length, Relaxed);
+    }
+
+    /// Runs `f` on this thread's state, registering it on first use. During thread teardown
+    /// (thread-locals gone) the event is dropped.
+    fn with_local(&self, f: impl FnOnce(&Local)) {
+        let _ = LOCAL.try_with(|cell| {
+            {
+                let Ok(list) = cell.try_borrow() else { return };
+                if let Some((_, local)) = list.iter().find(|(g, _)| *g == self.generation) {
+                    return f(local);
+                }
+            }
+            let Ok(mut list) = cell.try_borrow_mut() else { return };
+            let local = Arc::new(Local::new());
+            lock(&self.threads).push(local.clone());
+            // Forget states whose Stats is gone (then this thread is their only holder).
+            list.retain(|(_, l)| Arc::strong_count(l) > 1);
+            list.push((self.generation, local.clone()));
+            f(&local)
+        });
+    }
+
+    /// Query path: one finished statement. Counts Questions, the command and its latency, and
+    /// (digests on, `q.digest != 0`) its digest entry, evicting if the thread's table is full.
+    pub fn record(&self, q: &QueryEvent<'_>) {
+        let digests = q.digest != 0 && self.digests_on.load(Relaxed);
+        // Read before taking the lock, to keep it short.
+        let now = if digests { unix_now() } else { 0 };
+        self.with_local(|local| {
+            local.bump(Counter::Questions, 1);
+            let mut d = lock(&local.data);
+            d.count_command(q.command, q.duration_us);
+            if digests {
+                let cap = self.max_digests.load(Relaxed);
+                let max_text = self.max_digest_length.load(Relaxed);
+                let evicted = d.digests.record(q, now, cap, max_text);
+                if evicted > 0 {
+                    local.bump(Counter::DigestEvictions, evicted);
+                }
+            }
+        });
+    }
+
+    /// Query path: bumps a global counter by `n` on this thread (no lock).
+    pub fn add(&self, c: Counter, n: u64) {
+        self.with_local(|local| local.bump(c, n));
+    }
+
+    /// Query path: traffic to one backend server (`server`: the caller's stable id).
+    pub fn server_traffic(&self, server: u32, queries: u64, bytes_sent: u64, bytes_recv: u64, latency_us: u64) {
+        self.with_local(|local| {
+            let t = ServerTraffic { queries, bytes_sent, bytes_recv, latency_sum_us: latency_us };
+            lock(&local.data).servers.entry(server).or_default().absorb(&t);
+        });
+    }
+
+    /// The live threads' states, after folding those of exited threads into `retired`.
+    fn locals(&self) -> Vec<Arc<Local>> {
+        let mut threads = lock(&self.threads);
+        let mut i = 0;
+        while i < threads.len() {
+            // Only this list holds it: its thread has exited and will not write again.
+            if threads.get(i).is_some_and(|l| Arc::strong_count(l) == 1) {
+                let gone = threads.swap_remove(i);
+                self.retire(&gone);
+            } else {
+                i += 1;
+            }
+        }
+        threads.clone()
+    }
+
+    fn retire(&self, gone: &Local) {
+        let mut r = lock(&self.retired);
+        let r = &mut *r;
+        if r.counters.is_empty() {
+            r.counters = vec![0; Counter::COUNT];
+        }
+        for (o, c) in r.counters.iter_mut().zip(&gone.counters) {
+            *o += c.load(Relaxed);
+        }
+        let data = std::mem::take(&mut *lock(&gone.data));
+        data.add_totals_to(&mut r.data);
+        let cap = self.max_digests.load(Relaxed);
+        let mut evicted = 0;
+        for e in data.digests.into_entries() {
+            evicted += r.data.digests.absorb(e, cap);
+        }
+        if let Some(c) = r.counters.get_mut(Counter::DigestEvictions as usize) {
+            *c += evicted;
+        }
+    }
+
+    /// Every digest entry, merged over threads (same key on several threads: one row).
+    pub fn digests(&self) -> Vec<DigestRow> {
+        let mut all = DigestTable::default();
+        for local in self.locals() {
+            let copies = lock(&local.data).digests.snapshot();
+            for e in copies {
+                all.absorb(e, usize::MAX);
+            }
+        }
+        for e in lock(&self.retired).data.digests.snapshot() {
+            all.absorb(e, usize::MAX);
+        }
+        all.into_entries().iter().map(|e| e.row()).collect()
+    }
+
+    /// Every digest entry, merged, and clears them (stats_mysql_query_digest_reset): each
+    /// thread's table is taken whole under its lock, so a statement is reported exactly once.
+    pub fn take_digests(&self) -> Vec<DigestRow> {
+        let mut all = DigestTable::default();
+        for local in self.locals() {
+            // Sized like the last table, allocated before taking the lock.
+            let fresh = Vec::with_capacity(lock(&local.data).digests.len());
+            let taken = lock(&local.data).digests.take(fresh);
+            for e in taken {
+                all.absorb(e, usize::MAX);
+            }
+        }
+        for e in lock(&self.retired).data.digests.take(Vec::new()) {
+            all.absorb(e, usize::MAX);
+        }
+        all.into_entries().iter().map(|e| e.row()).collect()
+    }
+
+    /// Every thread's state but the digests, summed.
+    fn totals(&self) -> LocalData {
+        let mut sum = LocalData::default();
+        for local in self.locals() {
+            lock(&local.data).add_totals_to(&mut sum);
+        }
+        lock(&self.retired).data.add_totals_to(&mut sum);
+        sum
+    }
+
+    /// stats_mysql_commands_counters: one row per command, zeros included, by name.
+    pub fn commands(&self) -> Vec<CommandRow> {
+        let totals = self.totals();
+        let mut rows: Vec<CommandRow> = Command::ALL
+            .iter()
+            .map(|&c| {
+                let cc = totals.commands.get(c as usize).copied().unwrap_or_default();
+                CommandRow { command: c.name(), total_time_us: cc.total_time_us, total_cnt: cc.total_cnt, buckets: cc.buckets }
+            })
+            .collect();
+        rows.sort_unstable_by_key(|r| r.command);
+        rows
+    }
+
+    /// Every counter by its stats_mysql_global name, in `Counter::ALL` order.
+    pub fn counters(&self) -> Vec<(&'static str, u64)> {
+        let mut sums = vec![0u64; Counter::COUNT];
+        for local in self.locals() {
+            for (s, c) in sums.iter_mut().zip(&local.counters) {
+                *s += c.load(Relaxed);
+            }
+        }
+        for (s, c) in sums.iter_mut().zip(&lock(&self.retired).counters) {
+            *s += c;
+        }
+        Counter::ALL.iter().zip(sums).map(|(c, v)| (c.name(), v)).collect()
+    }
+
+    /// Traffic per server id, summed over threads.
+    pub fn servers(&self) -> HashMap<u32, ServerTraffic> {
+        self.totals().servers.into_iter().collect()
+    }
+
+    /// Latency over every statement recorded.
+    pub fn latency(&self) -> Percentiles {
+        let totals = self.totals();
+        let Some(h) = totals.latency else { return Percentiles::default() };
+        let max = totals.latency_max;
+        Percentiles {
+            count: h.len(),
+            p50_us: h.value_at_quantile(0.50).min(max),
+            p95_us: h.value_at_quantile(0.95).min(max),
+            p99_us: h.value_at_quantile(0.99).min(max),
+            max_us: max,
+        }
+    }
+
+    /// Called once a second (a background task): samples `counters()` for `rates()`.
+    pub fn sample(&self, now: Instant) {
+        let values = self.counters().into_iter().map(|(_, v)| v).collect();
+        lock(&self.rates).push(now, values);
+    }
+
+    /// Each counter's change per second over the last 1, 10 and 60 samples (fewer when fewer
+    /// exist; 0 before two).
+    pub fn rates(&self) -> Vec<RateRow> {
+        let ring = lock(&self.rates);
+        let [w1, w10, w60] = RATE_WINDOWS;
+        Counter::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, c)| RateRow {
+                name: c.name(),
+                per_second_1s: ring.rate(i, w1),
+                per_second_10s: ring.rate(i, w10),
+                per_second_60s: ring.rate(i, w60),
+            })
+            .collect()
+    }
+}
+
+impl Drop for Stats {
+    /// Frees every thread's digests and histograms now; what stays in the thread-locals until
+    /// those threads next register is an empty shell.
+    fn drop(&mut self) {
+        for local in lock(&self.threads).iter() {
+            *lock(&local.data) = LocalData::default();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
