@@ -1,4 +1,5 @@
-//! Test-only helpers for sluice: private MariaDB servers, TLS test certificates, a Prometheus exposition checker.
+//! Test-only helpers for sluice: private MariaDB servers, TLS test certificates, a Prometheus exposition checker,
+//! headless Chromium for page checks.
 //!
 //! ```no_run
 //! let db = sluice_testkit::MariaDb::start()?;
@@ -7,6 +8,7 @@
 //! ```
 
 mod certs;
+pub mod chromium;
 mod mariadb;
 pub mod prometheus;
 mod spawner;
