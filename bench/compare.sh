@@ -10,9 +10,11 @@ Usage: bench/compare.sh [options]
 
 Every option is also an environment variable (in CAPS); flags win over the environment.
 
-  --mode ab|runtime       MODE        ab: direct vs sluice (default).
+  --mode ab|runtime|stats MODE        ab: direct vs sluice (default).
                                       runtime: sluice --runtime steal vs --runtime per-core,
                                       with a direct run as reference in each round.
+                                      stats: sluice with digest statistics on vs off (switched
+                                      live through the admin port), a direct run in each round.
   --duration SECONDS      DURATION    seconds per sysbench run [20]
   --threads "N ..."       THREADS     sysbench thread counts [ab: "1 4 16 64", runtime: "16 64"]
   --workloads "W ..."     WORKLOADS   sysbench workloads
@@ -52,7 +54,11 @@ runtime)
 	THREADS=${THREADS:-16 64}
 	WORKLOADS=${WORKLOADS:-oltp_point_select}
 	;;
-*) die "MODE must be ab or runtime, not '$MODE'" ;;
+stats)
+	THREADS=${THREADS:-16 64}
+	WORKLOADS=${WORKLOADS:-oltp_point_select oltp_read_only}
+	;;
+*) die "MODE must be ab, runtime or stats, not '$MODE'" ;;
 esac
 DURATION=${DURATION:-20}
 TABLES=${TABLES:-4}
@@ -92,7 +98,11 @@ done
 CLK_TCK=$(getconf CLK_TCK)
 
 # --- estimate -------------------------------------------------------------------------
-if [ "$MODE" = ab ]; then VARIANTS=(direct sluice); else VARIANTS=(direct steal per-core); fi
+case "$MODE" in
+ab) VARIANTS=(direct sluice) ;;
+runtime) VARIANTS=(direct steal per-core) ;;
+stats) VARIANTS=(direct stats-on stats-off) ;;
+esac
 NRUNS=$((${#WORKLOAD_LIST[@]} * ${#THREAD_LIST[@]} * ROUNDS * ${#VARIANTS[@]}))
 # estimate RUNS SECONDS: ~0.5 s per run to connect and settle (+0.5 s per sluice restart in
 # runtime mode), ~5 s of set-up, prepare at roughly 50k rows/s, the warm-up. Excludes the build.
@@ -102,7 +112,7 @@ estimate() {
 	echo "~$((e / 60)) min $((e % 60)) s"
 }
 log "mode $MODE: ${#WORKLOAD_LIST[@]} workload(s) × ${#THREAD_LIST[@]} thread count(s) × $ROUNDS round(s) × ${#VARIANTS[@]} variants = $NRUNS runs of ${DURATION}s"
-if [ "$MODE" = ab ]; then DEF_RUNS=32; else DEF_RUNS=12; fi
+case "$MODE" in ab) DEF_RUNS=32 ;; runtime) DEF_RUNS=12 ;; stats) DEF_RUNS=24 ;; esac
 log "estimated run time: $(estimate "$NRUNS" "$DURATION") (with the default settings of this mode: $DEF_RUNS runs of 20 s, $(estimate "$DEF_RUNS" 20))"
 
 # --- sluice binary --------------------------------------------------------------------
@@ -110,7 +120,7 @@ pick_sluice
 
 # --- processes and teardown -----------------------------------------------------------
 WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX)
-DB_PID="" DB_PORT="" SLUICE_PID="" SLUICE_PORT="" SLUICE_RUNTIME="" RUN_PID=""
+DB_PID="" DB_PORT="" SLUICE_PID="" SLUICE_PORT="" SLUICE_RUNTIME="" RUN_PID="" ADMIN_PORT=""
 SOCK=$WORK/mysqld.sock
 
 stop_sluice() {
@@ -169,9 +179,11 @@ start_mariadb() {
 # start_sluice [extra args...]: starts sluice on a fresh port, waits until SELECT 1 works.
 start_sluice() {
 	SLUICE_PORT=$(free_port)
+	ADMIN_PORT=$(free_port)
 	echo "=== $(date +%T) start: ${SLUICE_CMD[*]} $* ${SLUICE_EXTRA[*]:-}" >>"$WORK/sluice.log"
 	spawn_supervised "$WORK/sluice" "$WORK/sluice.log" "${SLUICE_CMD[@]}" --listen "127.0.0.1:$SLUICE_PORT" \
-		--backend "127.0.0.1:$DB_PORT" --user root --password '' "$@" ${SLUICE_EXTRA[@]+"${SLUICE_EXTRA[@]}"}
+		--backend "127.0.0.1:$DB_PORT" --user root --password '' --admin-listen "127.0.0.1:$ADMIN_PORT" --http-listen '' \
+		"$@" ${SLUICE_EXTRA[@]+"${SLUICE_EXTRA[@]}"}
 	SLUICE_PID=$SPAWNED_PID
 	local i err=""
 	for ((i = 0; i < 300; i++)); do
@@ -184,6 +196,17 @@ start_sluice() {
 		sleep 0.1
 	done
 	die "SELECT 1 through sluice still fails after 30 s: $err"
+}
+
+# admin SQL...: runs statements on the running sluice's admin port.
+admin() { mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$ADMIN_PORT" -uadmin -padmin -N -B -e "$*"; }
+
+# digests on|off: switches digest statistics live (stats mode).
+digests() {
+	local v=false
+	[ "$1" = on ] && v=true
+	admin "UPDATE global_variables SET variable_value='$v' WHERE variable_name='mysql-query_digests'; LOAD MYSQL VARIABLES TO RUNTIME" ||
+		die "cannot switch digests $1 through the admin port"
 }
 
 # sb_args WORKLOAD THREADS PORT SECONDS: sets SB to the sysbench command line (without the command).
@@ -207,6 +230,7 @@ measure() {
 	if [ "$variant" = direct ]; then
 		port=$DB_PORT
 	else
+		case "$variant" in stats-on) digests on ;; stats-off) digests off ;; esac
 		port=$SLUICE_PORT
 		t0=$(cpu_ticks "$SLUICE_PID") || t0=""
 	fi
@@ -261,6 +285,20 @@ if [ "$MODE" = ab ]; then
 		done
 	done
 	stop_sluice
+elif [ "$MODE" = stats ]; then
+	start_sluice
+	for wl in "${WORKLOAD_LIST[@]}"; do
+		for thr in "${THREAD_LIST[@]}"; do
+			for ((r = 1; r <= ROUNDS; r++)); do
+				measure "$wl" "$thr" direct "$r"
+				# alternate which goes first, so neither always follows the direct run
+				if ((r % 2)); then order=(stats-on stats-off); else order=(stats-off stats-on); fi
+				for v in "${order[@]}"; do measure "$wl" "$thr" "$v" "$r"; done
+			done
+		done
+	done
+	DIGESTS_SEEN=$(admin "SELECT COUNT(*) FROM stats_mysql_query_digest") || DIGESTS_SEEN="?"
+	stop_sluice
 else
 	for wl in "${WORKLOAD_LIST[@]}"; do
 		for thr in "${THREAD_LIST[@]}"; do
@@ -290,11 +328,11 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS DB_PS_MODE=$DB_PS
 
 {
 	echo
-	if [ "$MODE" = ab ]; then
-		echo "### sluice vs direct, $START_TS"
-	else
-		echo "### sluice runtimes: steal vs per-core, $START_TS"
-	fi
+	case "$MODE" in
+	ab) echo "### sluice vs direct, $START_TS" ;;
+	runtime) echo "### sluice runtimes: steal vs per-core, $START_TS" ;;
+	stats) echo "### statistics overhead: digests on vs off, $START_TS" ;;
+	esac
 	echo
 	echo "- machine: $(nproc) CPUs, $CPU_MODEL, Linux $(uname -r); sysbench, mariadbd and sluice share these CPUs"
 	echo "- mariadbd $DB_VERSION (private instance, buffer pool 256M); $(sysbench --version)"
@@ -316,6 +354,22 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS DB_PS_MODE=$DB_PS
 					"| $(median "${P95[$wl|$thr|sluice]:-}" %.2f) | $(median "${CPU[$wl|$thr|sluice]:-}" %.1f) |"
 			done
 		done
+	elif [ "$MODE" = stats ]; then
+		echo "| workload | threads | direct QPS | digests on QPS | digests off QPS | on/off | on/direct | off/direct | on CPU µs/query | off CPU µs/query | CPU on − off µs |"
+		echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+		for wl in "${WORKLOAD_LIST[@]}"; do
+			for thr in "${THREAD_LIST[@]}"; do
+				d=$(median "${QPS[$wl|$thr|direct]:-}")
+				on=$(median "${QPS[$wl|$thr|stats-on]:-}")
+				off=$(median "${QPS[$wl|$thr|stats-off]:-}")
+				con=$(median "${CPU[$wl|$thr|stats-on]:-}" %.2f)
+				coff=$(median "${CPU[$wl|$thr|stats-off]:-}" %.2f)
+				echo "| $wl | $thr | $d | $on | $off | $(ratio "$on" "$off") | $(ratio "$on" "$d") | $(ratio "$off" "$d")" \
+					"| $con | $coff | $(awk -v a="$con" -v b="$coff" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/) printf "%.2f", a - b; else print "-" }') |"
+			done
+		done
+		echo
+		echo "Digest rows in stats_mysql_query_digest at the end: $DIGESTS_SEEN."
 	else
 		echo "| workload | threads | direct QPS | steal QPS | per-core QPS | steal/direct | per-core/direct | steal p95 ms | per-core p95 ms | steal CPU µs/query | per-core CPU µs/query |"
 		echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"

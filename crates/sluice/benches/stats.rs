@@ -22,6 +22,8 @@ fn event(digest: u64) -> QueryEvent<'static> {
         rows_sent: 1,
         rows_affected: 0,
         error: false,
+        bytes_sent: 0,
+        bytes_recv: 0,
     }
 }
 

@@ -443,6 +443,33 @@ impl Config {
     }
 }
 
+/// Settings given on the command line: they win over the file and the saved configuration.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub workers: Option<usize>,
+    pub runtime: Option<RuntimeKind>,
+    pub admin_listen: Option<String>,
+    pub http_listen: Option<String>,
+}
+
+impl Overrides {
+    pub fn apply(&self, c: &mut Config) {
+        if let Some(w) = self.workers {
+            c.workers = w;
+            c.proxy.workers = Some(w);
+        }
+        if let Some(r) = self.runtime {
+            c.proxy.runtime = r;
+        }
+        if let Some(a) = &self.admin_listen {
+            c.proxy.admin_listen = a.clone();
+        }
+        if let Some(a) = &self.http_listen {
+            c.proxy.http_listen = a.clone();
+        }
+    }
+}
+
 /// A configuration error, located in its file when there is one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {

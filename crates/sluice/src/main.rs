@@ -1,6 +1,6 @@
 //! The `sluice` command: load the config (file or quick-start flags), run until SIGTERM/SIGINT;
 //! SIGHUP re-reads the file and puts it in force (a bad file is rejected and the running
-//! configuration stays).
+//! configuration stays); the admin tables then show it.
 
 use clap::Parser;
 use sluice::config::{self, RuntimeKind};
@@ -37,6 +37,10 @@ struct Args {
     /// The HTTP port: metrics, health, dashboard (overrides the config; "" turns it off).
     #[arg(long)]
     http_listen: Option<String>,
+    /// Replace the configuration saved in the datadir (SAVE … TO DISK) with the file's; without
+    /// it, a saved configuration wins over the file (docs/admin.md).
+    #[arg(long)]
+    initial: bool,
     /// Check the configuration and exit.
     #[arg(long)]
     check: bool,
@@ -64,32 +68,30 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Some(w) = args.workers {
-        if w == 0 {
-            eprintln!("sluice: bad configuration: --workers must be at least 1");
-            return ExitCode::from(2);
-        }
-        config.workers = w;
+    if args.workers == Some(0) {
+        eprintln!("sluice: bad configuration: --workers must be at least 1");
+        return ExitCode::from(2);
     }
-    if let Some(r) = args.runtime {
-        config.proxy.runtime = r;
-    }
-    for (flag, given, field) in [
-        ("--admin-listen", &args.admin_listen, &mut config.proxy.admin_listen),
-        ("--http-listen", &args.http_listen, &mut config.proxy.http_listen),
-    ] {
-        let Some(addr) = given else { continue };
-        if !addr.is_empty() && addr.parse::<std::net::SocketAddr>().is_err() {
+    for (flag, given) in [("--admin-listen", &args.admin_listen), ("--http-listen", &args.http_listen)] {
+        if let Some(addr) = given.as_deref().filter(|a| !a.is_empty() && a.parse::<std::net::SocketAddr>().is_err()) {
             eprintln!("sluice: bad configuration: {flag}: `{addr}` is not an IP:port address (\"\" turns it off)");
             return ExitCode::from(2);
         }
-        *field = addr.clone();
     }
+    let overrides = config::Overrides {
+        workers: args.workers,
+        runtime: args.runtime,
+        admin_listen: args.admin_listen.clone(),
+        http_listen: args.http_listen.clone(),
+    };
+    overrides.apply(&mut config);
     if args.check {
         println!("configuration OK");
         return ExitCode::SUCCESS;
     }
-    let server = match sluice::Server::start(config) {
+    let options =
+        sluice::admin::startup::StartOptions { initial: args.initial, config_file: args.config.clone(), overrides: overrides.clone() };
+    let server = match sluice::Server::start_with(config, &options) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("sluice: cannot start: {e:#}");
@@ -98,7 +100,7 @@ fn main() -> ExitCode {
     };
     wait_for_signal(|| {
         if let Some(path) = &args.config {
-            reload(&server, path, args.workers);
+            reload(&server, path, &overrides);
         }
     });
     tracing::info!("shutting down: no new connections; letting in-flight statements finish");
@@ -132,15 +134,13 @@ fn wait_for_signal(mut on_hup: impl FnMut()) {
 
 /// SIGHUP: the whole file goes live if it is valid and can be put in force (its ports bound);
 /// otherwise the error is logged and the running configuration stays.
-fn reload(server: &sluice::Server, path: &std::path::Path, workers: Option<usize>) {
+fn reload(server: &sluice::Server, path: &std::path::Path, overrides: &config::Overrides) {
     let mut config = match config::load_file(path) {
         Ok(c) => c,
         Err(e) => return tracing::error!("reload rejected, running configuration kept: {e}"),
     };
-    if let Some(w) = workers {
-        config.workers = w;
-    }
-    match server.shared.apply(config) {
+    overrides.apply(&mut config);
+    match sluice::admin::startup::apply_file(&server.shared, config) {
         Ok(applied) => {
             tracing::info!(file = %path.display(), "reload: configuration in force");
             for setting in applied.need_restart {

@@ -10,6 +10,10 @@ use tokio::sync::Notify;
 pub struct SessionHandle {
     pub id: u32,
     pub user: String,
+    pub peer: std::net::SocketAddr,
+    /// What the session is doing, for SHOW PROCESSLIST: written by the session at each
+    /// statement's start and end (its own lock; readers are rare).
+    activity: Mutex<Activity>,
     /// server (pool id) << 32 | backend thread id of the connection serving the session now;
     /// 0 when it holds none.
     backend: AtomicU64,
@@ -23,7 +27,44 @@ pub struct SessionHandle {
     closed_notify: Notify,
 }
 
+/// A session's current statement, as SHOW PROCESSLIST shows it.
+#[derive(Default, Clone)]
+pub struct Activity {
+    /// The session's state when the statement began (its schema).
+    pub state: Option<crate::pool::state::Shared>,
+    pub hostgroup: u32,
+    /// When the running statement began; `None` between statements.
+    pub started: Option<std::time::Instant>,
+    /// The running statement's text (the first `INFO_MAX` bytes).
+    pub info: String,
+}
+
+/// Longest statement text kept for SHOW PROCESSLIST.
+const INFO_MAX: usize = 4096;
+
 impl SessionHandle {
+    /// A statement begins: one uncontended lock and a copy of (at most 4 KiB of) its text.
+    pub fn begin(&self, text: &[u8], state: &crate::pool::state::Shared, hostgroup: u32) {
+        let mut a = self.activity.lock().unwrap_or_else(|p| p.into_inner());
+        a.info.clear();
+        a.info.push_str(&String::from_utf8_lossy(&text[..text.len().min(INFO_MAX)]));
+        if !a.state.as_ref().is_some_and(|s| Arc::ptr_eq(s, state)) {
+            a.state = Some(state.clone());
+        }
+        a.hostgroup = hostgroup;
+        a.started = Some(std::time::Instant::now());
+    }
+
+    /// The statement ended.
+    pub fn end(&self) {
+        let mut a = self.activity.lock().unwrap_or_else(|p| p.into_inner());
+        a.started = None;
+    }
+
+    pub fn activity(&self) -> Activity {
+        self.activity.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     pub fn set_backend(&self, server: u32, thread_id: u32) {
         self.backend.store(((server as u64) << 32) | thread_id as u64, Ordering::Release);
     }
@@ -127,10 +168,12 @@ impl Registry {
         }
     }
 
-    pub fn register(&self, id: u32, user: &str) -> Arc<SessionHandle> {
+    pub fn register(&self, id: u32, user: &str, peer: std::net::SocketAddr) -> Arc<SessionHandle> {
         let h = Arc::new(SessionHandle {
             id,
             user: user.to_string(),
+            peer,
+            activity: Mutex::new(Activity::default()),
             backend: AtomicU64::new(0),
             killed: AtomicBool::new(false),
             kill: Notify::new(),
@@ -168,6 +211,13 @@ impl Registry {
                 h.kill();
             }
         }
+    }
+
+    /// Every live session, by id.
+    pub fn sessions(&self) -> Vec<Arc<SessionHandle>> {
+        let mut v: Vec<_> = self.sessions.lock().map(|s| s.values().cloned().collect()).unwrap_or_default();
+        v.sort_by_key(|h| h.id);
+        v
     }
 
     pub fn len(&self) -> usize {

@@ -5,6 +5,7 @@
 //! reload changes nothing.
 
 use crate::config::{Config, ConfigError, FileConfig};
+use crate::querylog::QueryLog;
 use crate::route::Hostgroups;
 use crate::server::Shared;
 use crate::users::Users;
@@ -17,6 +18,9 @@ pub struct Snapshot {
     pub users: Users,
     /// Client-side TLS, rebuilt when `[tls]` changes.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The query log when `[querylog]` names a file; kept (and its settings changed in place)
+    /// across reloads.
+    pub query_log: Option<Arc<QueryLog>>,
 }
 
 impl Snapshot {
@@ -31,7 +35,18 @@ impl Snapshot {
             _ => None,
         };
         let users = Users::from_config(&config);
-        Ok(Snapshot { config, hostgroups, users, tls })
+        let settings = &config.querylog;
+        let query_log = match (settings.path.as_ref(), old.and_then(|o| o.query_log.as_ref())) {
+            (None, _) => None,
+            (Some(_), Some(log)) => {
+                log.apply(settings).map_err(|e| anyhow::anyhow!("querylog.path: {e}"))?;
+                Some(log.clone())
+            }
+            (Some(path), None) => {
+                Some(Arc::new(QueryLog::start(settings).map_err(|e| anyhow::anyhow!("querylog.path {}: {e}", path.display()))?))
+            }
+        };
+        Ok(Snapshot { config, hostgroups, users, tls, query_log })
     }
 }
 
@@ -79,6 +94,7 @@ impl Shared {
         // Ports first: a port that cannot be bound refuses the whole reload.
         self.listeners.reconcile(&snapshot.config).map_err(ReloadError::Unusable)?;
         snapshot.hostgroups.adopt(&snapshot.config, &old.hostgroups);
+        self.stats.apply(&snapshot.config.stats);
         crate::server::warn_inactive_columns(&snapshot.config.query_rules);
         self.live.store(Arc::new(snapshot));
         Ok(applied)

@@ -90,6 +90,10 @@ impl Hostgroups {
         for row in &config.servers {
             if let Some(s) = self.find(row.hostgroup_id, &row.hostname, row.port) {
                 s.pool.set_limits(row.status, row.max_connections);
+                if row.status != ServerStatus::Online {
+                    // Drained: what is idle closes now, what is in use when it comes back.
+                    s.pool.close_idle();
+                }
             }
         }
         for s in old.servers() {

@@ -57,6 +57,10 @@ pub struct Shared {
     closing: std::sync::atomic::AtomicBool,
     /// Client connections open now.
     pub clients: AtomicUsize,
+    /// Statistics: per-worker counters merged when read.
+    pub stats: Arc<crate::stats::Stats>,
+    /// The admin port's tables (ProxySQL's memory / disk / runtime layers).
+    pub admin: crate::admin::exec::Admin,
     /// Worker threads and runtime kind, fixed at start.
     pub workers: usize,
     pub runtime: RuntimeKind,
@@ -149,8 +153,16 @@ pub struct Server {
 impl Server {
     /// Binds the listeners and starts the workers. Returns once clients can connect.
     pub fn start(config: Config) -> anyhow::Result<Server> {
+        Server::start_with(config, &crate::admin::startup::StartOptions::default())
+    }
+
+    /// `start`, with the admin store's start-up choices: the configuration saved in the
+    /// datadir wins over `config` unless `options.initial` (`admin::startup`).
+    pub fn start_with(config: Config, options: &crate::admin::startup::StartOptions) -> anyhow::Result<Server> {
+        let (admin, config) = crate::admin::startup::open(config, options)?;
         let (workers, runtime) = (config.workers, config.proxy.runtime);
         warn_inactive_columns(&config.query_rules);
+        let stats_settings = config.stats.clone();
         let listeners = Listeners::default();
         listeners.reconcile(&config).map_err(|e| anyhow::anyhow!(e))?;
         let shared = Arc::new(Shared {
@@ -165,6 +177,8 @@ impl Server {
             shutdown: CancellationToken::new(),
             closing: std::sync::atomic::AtomicBool::new(false),
             clients: AtomicUsize::new(0),
+            stats: Arc::new(crate::stats::Stats::new(&stats_settings)),
+            admin,
             workers,
             runtime,
         });
@@ -272,6 +286,7 @@ fn start_per_core(shared: &Arc<Shared>) -> anyhow::Result<Vec<JoinHandle<()>>> {
         let side = TaskTracker::new();
         shared.listeners.run(rt.handle().clone(), shared.shutdown.clone(), hand_offs(&shared, hand_off, &side));
         rt.block_on(async {
+            tokio::spawn(sample_rates(shared.clone()));
             shared.shutdown.cancelled().await;
             drain(side, &shared).await;
         });
@@ -301,6 +316,7 @@ fn start_stealing(shared: &Arc<Shared>) -> anyhow::Result<Vec<JoinHandle<()>>> {
             for w in 0..shared.workers {
                 tokio::spawn(crate::pool::maintain(shared.clone(), w));
             }
+            tokio::spawn(sample_rates(shared.clone()));
             shared.shutdown.cancelled().await;
             drain(tracker, &shared).await;
         });
@@ -308,7 +324,27 @@ fn start_stealing(shared: &Arc<Shared>) -> anyhow::Result<Vec<JoinHandle<()>>> {
 }
 
 /// Where each kind of port's connections go: client sessions to `clients`; admin sessions
-/// and HTTP requests are tracked by `side` (they end at shutdown like client sessions).
-fn hand_offs(_shared: &Arc<Shared>, clients: HandOff, _side: &TaskTracker) -> Vec<(Kind, HandOff)> {
-    vec![(Kind::Client, clients)]
+/// and HTTP connections to tasks tracked by `side` (they end at shutdown like client sessions).
+fn hand_offs(shared: &Arc<Shared>, clients: HandOff, side: &TaskTracker) -> Vec<(Kind, HandOff)> {
+    let (admin_shared, admin_tasks) = (shared.clone(), side.clone());
+    let admin: HandOff = Arc::new(move |stream, peer| {
+        admin_tasks.spawn(crate::admin::session::run(admin_shared.clone(), stream, peer));
+    });
+    let (http_shared, http_tasks) = (shared.clone(), side.clone());
+    let http: HandOff = Arc::new(move |stream, peer| {
+        http_tasks.spawn(crate::http::serve(http_shared.clone(), stream, peer));
+    });
+    vec![(Kind::Client, clients), (Kind::Admin, admin), (Kind::Http, http)]
+}
+
+/// Samples the counters once a second for the per-second rates (`SHOW STATUS RATE`).
+async fn sample_rates(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            t = tick.tick() => shared.stats.sample(t.into_std()),
+        }
+    }
 }

@@ -20,8 +20,12 @@
 //! - global variables: see `variables` for the naming rules.
 
 pub mod commands;
+pub mod exec;
 mod rows;
 mod schema;
+pub mod session;
+pub mod startup;
+pub(crate) mod stats_rows;
 pub mod store;
 pub mod variables;
 

@@ -183,6 +183,10 @@ const DIGEST_COLUMNS: &str = "
     max_time INTEGER NOT NULL,
     sum_rows_affected INTEGER NOT NULL,
     sum_rows_sent INTEGER NOT NULL,
+    p50_us INTEGER NOT NULL,
+    p95_us INTEGER NOT NULL,
+    p99_us INTEGER NOT NULL,
+    errors INTEGER NOT NULL,
     PRIMARY KEY (hostgroup, schemaname, username, client_address, digest)";
 
 impl StatsTable {
@@ -228,6 +232,11 @@ impl StatsTable {
                 "max_time",
                 "sum_rows_affected",
                 "sum_rows_sent",
+                // sluice's, after ProxySQL's columns: latency percentiles and error count.
+                "p50_us",
+                "p95_us",
+                "p99_us",
+                "errors",
             ],
             StatsTable::ConnectionPool => &[
                 "hostgroup",

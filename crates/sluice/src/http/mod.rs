@@ -1,4 +1,171 @@
-//! Beside the data path: the HTTP side (REST, `/metrics`, the dashboard page).
+//! Beside the data path: the HTTP side. `/metrics` (Prometheus text), `/healthz`, `/readyz`,
+//! read-only JSON for the statistics and the runtime config, and the dashboard page. The
+//! listener hands each accepted connection to `serve`; every request reads the live counters
+//! (merged from the workers on demand), nothing is cached.
 
 pub mod dashboard;
+mod metrics;
 pub mod prometheus;
+
+use crate::admin::stats_rows;
+use crate::server::Shared;
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Json, Response};
+use axum::routing::get;
+use axum::Router;
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Serves one HTTP connection (keep-alive included) until the client or shutdown ends it.
+pub async fn serve(shared: Arc<Shared>, stream: tokio::net::TcpStream, peer: SocketAddr) {
+    let shutdown = shared.shutdown.clone();
+    let service = hyper_util::service::TowerToHyperService::new(router(shared));
+    let conn = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => if let Err(e) = r {
+            tracing::debug!(%peer, "http connection ended: {e}");
+        },
+        _ = shutdown.cancelled() => conn.as_mut().graceful_shutdown(),
+    }
+}
+
+fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/", get(page))
+        .route("/dashboard", get(page))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .route("/api/stats/global", get(global))
+        .route("/api/stats/rates", get(rates))
+        .route("/api/stats/latency", get(latency))
+        .route("/api/stats/digests", get(digests))
+        .route("/api/stats/commands", get(commands))
+        .route("/api/stats/pools", get(pools))
+        .route("/api/stats/rules", get(rules))
+        .route("/api/config", get(config))
+        .with_state(shared)
+}
+
+type S = State<Arc<Shared>>;
+
+async fn page() -> Html<&'static str> {
+    Html(dashboard::DASHBOARD_HTML)
+}
+
+async fn metrics(State(shared): S) -> Response {
+    ([(header::CONTENT_TYPE, prometheus::CONTENT_TYPE)], metrics::render(&shared)).into_response()
+}
+
+/// Ready: not shutting down, and every hostgroup has a server that takes new statements.
+async fn ready(State(shared): S) -> Response {
+    if shared.closing() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
+    }
+    let snapshot = shared.snapshot();
+    let servers = snapshot.hostgroups.servers();
+    let mut down: Vec<u32> =
+        servers.iter().map(|s| s.hostgroup).filter(|&hg| !servers.iter().any(|s| s.hostgroup == hg && s.accepts_new())).collect();
+    down.dedup();
+    if down.is_empty() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, format!("no ONLINE server in hostgroup(s) {down:?}\n")).into_response()
+    }
+}
+
+async fn global(State(shared): S) -> Json<Value> {
+    Json(stats_rows::global(&shared).into_iter().map(|(name, value)| json!({ "name": name, "value": value })).collect())
+}
+
+async fn rates(State(shared): S) -> Json<Value> {
+    Json(
+        shared
+            .stats
+            .rates()
+            .into_iter()
+            .map(|r| json!({ "name": r.name, "per_second_1s": r.per_second_1s, "per_second_10s": r.per_second_10s, "per_second_60s": r.per_second_60s }))
+            .collect(),
+    )
+}
+
+async fn latency(State(shared): S) -> Json<Value> {
+    let p = shared.stats.latency();
+    Json(json!({ "count": p.count, "p50_us": p.p50_us, "p95_us": p.p95_us, "p99_us": p.p99_us, "max_us": p.max_us }))
+}
+
+#[derive(serde::Deserialize)]
+struct Limit {
+    limit: Option<usize>,
+}
+
+/// Digests by total time, the heaviest first.
+async fn digests(State(shared): S, Query(q): Query<Limit>) -> Json<Value> {
+    let mut rows = shared.stats.digests();
+    rows.sort_by_key(|d| std::cmp::Reverse(d.sum_time_us));
+    rows.truncate(q.limit.unwrap_or(100));
+    Json(
+        rows.into_iter()
+            .map(|d| {
+                json!({
+                    "hostgroup": d.hostgroup, "schemaname": d.schemaname, "username": d.username,
+                    "digest": sql::digest::format_id(d.digest), "digest_text": d.digest_text,
+                    "count_star": d.count_star, "first_seen": d.first_seen, "last_seen": d.last_seen,
+                    "sum_time_us": d.sum_time_us, "min_time_us": d.min_time_us, "max_time_us": d.max_time_us,
+                    "p50_us": d.p50_us, "p95_us": d.p95_us, "p99_us": d.p99_us,
+                    "sum_rows_sent": d.sum_rows_sent, "sum_rows_affected": d.sum_rows_affected, "errors": d.errors,
+                })
+            })
+            .collect(),
+    )
+}
+
+async fn commands(State(shared): S) -> Json<Value> {
+    let names = crate::stats::BUCKET_COLUMNS;
+    Json(
+        shared
+            .stats
+            .commands()
+            .into_iter()
+            .map(|c| {
+                let buckets: serde_json::Map<String, Value> = names.iter().zip(c.buckets).map(|(n, v)| (n.to_string(), json!(v))).collect();
+                json!({ "command": c.command, "total_time_us": c.total_time_us, "total_cnt": c.total_cnt, "buckets": buckets })
+            })
+            .collect(),
+    )
+}
+
+async fn pools(State(shared): S) -> Json<Value> {
+    Json(serde_json::to_value(stats_rows::pools(&shared)).unwrap_or_default())
+}
+
+async fn rules(State(shared): S) -> Json<Value> {
+    let hits = shared.snapshot().config.rules.hits();
+    Json(hits.into_iter().map(|(rule_id, hits)| json!({ "rule_id": rule_id, "hits": hits })).collect())
+}
+
+/// The configuration in force, as the file spells it; passwords are masked.
+async fn config(State(shared): S) -> Json<Value> {
+    let mut file = shared.snapshot().config.to_file();
+    let mask = |s: &mut String| {
+        if !s.is_empty() {
+            *s = "********".into();
+        }
+    };
+    for u in &mut file.mysql_users {
+        mask(&mut u.password);
+        if let Some(p) = u.backend_password.as_mut() {
+            mask(p);
+        }
+    }
+    if let Some(m) = file.monitor.as_mut() {
+        mask(&mut m.password);
+    }
+    file.proxy.admin_credentials = crate::config::admin_logins(&file.proxy.admin_credentials)
+        .map(|l| l.iter().map(|(u, _)| format!("{u}:********")).collect::<Vec<_>>().join(";"))
+        .unwrap_or_default();
+    Json(serde_json::to_value(file).unwrap_or_default())
+}

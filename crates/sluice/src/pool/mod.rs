@@ -99,6 +99,11 @@ pub struct ServerPool {
     /// `ServerStatus` as a number: a reload changes it under connections in use.
     status: AtomicU8,
     pub(crate) waiters: Arc<Waiters>,
+    /// Connections opened and failed to open, and the most in use at once (statistics; touched
+    /// at connect time only).
+    pub connects_ok: std::sync::atomic::AtomicU64,
+    pub connects_failed: std::sync::atomic::AtomicU64,
+    pub max_used: AtomicU32,
     /// Logins that have used this server, for keeping `min_idle` connections warm.
     logins: Mutex<Vec<Arc<Login>>>,
 }
@@ -119,6 +124,9 @@ impl ServerPool {
             max: AtomicU32::new(max_connections),
             status: AtomicU8::new(status as u8),
             waiters,
+            connects_ok: Default::default(),
+            connects_failed: Default::default(),
+            max_used: AtomicU32::new(0),
             logins: Mutex::new(Vec::new()),
         }
     }
@@ -319,12 +327,15 @@ async fn open(server: &Server, req: &Request<'_>) -> Result<Backend, BackendErro
     };
     match connect(&params).await {
         Ok(mut b) => {
+            server.pool.connects_ok.fetch_add(1, Ordering::Relaxed);
+            server.pool.max_used.fetch_max(server.pool.open(), Ordering::Relaxed);
             server.pool.remember(login);
             b.login = login.clone();
             b.pooled = true;
             Ok(b)
         }
         Err(e) => {
+            server.pool.connects_failed.fetch_add(1, Ordering::Relaxed);
             server.pool.released_slot();
             Err(e)
         }

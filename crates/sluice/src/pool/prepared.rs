@@ -31,6 +31,9 @@ pub struct Entry {
     pub params: u16,
     /// What running it may do to the session (pins, variables to read back).
     pub effects: sql::effects::Effects,
+    /// The text's digest, computed once here rather than at each execute (statistics).
+    pub digest: u64,
+    pub digest_text: Box<[u8]>,
 }
 
 impl Entry {
@@ -115,8 +118,12 @@ impl Registry {
         if !count_below(&self.entries, self.cap) && !self.evict_one(shard_index) {
             return Err(Full { cap: self.cap });
         }
+        let mut digest_text = Vec::new();
+        let digest = sql::digest::digest_into(sql, &mut digest_text).id;
         let entry = Arc::new(Entry {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            digest,
+            digest_text: digest_text.into(),
             user: user.into(),
             schema: schema.map(Into::into),
             sql: sql.into(),

@@ -69,7 +69,12 @@ pub async fn login(
     let nonce = auth::make_nonce(rand::random());
     let offered = offered_capabilities(shared, snapshot.tls.is_some());
     let profile = shared.profile();
-    let offered_mariadb = profile.mariadb_caps & crate::pool::backend::MARIADB_PASSTHROUGH;
+    // The admin port writes its own result sets, in the plain MySQL format (no MariaDB
+    // extended metadata in column definitions).
+    let offered_mariadb = match directory {
+        Directory::Clients => profile.mariadb_caps & crate::pool::backend::MARIADB_PASSTHROUGH,
+        Directory::Admin => 0,
+    };
     let version = snapshot.config.proxy.server_version.clone().unwrap_or_else(|| profile.server_version.clone());
     let mut out = Vec::with_capacity(128);
     handshake::write_greeting(

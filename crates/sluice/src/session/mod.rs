@@ -6,6 +6,7 @@
 mod auth;
 mod kill;
 mod multiplex;
+mod observe;
 mod prepared;
 mod statement;
 
@@ -25,6 +26,7 @@ use std::time::Duration;
 use tracing::debug;
 
 pub use auth::{login, offered_capabilities, Directory, Login};
+pub use multiplex::pin_counts;
 
 /// A logged-in client and the backend connections serving it.
 struct Session {
@@ -111,7 +113,7 @@ async fn start(
         proxy_port: local.map_or(0, |a| a.port()),
     };
     // Registered before the client hears OK: from then on, KILL with its id must find it.
-    let handle = shared.registry.register(id, &user.name);
+    let handle = shared.registry.register(id, &user.name, peer);
     let mut session = Session {
         shared: shared.clone(),
         id,
@@ -194,8 +196,16 @@ struct Negotiated {
 fn write_backend_error(out: &mut Vec<u8>, seq: &mut u8, e: &BackendError) {
     match e {
         BackendError::Rejected { code, sqlstate, message, .. } => proto::packet::write_err(out, seq, *code, sqlstate, message),
-        BackendError::Unavailable(_) => proto::packet::write_err(out, seq, ER_PROXY_NO_BACKEND, SQLSTATE_GENERAL, &e.to_string()),
-        _ => proto::packet::write_err(out, seq, CR_CONN_HOST_ERROR, SQLSTATE_GENERAL, &e.to_string()),
+        _ => proto::packet::write_err(out, seq, backend_error_code(e), SQLSTATE_GENERAL, &e.to_string()),
+    }
+}
+
+/// The error code the client sees for `e`.
+fn backend_error_code(e: &BackendError) -> u16 {
+    match e {
+        BackendError::Rejected { code, .. } => *code,
+        BackendError::Unavailable(_) => ER_PROXY_NO_BACKEND,
+        _ => CR_CONN_HOST_ERROR,
     }
 }
 
@@ -246,10 +256,6 @@ impl Session {
             if self.shared.closing() {
                 return;
             }
-            let current = self.live.load();
-            if !Arc::ptr_eq(current, &self.snap) {
-                self.snap = current.clone();
-            }
             // A wait_timeout the client set is kept here: its server session may be on no
             // connection while it is idle, so the server cannot keep it.
             let idle_limit = self.state.var("wait_timeout").and_then(|v| v.parse::<u64>().ok()).map(Duration::from_secs);
@@ -279,6 +285,11 @@ impl Session {
                     return;
                 }
             };
+            // The command runs under the config in force when it arrived.
+            let current = self.live.load();
+            if !Arc::ptr_eq(current, &self.snap) {
+                self.snap = current.clone();
+            }
             // The first chunk's payload is enough to decide; split packets (≥ 16 MiB) only
             // ever continue a COM_QUERY or COM_STMT_* payload.
             let payload = frame.first_chunk(&self.client.rbuf);

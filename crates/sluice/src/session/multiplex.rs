@@ -71,6 +71,22 @@ pub enum PinReason {
 pub const PIN_REASONS: usize = 13;
 
 impl PinReason {
+    pub const ALL: [PinReason; PIN_REASONS] = [
+        PinReason::Transaction,
+        PinReason::TempTable,
+        PinReason::TableLock,
+        PinReason::NamedLock,
+        PinReason::Xa,
+        PinReason::Handler,
+        PinReason::NextTransaction,
+        PinReason::TextPrepare,
+        PinReason::Statement,
+        PinReason::NextStatement,
+        PinReason::Untracked,
+        PinReason::Rule,
+        PinReason::MultiplexingOff,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             PinReason::Transaction => "transaction",
@@ -190,9 +206,13 @@ pub mod pin_counts {
         });
     }
 
-    /// Totals by reason over every worker (for the stats tables).
-    #[allow(dead_code)]
-    pub fn totals() -> [u64; PIN_REASONS] {
+    /// (reason, count) over every worker, for the stats tables.
+    pub fn by_reason() -> Vec<(&'static str, u64)> {
+        PinReason::ALL.iter().map(|r| r.name()).zip(totals()).collect()
+    }
+
+    /// Totals by reason over every worker.
+    fn totals() -> [u64; PIN_REASONS] {
         let mut t = [0; PIN_REASONS];
         if let Ok(all) = ALL.lock() {
             for c in all.iter() {

@@ -261,9 +261,13 @@ impl Session {
         let client_types = stmt.types.clone();
         let cursor = cmd == COM_STMT_EXECUTE && payload.get(5).is_some_and(|f| f & CURSOR_TYPE_READ_ONLY != 0);
         let needs = Needs { last_insert_id: entry.effects.flags & sql::effects::USES_LAST_INSERT_ID != 0 };
+        let digest = if self.digests_on() { entry.digest } else { 0 };
+        let watch = self.watch(&entry.sql, crate::stats::Command::from_sql(&entry.sql), digest, self.user.default_hostgroup, None);
         let mut held = match self.acquire(self.user.default_hostgroup, 1, needs).await {
             Ok(h) => h,
             Err(e) => {
+                let outcome = crate::exec::Outcome { error: true, error_code: super::backend_error_code(&e), ..Default::default() };
+                self.observed(&watch, None, &outcome, 0, &entry.digest_text, &entry.sql);
                 self.client.consume(frame.wire_len);
                 return self.reply_backend_error(seq, &e).await;
             }
@@ -272,6 +276,8 @@ impl Session {
         let backend_id = match held.backend.statement_id(&entry, cap).await {
             Ok(b) => b,
             Err(e) => {
+                let outcome = crate::exec::Outcome { error: true, error_code: super::backend_error_code(&e), ..Default::default() };
+                self.observed(&watch, Some(&held.backend.server), &outcome, 0, &entry.digest_text, &entry.sql);
                 self.client.consume(frame.wire_len);
                 held.backend.note_failure(&e);
                 held.pins.next_statement = true;
@@ -308,6 +314,7 @@ impl Session {
         self.statements.update(id, |s| s.cursor = false);
         let reply = if cmd == COM_STMT_EXECUTE { Reply::Execute { cursor } } else { Reply::Execute { cursor: false } };
         let Some(outcome) = self.forward(&mut held.backend, &request, Some(reply), None).await else { return false };
+        self.observed(&watch, Some(&held.backend.server), &outcome, request.len(), &entry.digest_text, &entry.sql);
         if let Some(slot) = held.backend.statements.get(entry.id) {
             if outcome.error {
                 slot.types = None;

@@ -33,23 +33,31 @@ pub(super) struct RulesState {
 }
 
 impl RulesState {
-    /// The rules' decision on `text`; `None` when no rules are loaded (nothing computed then).
-    fn decide(&mut self, rules: &RuleSet, who: &Who, text: &[u8]) -> Option<Decision> {
+    /// `text`'s digest into `digest_text` when `stats` or the rules want it (0: not computed).
+    fn digest(&mut self, rules: &RuleSet, text: &[u8], stats: bool) -> u64 {
+        if stats || rules.needs_digest() {
+            sql::digest::digest_into(text, &mut self.digest_text).id
+        } else {
+            self.digest_text.clear();
+            0
+        }
+    }
+
+    /// The rules' decision on `text` (whose digest, if computed, is `digest`); `None` when no
+    /// rules are loaded.
+    fn decide(&mut self, rules: &RuleSet, who: &Who, text: &[u8], digest: u64) -> Option<Decision> {
         if rules.is_empty() {
             return None;
         }
-        let (digest, digest_text) = match rules.needs_digest() {
-            true => (sql::digest::digest_into(text, &mut self.digest_text).id, &self.digest_text[..]),
-            false => (0, &[][..]),
-        };
-        Some(rules.evaluate(&Query { who, text, digest, digest_text }, &mut self.scratch))
+        Some(rules.evaluate(&Query { who, text, digest, digest_text: &self.digest_text }, &mut self.scratch))
     }
 }
 
 impl Session {
     /// A COM_QUERY. False when the session must end.
     pub(super) async fn query(&mut self, frame: Frame, seq: u8) -> bool {
-        let (decision, kill, use_db, effects, request) = {
+        let digests_on = self.digests_on();
+        let (decision, kill, use_db, effects, request, digest, command) = {
             // A statement split over 16 MiB packets is joined only when rules must read it all;
             // otherwise its first chunk tells all sluice needs (KILL, USE).
             let payload = match frame.single_payload(&self.client.rbuf) {
@@ -60,7 +68,10 @@ impl Session {
             let text = payload.get(1..).unwrap_or_default();
             let kill = sql::classify::parse_kill(text);
             let who = self.origin.who(&self.user.name, self.state.schema.as_deref());
-            let decision = if kill.is_some() { None } else { self.rules.decide(&self.snap.config.rules, &who, text) };
+            let rules = &self.snap.config.rules;
+            let digest = if kill.is_some() { 0 } else { self.rules.digest(rules, text, digests_on) };
+            let command = crate::stats::Command::from_sql(text);
+            let decision = if kill.is_some() { None } else { self.rules.decide(rules, &who, text, digest) };
             let text = decision.as_ref().and_then(|d| d.rewritten.as_deref()).unwrap_or(text);
             let use_db = sql::classify::parse_use(text);
             let effects = sql::effects::effects(text);
@@ -77,7 +88,7 @@ impl Session {
                 None if rewritten => Some(query_packet(text, frame.first_seq)),
                 None => None,
             };
-            (decision, kill, use_db, effects, request)
+            (decision, kill, use_db, effects, request, digest, command)
         };
         if let Some(k) = kill {
             self.client.consume(frame.wire_len);
@@ -99,10 +110,18 @@ impl Session {
             return self.reply_ok(seq, msg).await;
         }
         let hostgroup = decision.actions.destination_hostgroup.unwrap_or(self.user.default_hostgroup);
+        let log_rule = decision.actions.log.filter(|&on| on).and(decision.last_rule);
+        let watch = {
+            let text = frame.first_chunk(&self.client.rbuf);
+            self.watch(text.get(1..).unwrap_or_default(), command, digest, hostgroup, log_rule)
+        };
         let needs = Needs { last_insert_id: effects.flags & sql::effects::USES_LAST_INSERT_ID != 0 };
         let mut held = match self.acquire(hostgroup, decision.actions.retries.unwrap_or(1), needs).await {
             Ok(h) => h,
             Err(e) => {
+                let outcome = crate::exec::Outcome { error: true, error_code: super::backend_error_code(&e), ..Default::default() };
+                let text = frame.first_chunk(&self.client.rbuf);
+                self.observed(&watch, None, &outcome, 0, &self.rules.digest_text, text.get(1..).unwrap_or_default());
                 self.client.consume(frame.wire_len);
                 return self.reply_backend_error(seq, &e).await;
             }
@@ -122,6 +141,8 @@ impl Session {
         };
         let timeout = decision.actions.timeout.filter(|&ms| ms > 0).map(|ms| Duration::from_millis(ms.into()));
         let Some(outcome) = self.forward(&mut held.backend, &request, Some(Reply::Query), timeout).await else { return false };
+        let sent = request.get(5..request.len().min(4 + proto::frame::MAX_CHUNK)).unwrap_or_default();
+        self.observed(&watch, Some(&held.backend.server), &outcome, request.len(), &self.rules.digest_text, sent);
         self.after_statement(&mut held, &effects, &outcome, use_db).await;
         self.settle(held);
         true
@@ -130,7 +151,9 @@ impl Session {
     /// COM_STMT_PREPARE text a rule blocks with error_msg: the message.
     pub(super) fn blocked(&mut self, text: &[u8]) -> Option<Box<str>> {
         let who = self.origin.who(&self.user.name, self.state.schema.as_deref());
-        self.rules.decide(&self.snap.config.rules, &who, text)?.actions.error_msg
+        let rules = &self.snap.config.rules;
+        let digest = self.rules.digest(rules, text, false);
+        self.rules.decide(rules, &who, text, digest)?.actions.error_msg
     }
 
     async fn refuse_rewrite(&mut self, frame: Frame, seq: u8, rule: Option<u32>) -> bool {

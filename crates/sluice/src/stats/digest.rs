@@ -359,6 +359,8 @@ mod tests {
             rows_sent: 1,
             rows_affected: 0,
             error: false,
+            bytes_sent: 0,
+            bytes_recv: 0,
         }
     }
 

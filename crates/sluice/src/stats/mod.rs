@@ -32,7 +32,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 #[derive(Debug, Clone, Copy)]
 pub struct QueryEvent<'a> {
     pub hostgroup: u32,
-    /// The caller's server id (not used by `record`; traffic goes through `server_traffic`).
+    /// The caller's stable server id; 0: the statement reached no server.
     pub server: u32,
     pub user: &'a str,
     pub schema: &'a str,
@@ -45,6 +45,9 @@ pub struct QueryEvent<'a> {
     pub rows_sent: u64,
     pub rows_affected: u64,
     pub error: bool,
+    /// Request and reply bytes, counted for `server` (stats_mysql_connection_pool).
+    pub bytes_sent: u64,
+    pub bytes_recv: u64,
 }
 
 /// A stats_mysql_query_digest row, merged over threads.
@@ -320,6 +323,12 @@ impl Stats {
         });
     }
 
+    /// Whether statements should bring a digest (a relaxed load; readers of `apply` see it
+    /// at their next statement).
+    pub fn digests_on(&self) -> bool {
+        self.digests_on.load(Relaxed)
+    }
+
     /// Query path: one finished statement. Counts Questions, the command and its latency, and
     /// (digests on, `q.digest != 0`) its digest entry, evicting if the thread's table is full.
     pub fn record(&self, q: &QueryEvent<'_>) {
@@ -330,6 +339,10 @@ impl Stats {
             local.bump(Counter::Questions, 1);
             let mut d = lock(&local.data);
             d.count_command(q.command, q.duration_us);
+            if q.server != 0 {
+                let t = ServerTraffic { queries: 1, bytes_sent: q.bytes_sent, bytes_recv: q.bytes_recv, latency_sum_us: q.duration_us };
+                d.servers.entry(q.server).or_default().absorb(&t);
+            }
             if digests {
                 let cap = self.max_digests.load(Relaxed);
                 let max_text = self.max_digest_length.load(Relaxed);

@@ -21,6 +21,8 @@ fn ev(digest: u64, us: u64) -> QueryEvent<'static> {
         rows_sent: 1,
         rows_affected: 0,
         error: false,
+        bytes_sent: 0,
+        bytes_recv: 0,
     }
 }
 

@@ -1,0 +1,75 @@
+//! Side path, admin port: one admin connection. The login is the client ports' own handshake
+//! (TLS, mysql_native_password, caching_sha2_password) against `proxy.admin_credentials`; then
+//! each COM_QUERY is answered by `admin::exec::execute` (SQLite tables, LOAD/SAVE, stats).
+
+use super::AdminError;
+use crate::server::Shared;
+use crate::session::{login, Directory};
+use proto::command::*;
+use proto::errors::*;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// The code of a refused admin statement: 1105 (ER_UNKNOWN_ERROR), as ProxySQL's admin uses
+/// for SQLite's errors, which have no MySQL code of their own.
+const ER_ADMIN_REFUSED: u16 = 1105;
+
+/// Serves one admin connection until it ends.
+pub async fn run(shared: Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAddr) {
+    crate::net::tune(&tcp);
+    let id = shared.registry.next_id();
+    let timeout = std::time::Duration::from_millis(shared.snapshot().config.proxy.client_connect_timeout_ms);
+    let login = match tokio::time::timeout(timeout, login(&shared, tcp, peer, id, Directory::Admin)).await {
+        Ok(Ok(l)) => l,
+        Ok(Err(e)) => return tracing::debug!(%peer, "admin login ended: {e}"),
+        Err(_) => return tracing::debug!(%peer, "admin login timed out"),
+    };
+    tracing::info!(%peer, user = %login.user.name, "admin session started");
+    let deprecate_eof = login.capabilities.contains(proto::CapabilityFlags::CLIENT_DEPRECATE_EOF);
+    let mut client = login.client;
+    let mut out = Vec::new();
+    let mut seq = login.seq;
+    let status = proto::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits();
+    proto::packet::write_ok_message(&mut out, &mut seq, status, b"");
+    if client.write_all(&out).await.is_err() {
+        return;
+    }
+    loop {
+        let frame = tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            f = client.read_frame(64 << 20) => match f {
+                Ok(Some(f)) => f,
+                _ => return,
+            },
+        };
+        let payload = frame.payload(&client.rbuf).into_owned();
+        client.consume(frame.wire_len);
+        let mut seq = frame.last_seq.wrapping_add(1);
+        out.clear();
+        match payload.first().copied() {
+            Some(COM_QUIT) | None => return,
+            Some(COM_QUERY) => {
+                let sql = String::from_utf8_lossy(&payload[1..]).into_owned();
+                let shared = shared.clone();
+                // SQLite work is blocking: keep it off the async workers.
+                let answer = tokio::task::spawn_blocking(move || super::exec::execute(&shared, &sql))
+                    .await
+                    .unwrap_or_else(|_| Err(AdminError::Unsupported("the admin statement failed inside sluice".into())));
+                match answer {
+                    Ok(output) => output.write(&mut out, &mut seq, status, deprecate_eof),
+                    Err(e) => proto::packet::write_err(&mut out, &mut seq, ER_ADMIN_REFUSED, SQLSTATE_GENERAL, &e.to_string()),
+                }
+            }
+            Some(COM_PING | COM_INIT_DB | COM_RESET_CONNECTION | COM_SET_OPTION) => {
+                proto::packet::write_ok_message(&mut out, &mut seq, status, b"");
+            }
+            Some(cmd) => {
+                let msg = format!("{} is not supported on the admin port", proto::command::name(cmd));
+                proto::packet::write_err(&mut out, &mut seq, ER_UNKNOWN_COM_ERROR, SQLSTATE_UNKNOWN_COM, &msg);
+            }
+        }
+        if client.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+}

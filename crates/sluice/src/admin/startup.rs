@@ -1,0 +1,74 @@
+//! Side path, admin port: which configuration sluice starts with, and keeping the admin tables
+//! in line when the file is reloaded (SIGHUP).
+//!
+//! Precedence (docs/admin.md): the first start on a datadir seeds memory and disk from the
+//! file; later starts take the configuration saved in `<datadir>/sluice.db` (SAVE … TO DISK)
+//! and ignore the file's rows and settings, saying so in the log, unless started with
+//! `--initial`. Command-line flags override both.
+
+use super::exec::Admin;
+use super::{Layer, Module, Store};
+use crate::config::{Config, Overrides};
+use crate::reload::{Applied, ReloadError};
+use crate::server::Shared;
+use std::path::PathBuf;
+
+/// How `Server::start_with` treats the admin store.
+#[derive(Debug, Clone, Default)]
+pub struct StartOptions {
+    /// Reseed the saved configuration from the file (ProxySQL's --initial).
+    pub initial: bool,
+    /// The file `LOAD … FROM CONFIG` and SIGHUP read.
+    pub config_file: Option<PathBuf>,
+    /// Command-line settings, applied over whichever configuration wins.
+    pub overrides: Overrides,
+}
+
+/// Opens the store and decides the configuration to start with.
+pub fn open(file: Config, opts: &StartOptions) -> anyhow::Result<(Admin, Config)> {
+    let datadir = file.proxy.datadir.clone();
+    let (mut store, fresh) = Store::open(datadir.as_deref())?;
+    let db = datadir.as_ref().map(|d| d.join("sluice.db").display().to_string());
+    let config = if fresh || opts.initial {
+        if let (Some(db), true) = (&db, !fresh) {
+            tracing::warn!("--initial: the configuration saved in {db} is replaced by the file's");
+        }
+        store.seed(&Module::ALL, &file.to_file(), &[Layer::Memory, Layer::Disk])?;
+        file
+    } else {
+        let mut saved = file.to_file();
+        for m in Module::ALL {
+            store
+                .read(Layer::Disk, m, &mut saved)
+                .map_err(|e| anyhow::anyhow!("the configuration saved in {}: {e}", db.as_deref().unwrap_or("")))?;
+        }
+        saved.proxy.datadir = datadir.clone();
+        let mut config = saved.clone().validate(None, None).map_err(|e| {
+            anyhow::anyhow!("the configuration saved in {}: {}", db.as_deref().unwrap_or(""), super::describe_config_error(&saved, &e))
+        })?;
+        opts.overrides.apply(&mut config);
+        for m in Module::ALL {
+            store.copy(m, Layer::Disk, Layer::Memory)?;
+        }
+        tracing::info!(
+            "configuration from {} (saved with SAVE … TO DISK); the config file's rows and settings are not used (start with --initial to reseed from the file)",
+            db.as_deref().unwrap_or("")
+        );
+        config
+    };
+    for m in Module::ALL {
+        store.write_runtime(m, &config.to_file())?;
+    }
+    Ok((Admin::new(store, opts.config_file.clone()), config))
+}
+
+/// SIGHUP: puts the file's configuration in force (all modules, as `LOAD … FROM CONFIG` then
+/// `LOAD … TO RUNTIME` would), then shows it in the memory and runtime tables.
+pub fn apply_file(shared: &Shared, config: Config) -> Result<Applied, ReloadError> {
+    let applied = shared.apply(config)?;
+    let now = shared.snapshot().config.to_file();
+    if let Err(e) = shared.admin.store().seed(&Module::ALL, &now, &[Layer::Memory, Layer::Runtime]) {
+        tracing::warn!("reload: in force, but the admin tables could not be updated: {e}");
+    }
+    Ok(applied)
+}

@@ -1,0 +1,168 @@
+//! Side path, admin port: the rows of each statistics table, read from the live counters when
+//! a statement names the table (workers' data merged on demand; nothing kept in SQLite).
+
+use super::{Cell, StatsTable};
+use crate::server::Shared;
+use std::sync::atomic::Ordering::Relaxed;
+
+pub fn rows(shared: &Shared, table: StatsTable) -> Vec<Vec<Cell>> {
+    match table {
+        StatsTable::QueryDigest => digest_rows(shared.stats.digests()),
+        StatsTable::QueryDigestReset => digest_rows(shared.stats.take_digests()),
+        StatsTable::ConnectionPool => pool_rows(shared),
+        StatsTable::CommandsCounters => shared
+            .stats
+            .commands()
+            .into_iter()
+            .map(|c| {
+                let mut row = vec![Cell::Text(c.command.into()), c.total_time_us.into(), c.total_cnt.into()];
+                row.extend(c.buckets.iter().map(|&n| Cell::from(n)));
+                row
+            })
+            .collect(),
+        StatsTable::QueryRules => {
+            shared.snapshot().config.rules.hits().into_iter().map(|(rule, hits)| vec![rule.into(), hits.into()]).collect()
+        }
+        StatsTable::Global => {
+            global(shared).into_iter().map(|(name, v)| vec![Cell::Text(name.into()), Cell::Text(v.to_string())]).collect()
+        }
+        StatsTable::Rates => shared
+            .stats
+            .rates()
+            .into_iter()
+            .map(|r| {
+                vec![Cell::Text(r.name.into()), Cell::Real(r.per_second_1s), Cell::Real(r.per_second_10s), Cell::Real(r.per_second_60s)]
+            })
+            .collect(),
+        StatsTable::MultiplexPins => {
+            crate::session::pin_counts::by_reason().into_iter().map(|(reason, n)| vec![Cell::Text(reason.into()), n.into()]).collect()
+        }
+    }
+}
+
+fn digest_rows(rows: Vec<crate::stats::DigestRow>) -> Vec<Vec<Cell>> {
+    rows.into_iter()
+        .map(|d| {
+            vec![
+                d.hostgroup.into(),
+                Cell::Text(d.schemaname),
+                Cell::Text(d.username),
+                Cell::Text(String::new()),
+                Cell::Text(sql::digest::format_id(d.digest)),
+                Cell::Text(d.digest_text),
+                d.count_star.into(),
+                d.first_seen.into(),
+                d.last_seen.into(),
+                d.sum_time_us.into(),
+                d.min_time_us.into(),
+                d.max_time_us.into(),
+                d.sum_rows_affected.into(),
+                d.sum_rows_sent.into(),
+                d.p50_us.into(),
+                d.p95_us.into(),
+                d.p99_us.into(),
+                d.errors.into(),
+            ]
+        })
+        .collect()
+}
+
+/// One server of the running config, as stats_mysql_connection_pool and `/api/stats/pools`
+/// show it.
+#[derive(serde::Serialize)]
+pub struct PoolRow {
+    pub hostgroup: u32,
+    pub srv_host: String,
+    pub srv_port: u16,
+    pub status: &'static str,
+    pub conn_used: u64,
+    pub conn_free: u64,
+    pub conn_ok: u64,
+    pub conn_err: u64,
+    pub max_conn_used: u32,
+    pub queries: u64,
+    pub bytes_sent: u64,
+    pub bytes_recv: u64,
+    /// The mean time of the statements this server answered (sluice has no ping monitor yet,
+    /// which is what ProxySQL's Latency_us measures).
+    pub latency_us: u64,
+}
+
+pub fn pools(shared: &Shared) -> Vec<PoolRow> {
+    let snapshot = shared.snapshot();
+    let traffic = shared.stats.servers();
+    snapshot
+        .hostgroups
+        .servers()
+        .iter()
+        .map(|s| {
+            let p = &s.pool;
+            let idle = p.idle() as u64;
+            let t = traffic.get(&p.id).cloned().unwrap_or_default();
+            PoolRow {
+                hostgroup: s.hostgroup,
+                srv_host: s.hostname.clone(),
+                srv_port: s.port,
+                status: status_name(p.status()),
+                conn_used: u64::from(p.open()).saturating_sub(idle),
+                conn_free: idle,
+                conn_ok: p.connects_ok.load(Relaxed),
+                conn_err: p.connects_failed.load(Relaxed),
+                max_conn_used: p.max_used.load(Relaxed),
+                queries: t.queries,
+                bytes_sent: t.bytes_sent,
+                bytes_recv: t.bytes_recv,
+                latency_us: t.latency_sum_us.checked_div(t.queries).unwrap_or(0),
+            }
+        })
+        .collect()
+}
+
+fn pool_rows(shared: &Shared) -> Vec<Vec<Cell>> {
+    pools(shared)
+        .into_iter()
+        .map(|p| {
+            vec![
+                p.hostgroup.into(),
+                Cell::Text(p.srv_host),
+                u32::from(p.srv_port).into(),
+                Cell::Text(p.status.into()),
+                p.conn_used.into(),
+                p.conn_free.into(),
+                p.conn_ok.into(),
+                p.conn_err.into(),
+                p.max_conn_used.into(),
+                p.queries.into(),
+                0u64.into(),
+                p.bytes_sent.into(),
+                p.bytes_recv.into(),
+                p.latency_us.into(),
+            ]
+        })
+        .collect()
+}
+
+pub fn status_name(s: crate::config::ServerStatus) -> &'static str {
+    match s {
+        crate::config::ServerStatus::Online => "ONLINE",
+        crate::config::ServerStatus::OfflineSoft => "OFFLINE_SOFT",
+        crate::config::ServerStatus::OfflineHard => "OFFLINE_HARD",
+    }
+}
+
+/// stats_mysql_global: the counters, and gauges read now.
+pub fn global(shared: &Shared) -> Vec<(&'static str, u64)> {
+    let snapshot = shared.snapshot();
+    let servers = snapshot.hostgroups.servers();
+    let mut out = shared.stats.counters();
+    out.extend([
+        ("Client_Connections_connected", shared.clients.load(Relaxed) as u64),
+        ("Server_Connections_connected", servers.iter().map(|s| u64::from(s.pool.open())).sum()),
+        ("Server_Connections_free", servers.iter().map(|s| s.pool.idle() as u64).sum()),
+        ("Stmt_Cached", shared.statements.len() as u64),
+    ]);
+    if let Some(log) = &snapshot.query_log {
+        out.extend([("Query_Log_written", log.written()), ("Query_Log_dropped", log.dropped())]);
+    }
+    out
+}

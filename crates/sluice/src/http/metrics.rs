@@ -1,0 +1,86 @@
+//! Beside the data path: `/metrics`, the statistics in Prometheus text format. Names are
+//! `sluice_*`; per-digest series are left out (unbounded cardinality: the JSON and the admin
+//! tables have them).
+
+use super::prometheus::{Exposition, Kind};
+use crate::admin::stats_rows;
+use crate::server::Shared;
+
+pub fn render(shared: &Shared) -> String {
+    let mut e = Exposition::new();
+    for (name, value) in shared.stats.counters() {
+        let metric = format!("sluice_{}_total", name.to_ascii_lowercase());
+        e.family(&metric, &format!("stats_mysql_global {name}"), Kind::Counter).sample("", &[], value as f64);
+    }
+    let snapshot = shared.snapshot();
+    let servers = snapshot.hostgroups.servers();
+    e.family("sluice_client_connections", "Client connections open now", Kind::Gauge).sample(
+        "",
+        &[],
+        shared.clients.load(std::sync::atomic::Ordering::Relaxed) as f64,
+    );
+    e.family("sluice_prepared_statements_cached", "Distinct prepared statements sluice keeps", Kind::Gauge).sample(
+        "",
+        &[],
+        shared.statements.len() as f64,
+    );
+    e.family("sluice_config_servers", "Backend servers in the running config", Kind::Gauge).sample("", &[], servers.len() as f64);
+
+    let commands = shared.stats.commands();
+    let latency = shared.stats.latency();
+    let us = |v: u64| v as f64 / 1e6;
+    let total = us(commands.iter().map(|c| c.total_time_us).sum());
+    e.family("sluice_query_duration_seconds", "Statement latency through sluice (HDR histogram, all statements)", Kind::Summary).summary(
+        &[],
+        &[(0.5, us(latency.p50_us)), (0.95, us(latency.p95_us)), (0.99, us(latency.p99_us))],
+        total,
+        latency.count,
+    );
+
+    e.family("sluice_commands_total", "Statements by command (stats_mysql_commands_counters)", Kind::Counter);
+    for c in &commands {
+        e.sample("", &[("command", c.command)], c.total_cnt as f64);
+    }
+    e.family("sluice_commands_seconds_total", "Time spent in statements by command", Kind::Counter);
+    for c in &commands {
+        e.sample("", &[("command", c.command)], us(c.total_time_us));
+    }
+
+    let pools = stats_rows::pools(shared);
+    let label = |p: &stats_rows::PoolRow| (p.hostgroup.to_string(), format!("{}:{}", p.srv_host, p.srv_port));
+    type Value = fn(&stats_rows::PoolRow) -> f64;
+    let families: [(&str, &str, Kind, Value); 7] = [
+        ("sluice_pool_connections_used", "Backend connections in use", Kind::Gauge, |p| p.conn_used as f64),
+        ("sluice_pool_connections_free", "Idle pooled backend connections", Kind::Gauge, |p| p.conn_free as f64),
+        ("sluice_pool_connects_total", "Backend connections opened", Kind::Counter, |p| p.conn_ok as f64),
+        ("sluice_pool_connect_errors_total", "Backend connections that failed to open", Kind::Counter, |p| p.conn_err as f64),
+        ("sluice_pool_queries_total", "Statements sent to the server", Kind::Counter, |p| p.queries as f64),
+        ("sluice_pool_sent_bytes_total", "Bytes of requests sent to the server", Kind::Counter, |p| p.bytes_sent as f64),
+        ("sluice_pool_received_bytes_total", "Bytes of replies received from the server", Kind::Counter, |p| p.bytes_recv as f64),
+    ];
+    for (name, help, kind, value) in families {
+        e.family(name, help, kind);
+        for p in &pools {
+            let (hg, server) = label(p);
+            e.sample("", &[("hostgroup", &hg), ("server", &server), ("status", p.status)], value(p));
+        }
+    }
+
+    e.family("sluice_rule_hits_total", "Statements each query rule matched (since its last LOAD)", Kind::Counter);
+    for (rule, hits) in snapshot.config.rules.hits() {
+        e.sample("", &[("rule_id", &rule.to_string())], hits as f64);
+    }
+    e.family("sluice_multiplex_pins_total", "Times a session kept its backend connection, by reason", Kind::Counter);
+    for (reason, n) in crate::session::pin_counts::by_reason() {
+        e.sample("", &[("reason", reason)], n as f64);
+    }
+    if let Some(log) = &snapshot.query_log {
+        e.family("sluice_querylog_written_total", "Query log lines written", Kind::Counter).sample("", &[], log.written() as f64);
+        e.family("sluice_querylog_dropped_total", "Query log events dropped (queue full)", Kind::Counter).sample(
+            "",
+            &[],
+            log.dropped() as f64,
+        );
+    }
+    e.finish()
+}
