@@ -261,3 +261,46 @@ async fn statistics_tables_and_processlist() {
     let pins = admin(a, "SELECT count FROM stats_mysql_multiplex_pins WHERE reason='transaction'").unwrap();
     assert!(pins.parse::<u64>().is_ok(), "{pins}");
 }
+
+/// Ports change live: a client port added through `mysql-interfaces` accepts at once; a removed
+/// one stops accepting while its sessions go on; new admin credentials apply to the next login.
+#[tokio::test]
+async fn listeners_and_admin_credentials_change_live() {
+    let pair = Pair::start();
+    let proxy = pair.proxy(None);
+    let a = proxy.admin_port();
+    let first = proxy.port;
+    let mut c = connect(first, "root", "").await;
+    let second = testkit::free_port();
+    admin(
+        a,
+        &format!(
+            "UPDATE global_variables SET variable_value='127.0.0.1:0;127.0.0.1:{second}' WHERE variable_name='mysql-interfaces'; LOAD MYSQL VARIABLES TO RUNTIME"
+        ),
+    )
+    .unwrap();
+    let mut d = connect(second, "root", "").await;
+    assert_eq!(port_of(&mut d, "SELECT @@port").await, pair.port(0), "the new port serves clients");
+    // The original port (configured as 127.0.0.1:0) goes away; its session stays.
+    admin(
+        a,
+        &format!("UPDATE global_variables SET variable_value='127.0.0.1:{second}' WHERE variable_name='mysql-interfaces'; LOAD MYSQL VARIABLES TO RUNTIME"),
+    )
+    .unwrap();
+    assert!(std::net::TcpStream::connect(("127.0.0.1", first)).is_err(), "the removed port no longer accepts");
+    assert_eq!(port_of(&mut c, "SELECT @@port").await, pair.port(0), "a session of the removed port goes on");
+    // A port that cannot be bound refuses the whole LOAD, naming it.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = taken.local_addr().unwrap().port();
+    let e = admin(
+        a,
+        &format!("UPDATE global_variables SET variable_value='127.0.0.1:{busy}' WHERE variable_name='mysql-interfaces'; LOAD MYSQL VARIABLES TO RUNTIME"),
+    )
+    .unwrap_err();
+    assert!(e.contains(&format!("127.0.0.1:{busy}")), "{e}");
+    assert!(connect_result(second, "root", "").await.is_ok(), "the running port stays");
+
+    admin(a, "UPDATE global_variables SET variable_value='admin:admin;dba:s3cret' WHERE variable_name='admin-admin_credentials'; LOAD ADMIN VARIABLES TO RUNTIME").unwrap();
+    assert_eq!(admin_as(a, "dba", "s3cret", "SELECT 1").unwrap(), "1");
+    assert!(admin_as(a, "dba", "wrong", "SELECT 1").is_err());
+}

@@ -57,11 +57,12 @@ const DONE: Output = Output::Done { affected: 0 };
 /// whole and put in force; the runtime tables then show it. Refused: nothing changes.
 fn load_to_runtime(shared: &Shared, store: &mut Store, module: Module, from: Layer) -> Result<Output, AdminError> {
     let started = Instant::now();
-    let mut file = shared.snapshot().config.to_file();
+    let running = shared.live.load_full();
+    let mut file = running.config.to_file();
     store.read(from, module, &mut file).map_err(|e| AdminError::Unsupported(format!("LOAD {module} TO RUNTIME refused: {e}")))?;
     let config = file
         .clone()
-        .validate(None, None)
+        .validate_after(Some(&running.config), None, None)
         .map_err(|e| AdminError::Unsupported(format!("LOAD {module} TO RUNTIME refused: {}", super::describe_config_error(&file, &e))))?;
     let applied = shared.apply(config).map_err(|e| {
         let why = match &e {

@@ -496,6 +496,11 @@ fn stats_tables_are_filled_then_read() {
         Cell::from(20u64),
         Cell::from(0u64),
         Cell::from(Some(3u64)),
+        // p50_us, p95_us, p99_us, errors
+        Cell::from(9u64),
+        Cell::from(12u64),
+        Cell::from(15u64),
+        Cell::from(0u64),
     ];
     store.fill_stats(StatsTable::QueryDigest, vec![digest]).unwrap();
     assert_eq!(rows_of(store.query("SELECT digest_text, count_star FROM stats_mysql_query_digest").unwrap())[0][1].as_deref(), Some("3"));
