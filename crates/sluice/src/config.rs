@@ -168,11 +168,13 @@ pub struct StatsSection {
     pub max_digests_per_worker: usize,
     /// Longest digest text kept (bytes).
     pub max_digest_length: usize,
+    /// A statement taking at least this long counts in Slow_queries.
+    pub long_query_time_ms: u64,
 }
 
 impl Default for StatsSection {
     fn default() -> Self {
-        StatsSection { digests: true, max_digests_per_worker: 5_000, max_digest_length: 2_048 }
+        StatsSection { digests: true, max_digests_per_worker: 5_000, max_digest_length: 2_048, long_query_time_ms: 1_000 }
     }
 }
 

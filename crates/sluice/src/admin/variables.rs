@@ -41,6 +41,7 @@ const PROXYSQL_NAMES: &[(&str, &str, &str)] = &[
     ("mysql-max_stmts_cache", "pool", "max_statements"),
     ("mysql-query_digests", "stats", "digests"),
     ("mysql-query_digests_max_digest_length", "stats", "max_digest_length"),
+    ("mysql-long_query_time", "stats", "long_query_time_ms"),
     ("mysql-eventslog_default_log", "querylog", "enabled"),
     ("mysql-eventslog_filename", "querylog", "path"),
     ("mysql-eventslog_filesize", "querylog", "max_file_bytes"),

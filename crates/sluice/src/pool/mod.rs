@@ -16,6 +16,7 @@ pub use backend::{connect, Backend, BackendError, ConnectParams, Credential};
 
 use crate::config::{PoolSection, ServerStatus};
 use crate::route::{Hostgroups, NoServer, Server};
+use crate::stats::Counter;
 use proto::CapabilityFlags;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
@@ -248,6 +249,8 @@ pub struct Request<'a> {
     pub connect_timeout: Duration,
     /// Connections may move between workers (work-stealing runtime).
     pub any_shard: bool,
+    /// Where checkouts and connects are counted (this thread's counters).
+    pub stats: &'a crate::stats::Stats,
 }
 
 /// A connection to a server of `hostgroup` for `req.login`: an idle one if there is one (checked
@@ -279,6 +282,9 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
             }
         }
         if let Some(b) = found {
+            if waiting.is_none() {
+                req.stats.add(Counter::ConnPoolGetConnImmediate, 1);
+            }
             break Ok(b);
         }
         // 2. Room for a new one (by weight), or room made by closing another login's idle one.
@@ -301,6 +307,7 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
             break Err(BackendError::Unavailable(NoServer::Exhausted { hostgroup, waited_ms: req.settings.checkout_timeout_ms }));
         }
     };
+    req.stats.add(if result.is_ok() { Counter::ConnPoolGetConnSuccess } else { Counter::ConnPoolGetConnFailure }, 1);
     if let Some(w) = waiting {
         w.count.fetch_sub(1, Ordering::AcqRel);
         // A wake-up this checkout did not use goes to the next waiter.
@@ -327,6 +334,7 @@ async fn open(server: &Server, req: &Request<'_>) -> Result<Backend, BackendErro
     };
     match connect(&params).await {
         Ok(mut b) => {
+            req.stats.add(Counter::ServerConnectionsCreated, 1);
             server.pool.connects_ok.fetch_add(1, Ordering::Relaxed);
             server.pool.max_used.fetch_max(server.pool.open(), Ordering::Relaxed);
             server.pool.remember(login);
@@ -335,6 +343,7 @@ async fn open(server: &Server, req: &Request<'_>) -> Result<Backend, BackendErro
             Ok(b)
         }
         Err(e) => {
+            req.stats.add(Counter::ServerConnectionsAborted, 1);
             server.pool.connects_failed.fetch_add(1, Ordering::Relaxed);
             server.pool.released_slot();
             Err(e)
@@ -419,7 +428,7 @@ pub async fn maintain(shared: Arc<crate::server::Shared>, shard: usize) {
                         break;
                     }
                     let state = Arc::new(state::State::new(None, login.collation as u16));
-                    let req = Request { login: &login, state: &state, settings, connect_timeout, any_shard: false };
+                    let req = Request { login: &login, state: &state, settings, connect_timeout, any_shard: false, stats: &shared.stats };
                     match open(server, &req).await {
                         Ok(b) => checkin_to(b, settings, shard),
                         Err(e) => {

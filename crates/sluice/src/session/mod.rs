@@ -13,6 +13,7 @@ mod statement;
 use crate::exec::{self, ExecError, Outcome, Watermarks};
 use crate::pool::{self, state, Backend, BackendError, Credential};
 use crate::registry::SessionHandle;
+use crate::stats::Counter;
 use crate::server::Shared;
 use crate::users::User;
 use multiplex::{Held, Needs};
@@ -70,6 +71,7 @@ pub async fn run(shared: Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAd
     let local = tcp.local_addr().ok();
     let max_connections = shared.snapshot().config.proxy.max_connections;
     if shared.clients.fetch_add(1, std::sync::atomic::Ordering::AcqRel) >= max_connections {
+        shared.stats.add(Counter::AccessDeniedMaxConnections, 1);
         let mut out = Vec::new();
         proto::packet::write_err(&mut out, &mut 0, ER_CON_COUNT_ERROR, SQLSTATE_CONN_COUNT, "Too many connections");
         let mut conn = crate::net::Conn::new(crate::net::Stream::Tcp(tcp));
@@ -77,6 +79,7 @@ pub async fn run(shared: Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAd
     } else {
         match start(&shared, tcp, peer, local, id).await {
             Ok(mut session) => {
+                shared.stats.add(Counter::ClientConnectionsCreated, 1);
                 session.command_loop().await;
                 session.shared.registry.unregister(id);
                 // The client's socket closes first, as on the server: a KILL's issuer is
@@ -86,7 +89,10 @@ pub async fn run(shared: Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAd
                 drop(session);
                 handle.mark_closed();
             }
-            Err(e) => debug!(id, %peer, "login ended: {e}"),
+            Err(e) => {
+                shared.stats.add(Counter::ClientConnectionsAborted, 1);
+                debug!(id, %peer, "login ended: {e}");
+            }
         }
     }
     shared.clients.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
@@ -434,9 +440,11 @@ impl Session {
                     biased;
                     r = &mut exchange => break r,
                     hard = handle.kill_query_requested(), if killer.is_none() => {
+                        self.shared.stats.add(Counter::KilledBackendQueries, 1);
                         killer = Some(kill::kill_query(server, thread, login, hard, connect_timeout));
                     }
                     _ = &mut timeout, if killer.is_none() => {
+                        self.shared.stats.add(Counter::KilledBackendQueries, 1);
                         debug!(id = handle.id, thread, "query rule timeout reached: KILL QUERY");
                         killer = Some(kill::kill_query(server, thread, login, None, connect_timeout));
                     }
@@ -478,6 +486,7 @@ impl Session {
     }
 
     async fn reply_err(&mut self, mut seq: u8, code: u16, sqlstate: &[u8; 5], msg: &str) {
+        self.shared.stats.add(Counter::GeneratedErrorPackets, 1);
         self.out.clear();
         proto::packet::write_err(&mut self.out, &mut seq, code, sqlstate, msg);
         let _ = self.client.write_all(&self.out).await;
@@ -486,6 +495,9 @@ impl Session {
     /// A backend failure as the client sees it (`write_backend_error`). False when the client
     /// could not be told.
     async fn reply_backend_error(&mut self, mut seq: u8, e: &BackendError) -> bool {
+        if !matches!(e, BackendError::Rejected { .. }) {
+            self.shared.stats.add(Counter::GeneratedErrorPackets, 1);
+        }
         self.out.clear();
         write_backend_error(&mut self.out, &mut seq, e);
         self.client.write_all(&self.out).await.is_ok()

@@ -240,6 +240,7 @@ impl Session {
             settings: &self.snap.config.pool,
             connect_timeout: self.snap.config.connect_timeout(),
             any_shard: self.shared.runtime == crate::config::RuntimeKind::Steal,
+            stats: &self.shared.stats,
         }
     }
 

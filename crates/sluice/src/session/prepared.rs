@@ -143,6 +143,15 @@ fn with_types(cmd: u8, payload: &[u8], types_at: usize, types: &[u8]) -> Option<
 impl Session {
     /// A COM_STMT_* command. False when the session must end.
     pub(super) async fn statement_command(&mut self, cmd: u8, frame: Frame, seq: u8) -> bool {
+        let counter = match cmd {
+            COM_STMT_PREPARE => Some(crate::stats::Counter::ComFrontendStmtPrepare),
+            COM_STMT_EXECUTE | COM_STMT_BULK_EXECUTE => Some(crate::stats::Counter::ComFrontendStmtExecute),
+            COM_STMT_CLOSE => Some(crate::stats::Counter::ComFrontendStmtClose),
+            _ => None,
+        };
+        if let Some(c) = counter {
+            self.shared.stats.add(c, 1);
+        }
         if cmd == COM_STMT_PREPARE {
             return self.prepare(frame, seq).await;
         }

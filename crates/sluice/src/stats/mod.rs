@@ -268,6 +268,7 @@ pub struct Stats {
     digests_on: AtomicBool,
     max_digests: AtomicUsize,
     max_digest_length: AtomicUsize,
+    long_query_us: AtomicU64,
     /// Every live thread's state. Locked when a thread registers and when read.
     threads: Mutex<Vec<Arc<Local>>>,
     retired: Mutex<Retired>,
@@ -287,6 +288,7 @@ impl Stats {
             digests_on: AtomicBool::new(false),
             max_digests: AtomicUsize::new(0),
             max_digest_length: AtomicUsize::new(0),
+            long_query_us: AtomicU64::new(u64::MAX),
             threads: Mutex::new(Vec::new()),
             retired: Mutex::new(Retired::default()),
             rates: Mutex::new(RateRing::default()),
@@ -301,6 +303,7 @@ impl Stats {
         self.digests_on.store(settings.digests, Relaxed);
         self.max_digests.store(settings.max_digests_per_worker, Relaxed);
         self.max_digest_length.store(settings.max_digest_length, Relaxed);
+        self.long_query_us.store(settings.long_query_time_ms.saturating_mul(1000), Relaxed);
     }
 
     /// Runs `f` on this thread's state, registering it on first use. During thread teardown
@@ -337,6 +340,12 @@ impl Stats {
         let now = if digests { unix_now() } else { 0 };
         self.with_local(|local| {
             local.bump(Counter::Questions, 1);
+            local.bump(Counter::QueriesBackendsBytesSent, q.bytes_sent);
+            local.bump(Counter::QueriesBackendsBytesRecv, q.bytes_recv);
+            local.bump(Counter::BackendQueryTimeNsec, q.duration_us.saturating_mul(1000));
+            if q.duration_us >= self.long_query_us.load(Relaxed) {
+                local.bump(Counter::SlowQueries, 1);
+            }
             let mut d = lock(&local.data);
             d.count_command(q.command, q.duration_us);
             if q.server != 0 {

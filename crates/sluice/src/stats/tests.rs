@@ -5,7 +5,7 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 fn settings(digests: bool, max: usize) -> StatsSection {
-    StatsSection { digests, max_digests_per_worker: max, max_digest_length: 64 }
+    StatsSection { digests, max_digests_per_worker: max, max_digest_length: 64, ..Default::default() }
 }
 
 fn ev(digest: u64, us: u64) -> QueryEvent<'static> {
