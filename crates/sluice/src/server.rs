@@ -216,7 +216,6 @@ pub(crate) fn warn_inactive_columns(rows: &[crate::config::QueryRuleRow]) {
         let pending = [
             ("cache_ttl", r.cache_ttl.is_some_and(|v| v >= 0), "the result cache"),
             ("mirror_hostgroup", r.mirror_hostgroup.is_some_and(|v| v >= 0), "mirroring"),
-            ("log", r.log.is_some_and(|v| v >= 0), "the query log"),
         ];
         for (column, set, feature) in pending {
             if set {
