@@ -47,7 +47,7 @@ pub struct QueryEvent<'a> {
     pub server: Option<&'a str>,
     /// The digest id, written `0x` + 16 upper-case hex digits like `sql::digest::format_id`.
     pub digest: u64,
-    /// The statement text as the client sent it (need not be UTF-8).
+    /// The statement text the backend ran (after a rule's rewrite; need not be UTF-8).
     pub query: &'a [u8],
     pub duration_us: u64,
     pub rows_sent: u64,

@@ -260,6 +260,11 @@ async fn statistics_tables_and_processlist() {
     assert_eq!(admin(a, "SELECT COUNT(*) FROM stats_mysql_query_digest").unwrap(), "0", "the _reset table cleared them");
     let pins = admin(a, "SELECT count FROM stats_mysql_multiplex_pins WHERE reason='transaction'").unwrap();
     assert!(pins.parse::<u64>().is_ok(), "{pins}");
+    // A statement a rule answers is counted too, as an error, with no server.
+    admin(a, "INSERT INTO mysql_query_rules (rule_id,active,match_pattern,error_msg,apply) VALUES (1,1,'^DO ','not here',1); LOAD MYSQL QUERY RULES TO RUNTIME").unwrap();
+    let e = c.query_drop("DO 1").await.unwrap_err();
+    assert!(e.to_string().contains("not here"), "{e}");
+    assert_eq!(admin(a, "SELECT count_star, errors FROM stats_mysql_query_digest WHERE digest_text = 'DO ?'").unwrap(), "1\t1");
 }
 
 /// Ports change live: a client port added through `mysql-interfaces` accepts at once; a removed

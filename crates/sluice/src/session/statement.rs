@@ -100,21 +100,26 @@ impl Session {
             return self.kill(k.id, k.scope, k.hard, seq).await;
         }
         let decision = decision.unwrap_or_default();
-        if let Some(msg) = &decision.actions.error_msg {
-            self.client.consume(frame.wire_len);
-            self.reply_err(seq, ER_NOT_ALLOWED_COMMAND, SQLSTATE_NOT_SUPPORTED, msg).await;
-            return true;
-        }
-        if let Some(msg) = &decision.actions.ok_msg {
-            self.client.consume(frame.wire_len);
-            return self.reply_ok(seq, msg).await;
-        }
         let hostgroup = decision.actions.destination_hostgroup.unwrap_or(self.user.default_hostgroup);
         let log_rule = decision.actions.log.filter(|&on| on).and(decision.last_rule);
         let watch = {
             let text = frame.first_chunk(&self.client.rbuf);
             self.watch(text.get(1..).unwrap_or_default(), command, digest, hostgroup, log_rule)
         };
+        // Answered by a rule: counted and logged like any statement, with no server.
+        let blocked = decision.actions.error_msg.as_deref().map(|m| (m, true));
+        if let Some((msg, error)) = blocked.or(decision.actions.ok_msg.as_deref().map(|m| (m, false))) {
+            let code = if error { ER_NOT_ALLOWED_COMMAND } else { 0 };
+            let outcome = crate::exec::Outcome { error, error_code: code, ..Default::default() };
+            let text = frame.first_chunk(&self.client.rbuf);
+            self.observed(&watch, None, &outcome, 0, &self.rules.digest_text, text.get(1..).unwrap_or_default());
+            self.client.consume(frame.wire_len);
+            if error {
+                self.reply_err(seq, code, SQLSTATE_NOT_SUPPORTED, msg).await;
+                return true;
+            }
+            return self.reply_ok(seq, msg).await;
+        }
         let needs = Needs { last_insert_id: effects.flags & sql::effects::USES_LAST_INSERT_ID != 0 };
         let mut held = match self.acquire(hostgroup, decision.actions.retries.unwrap_or(1), needs).await {
             Ok(h) => h,
