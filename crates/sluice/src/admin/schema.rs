@@ -189,6 +189,12 @@ const DIGEST_COLUMNS: &str = "
     errors INTEGER NOT NULL,
     PRIMARY KEY (hostgroup, schemaname, username, client_address, digest)";
 
+/// stats_mysql_commands_counters: the command, its totals, then the latency buckets.
+const COMMAND_COLUMNS: [&str; 15] = {
+    let b = crate::stats::BUCKET_COLUMNS;
+    ["Command", "Total_Time_us", "Total_cnt", b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11]]
+};
+
 impl StatsTable {
     pub const ALL: [StatsTable; 8] = [
         StatsTable::QueryDigest,
@@ -254,23 +260,7 @@ impl StatsTable {
                 "Bytes_data_recv",
                 "Latency_us",
             ],
-            StatsTable::CommandsCounters => &[
-                "Command",
-                "Total_Time_us",
-                "Total_cnt",
-                "cnt_100us",
-                "cnt_500us",
-                "cnt_1ms",
-                "cnt_5ms",
-                "cnt_10ms",
-                "cnt_50ms",
-                "cnt_100ms",
-                "cnt_500ms",
-                "cnt_1s",
-                "cnt_5s",
-                "cnt_10s",
-                "cnt_INFs",
-            ],
+            StatsTable::CommandsCounters => &COMMAND_COLUMNS,
             StatsTable::QueryRules => &["rule_id", "hits"],
             StatsTable::Global => &["Variable_Name", "Variable_Value"],
             StatsTable::Rates => &["Variable_Name", "per_second_1s", "per_second_10s", "per_second_60s"],
