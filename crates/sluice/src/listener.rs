@@ -34,9 +34,11 @@ struct Port {
     /// As configured (`127.0.0.1:0` stays that, whatever port it got).
     configured: SocketAddr,
     bound: SocketAddr,
-    /// Until the runtime is up, the socket waits here.
-    pending: Option<std::net::TcpListener>,
-    stop: CancellationToken,
+    /// The bound socket; its accept task works on a duplicate, so the task can move to
+    /// another runtime without closing the port.
+    socket: std::net::TcpListener,
+    /// Stops the accept task; `None` until one runs.
+    task: Option<CancellationToken>,
 }
 
 /// The open ports, and where their connections go once the runtime runs.
@@ -70,13 +72,16 @@ impl Listeners {
             }
             let l = bind(addr).map_err(|e| format!("cannot listen on {addr} ({kind:?} port): {e}"))?;
             let bound = l.local_addr().map_err(|e| format!("cannot listen on {addr} ({kind:?} port): {e}"))?;
-            fresh.push(Port { kind, configured: addr, bound, pending: Some(l), stop: CancellationToken::new() });
+            tracing::info!(address = %bound, ?kind, "listening");
+            fresh.push(Port { kind, configured: addr, bound, socket: l, task: None });
         }
         inner.ports.retain(|p| {
             let keep = wanted.contains(&(p.kind, p.configured));
             if !keep {
                 tracing::info!(address = %p.bound, kind = ?p.kind, "no longer listening");
-                p.stop.cancel();
+                if let Some(t) = &p.task {
+                    t.cancel();
+                }
             }
             keep
         });
@@ -85,9 +90,15 @@ impl Listeners {
         Ok(())
     }
 
-    /// Starts accepting on `runtime`, handing connections of each kind to its hand-off.
+    /// Accepts on `runtime` from now on, handing connections of each kind to its hand-off
+    /// (accept tasks already running elsewhere move there).
     pub fn run(&self, runtime: tokio::runtime::Handle, shutdown: CancellationToken, hand_offs: Vec<(Kind, HandOff)>) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        for p in inner.ports.iter_mut() {
+            if let Some(t) = p.task.take() {
+                t.cancel();
+            }
+        }
         inner.runtime = Some((runtime, shutdown));
         inner.hand_offs = hand_offs;
         inner.start_pending();
@@ -103,11 +114,19 @@ impl Listeners {
 impl Inner {
     fn start_pending(&mut self) {
         let Some((runtime, shutdown)) = &self.runtime else { return };
-        for p in self.ports.iter_mut() {
+        for p in self.ports.iter_mut().filter(|p| p.task.is_none()) {
             let Some(hand_off) = self.hand_offs.iter().find(|(k, _)| *k == p.kind).map(|(_, h)| h.clone()) else { continue };
-            let Some(l) = p.pending.take() else { continue };
-            tracing::info!(address = %p.bound, kind = ?p.kind, "listening");
-            let (stop, shutdown) = (p.stop.clone(), shutdown.clone());
+            let l = match p.socket.try_clone() {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::error!(address = %p.bound, "cannot accept: {e}");
+                    continue;
+                }
+            };
+            tracing::debug!(address = %p.bound, kind = ?p.kind, "accepting");
+            let stop = CancellationToken::new();
+            p.task = Some(stop.clone());
+            let shutdown = shutdown.clone();
             runtime.spawn(async move {
                 let Ok(l) = tokio::net::TcpListener::from_std(l) else { return };
                 accept(l, stop, shutdown, hand_off).await;

@@ -75,15 +75,17 @@ impl Shared {
     }
 
     /// Builds `config`'s snapshot and puts it in force: servers (added, drained, removed),
-    /// users, rules, settings, listeners. One reload at a time.
+    /// users, rules, settings, listeners, the worker count. One reload at a time.
     pub fn apply(&self, mut config: Config) -> Result<Applied, ReloadError> {
         let _one_at_a_time = self.reload_lock.lock().unwrap_or_else(|p| p.into_inner());
         let old = self.snapshot();
-        if config.workers != self.workers {
-            tracing::warn!(running = self.workers, configured = config.workers, "the worker count changes at the next start");
-            config.workers = self.workers;
-        }
         let mut applied = Applied::default();
+        let new_workers = (config.workers != self.workers()).then_some(config.workers);
+        if new_workers.is_some() && self.runtime == crate::config::RuntimeKind::PerCore {
+            // Per-core workers own their connections for life: a new count needs a restart.
+            applied.need_restart.push("proxy.workers");
+            config.workers = self.workers();
+        }
         if config.proxy.runtime != self.runtime {
             applied.need_restart.push("proxy.runtime");
         }
@@ -91,8 +93,12 @@ impl Shared {
             applied.need_restart.push("proxy.datadir");
         }
         let snapshot = Snapshot::build(config, Some(&old)).map_err(|e| ReloadError::Unusable(format!("{e:#}")))?;
-        // Ports first: a port that cannot be bound refuses the whole reload.
+        // Ports first: a port that cannot be bound refuses the whole reload. (The query log's
+        // settings, applied while building, are the one thing a refusal here leaves changed.)
         self.listeners.reconcile(&snapshot.config).map_err(ReloadError::Unusable)?;
+        if let Some(n) = new_workers.filter(|_| self.runtime == crate::config::RuntimeKind::Steal) {
+            self.change_workers(n).map_err(|e| ReloadError::Unusable(format!("proxy.workers: {e:#}")))?;
+        }
         snapshot.hostgroups.adopt(&snapshot.config, &old.hostgroups);
         self.stats.apply(&snapshot.config.stats);
         crate::server::warn_inactive_columns(&snapshot.config.query_rules);

@@ -61,12 +61,42 @@ pub struct Shared {
     pub stats: Arc<crate::stats::Stats>,
     /// The admin port's tables (ProxySQL's memory / disk / runtime layers).
     pub admin: crate::admin::exec::Admin,
-    /// Worker threads and runtime kind, fixed at start.
-    pub workers: usize,
+    /// Worker threads of the runtime taking new sessions (a reload may change it, `Generation`).
+    workers: AtomicUsize,
+    /// The runtime kind, fixed at start.
     pub runtime: RuntimeKind,
+    /// Work-stealing runtimes started by reloads that changed the worker count, joined at shutdown.
+    generations: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    /// Retires the runtime taking new sessions when the worker count changes.
+    current_generation: std::sync::Mutex<Option<Generation>>,
+    /// This `Shared` itself, for sessions started by a reload.
+    me: OnceLock<std::sync::Weak<Shared>>,
 }
 
 impl Shared {
+    /// Worker threads of the runtime taking new sessions.
+    pub fn workers(&self) -> usize {
+        self.workers.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Changes the worker count (work-stealing runtime): a new runtime with `workers` threads
+    /// takes every new connection from now on; the old one keeps its sessions until they end,
+    /// and its backend connections (whose sockets its I/O driver serves) until they close:
+    /// they are not pooled again. Nothing is dropped.
+    pub(crate) fn change_workers(&self, workers: usize) -> anyhow::Result<()> {
+        let Some(me) = self.me.get().and_then(std::sync::Weak::upgrade) else { anyhow::bail!("sluice is stopping") };
+        let thread = start_generation(&me, workers)?;
+        self.generations.lock().unwrap_or_else(|p| p.into_inner()).push(thread);
+        tracing::info!(workers, "worker count changed: new sessions run on the new workers; existing ones finish where they are");
+        Ok(())
+    }
+
+    /// Runtimes started by worker-count changes that are still running (a retired one stops
+    /// once its sessions and connections are gone).
+    pub fn later_runtimes_running(&self) -> usize {
+        self.generations.lock().unwrap_or_else(|p| p.into_inner()).iter().filter(|t| !t.is_finished()).count()
+    }
+
     /// The configuration in force now (cheap; for paths outside a session's command loop).
     pub fn snapshot(&self) -> arc_swap::Guard<Arc<Snapshot>> {
         self.live.load()
@@ -179,13 +209,17 @@ impl Server {
             clients: AtomicUsize::new(0),
             stats: Arc::new(crate::stats::Stats::new(&stats_settings)),
             admin,
-            workers,
+            workers: AtomicUsize::new(workers),
             runtime,
+            generations: std::sync::Mutex::new(Vec::new()),
+            current_generation: std::sync::Mutex::new(None),
+            me: OnceLock::new(),
         });
+        let _ = shared.me.set(Arc::downgrade(&shared));
         crate::monitor::probe_profile(&shared);
         let threads = match runtime {
             RuntimeKind::PerCore => start_per_core(&shared)?,
-            RuntimeKind::Steal => start_stealing(&shared)?,
+            RuntimeKind::Steal => vec![start_generation(&shared, workers)?],
         };
         tracing::info!(listen = ?shared.listeners.addrs(Kind::Client), workers, ?runtime, "sluice started");
         Ok(Server { shared, threads })
@@ -204,7 +238,8 @@ impl Server {
     /// closes every session and returns.
     pub fn shutdown(self) {
         self.shared.begin_shutdown();
-        for t in self.threads {
+        let later: Vec<JoinHandle<()>> = std::mem::take(&mut *self.shared.generations.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in self.threads.into_iter().chain(later) {
             let _ = t.join();
         }
     }
@@ -240,7 +275,7 @@ async fn drain(tracker: TaskTracker, shared: &Shared) {
 fn start_per_core(shared: &Arc<Shared>) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let mut threads = Vec::new();
     let mut senders = Vec::new();
-    for w in 0..shared.workers {
+    for w in 0..shared.workers() {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(std::net::TcpStream, SocketAddr)>();
         senders.push(tx);
         let shared = shared.clone();
@@ -249,10 +284,10 @@ fn start_per_core(shared: &Arc<Shared>) -> anyhow::Result<Vec<JoinHandle<()>>> {
                 Ok(rt) => rt,
                 Err(e) => return tracing::error!("worker {w}: cannot build runtime: {e}"),
             };
-            crate::pool::set_worker(w);
+            crate::pool::set_worker(w, None);
             rt.block_on(async move {
                 let tracker = TaskTracker::new();
-                tokio::spawn(crate::pool::maintain(shared.clone(), w));
+                tokio::spawn(crate::pool::maintain(shared.clone(), w, shared.shutdown.clone()));
                 loop {
                     tokio::select! {
                         _ = shared.shutdown.cancelled() => break,
@@ -285,7 +320,7 @@ fn start_per_core(shared: &Arc<Shared>) -> anyhow::Result<Vec<JoinHandle<()>>> {
         let side = TaskTracker::new();
         shared.listeners.run(rt.handle().clone(), shared.shutdown.clone(), hand_offs(&shared, hand_off, &side));
         rt.block_on(async {
-            tokio::spawn(sample_rates(shared.clone()));
+            tokio::spawn(sample_rates(shared.clone(), shared.shutdown.clone()));
             shared.shutdown.cancelled().await;
             drain(side, &shared).await;
         });
@@ -293,33 +328,68 @@ fn start_per_core(shared: &Arc<Shared>) -> anyhow::Result<Vec<JoinHandle<()>>> {
     Ok(threads)
 }
 
-/// One multi-threaded work-stealing runtime with `workers` threads.
-fn start_stealing(shared: &Arc<Shared>) -> anyhow::Result<Vec<JoinHandle<()>>> {
+/// A work-stealing runtime taking new sessions, until a worker-count change retires it.
+struct Generation {
+    retire: CancellationToken,
+    tag: Arc<crate::pool::RuntimeTag>,
+}
+
+/// Starts a work-stealing runtime with `workers` threads and makes it take every new
+/// connection (retiring the one that did). Its thread runs until shutdown, or once retired,
+/// until its sessions have ended and the backend connections opened on it are closed.
+fn start_generation(shared: &Arc<Shared>, workers: usize) -> anyhow::Result<JoinHandle<()>> {
+    let tag = Arc::new(crate::pool::RuntimeTag::default());
     let next_worker = Arc::new(AtomicUsize::new(0));
+    let thread_tag = tag.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(shared.workers)
+        .worker_threads(workers)
         .thread_name("sluice-worker")
-        .on_thread_start(move || crate::pool::set_worker(next_worker.fetch_add(1, std::sync::atomic::Ordering::Relaxed)))
+        .on_thread_start(move || {
+            crate::pool::set_worker(next_worker.fetch_add(1, std::sync::atomic::Ordering::Relaxed), Some(thread_tag.clone()))
+        })
         .enable_all()
         .build()?;
-    let shared = shared.clone();
+    let retire = CancellationToken::new();
     let tracker = TaskTracker::new();
-    let sessions = tracker.clone();
-    let spawner = shared.clone();
+    let (sessions, spawner) = (tracker.clone(), shared.clone());
     let hand_off: HandOff = Arc::new(move |stream: tokio::net::TcpStream, peer: SocketAddr| {
         sessions.spawn(crate::session::run(spawner.clone(), stream, peer));
     });
-    shared.listeners.run(rt.handle().clone(), shared.shutdown.clone(), hand_offs(&shared, hand_off, &tracker));
-    Ok(vec![runtime_thread("sluice-runtime".into(), move || {
+    shared.listeners.run(rt.handle().clone(), shared.shutdown.clone(), hand_offs(shared, hand_off, &tracker));
+    let previous = shared
+        .current_generation
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .replace(Generation { retire: retire.clone(), tag: tag.clone() });
+    if let Some(old) = previous {
+        old.tag.retired.store(true, std::sync::atomic::Ordering::Release);
+        old.retire.cancel();
+    }
+    shared.workers.store(workers, std::sync::atomic::Ordering::Relaxed);
+    let shared = shared.clone();
+    runtime_thread("sluice-runtime".into(), move || {
         rt.block_on(async move {
-            for w in 0..shared.workers {
-                tokio::spawn(crate::pool::maintain(shared.clone(), w));
+            for w in 0..workers {
+                tokio::spawn(crate::pool::maintain(shared.clone(), w, retire.clone()));
             }
-            tokio::spawn(sample_rates(shared.clone()));
-            shared.shutdown.cancelled().await;
-            drain(tracker, &shared).await;
+            tokio::spawn(sample_rates(shared.clone(), retire.clone()));
+            tokio::select! {
+                _ = shared.shutdown.cancelled() => drain(tracker, &shared).await,
+                _ = retire.cancelled() => {
+                    tracker.close();
+                    tokio::select! {
+                        _ = shared.shutdown.cancelled() => drain(tracker, &shared).await,
+                        _ = async {
+                            tracker.wait().await;
+                            while tag.open.load(std::sync::atomic::Ordering::Acquire) > 0 {
+                                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                            }
+                        } => tracing::info!(workers, "retired workers stopped (their sessions ended)"),
+                    }
+                }
+            }
         });
-    })?])
+    })
 }
 
 /// Where each kind of port's connections go: client sessions to `clients`; admin sessions
@@ -336,13 +406,14 @@ fn hand_offs(shared: &Arc<Shared>, clients: HandOff, side: &TaskTracker) -> Vec<
     vec![(Kind::Client, clients), (Kind::Admin, admin), (Kind::Http, http)]
 }
 
-/// Samples the counters once a second for the per-second rates (`SHOW STATUS RATE`).
-async fn sample_rates(shared: Arc<Shared>) {
+/// Samples the counters once a second for the per-second rates (`SHOW STATUS RATE`), until
+/// `stop`.
+async fn sample_rates(shared: Arc<Shared>, stop: CancellationToken) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = shared.shutdown.cancelled() => return,
+            _ = stop.cancelled() => return,
             t = tick.tick() => shared.stats.sample(t.into_std()),
         }
     }

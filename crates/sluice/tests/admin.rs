@@ -309,3 +309,60 @@ async fn listeners_and_admin_credentials_change_live() {
     assert_eq!(admin_as(a, "dba", "s3cret", "SELECT 1").unwrap(), "1");
     assert!(admin_as(a, "dba", "wrong", "SELECT 1").is_err());
 }
+
+/// The worker count changes live: new sessions run on a new runtime, a session in the middle
+/// of a transaction finishes it on the old one, and the old runtime stops once its sessions and
+/// connections are gone.
+#[tokio::test]
+async fn worker_count_changes_live() {
+    let pair = Pair::start();
+    let proxy = pair.proxy(None);
+    let a = proxy.admin_port();
+    let mut old = connect(proxy.port, "root", "").await;
+    old.query_drop("CREATE TABLE IF NOT EXISTS test.workers_live (id INT PRIMARY KEY)").await.unwrap();
+    old.query_drop("DELETE FROM test.workers_live").await.unwrap();
+    old.query_drop("BEGIN").await.unwrap();
+    old.query_drop("INSERT INTO test.workers_live VALUES (1)").await.unwrap();
+
+    admin(a, "UPDATE global_variables SET variable_value='3' WHERE variable_name='mysql-threads'; LOAD MYSQL VARIABLES TO RUNTIME")
+        .unwrap();
+    assert_eq!(proxy.shared().workers(), 3);
+    assert_eq!(admin(a, "SELECT variable_value FROM runtime_global_variables WHERE variable_name='mysql-threads'").unwrap(), "3");
+    let mut new = connect(proxy.port, "root", "").await;
+    let seen: Option<u32> = new.query_first("SELECT COUNT(*) FROM test.workers_live").await.unwrap();
+    assert_eq!(seen, Some(0), "the open transaction is not visible yet");
+    old.query_drop("INSERT INTO test.workers_live VALUES (2)").await.unwrap();
+    old.query_drop("COMMIT").await.unwrap();
+    let seen: Option<u32> = new.query_first("SELECT COUNT(*) FROM test.workers_live").await.unwrap();
+    assert_eq!(seen, Some(2), "the old session finished its transaction");
+    // Twice more, so the first new runtime is retired while still serving `new`.
+    for n in ["2", "4"] {
+        admin(
+            a,
+            &format!(
+                "UPDATE global_variables SET variable_value='{n}' WHERE variable_name='mysql-threads'; LOAD MYSQL VARIABLES TO RUNTIME"
+            ),
+        )
+        .unwrap();
+        assert_eq!(port_of(&mut new, "SELECT @@port").await, pair.port(0));
+        assert_eq!(port_of(&mut old, "SELECT @@port").await, pair.port(0));
+    }
+    // The 2-worker runtime served no one and stops; the 3-worker one still serves `new`.
+    running_soon(&proxy, 2).await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(proxy.shared().later_runtimes_running(), 2, "a runtime with a session still running stays");
+    drop(old);
+    drop(new);
+    running_soon(&proxy, 1).await;
+    let mut c = connect(proxy.port, "root", "").await;
+    assert_eq!(port_of(&mut c, "SELECT @@port").await, pair.port(0));
+}
+
+/// Waits (at most 20 s) until at most `n` runtimes started by reloads still run.
+async fn running_soon(proxy: &Proxy, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while proxy.shared().later_runtimes_running() > n {
+        assert!(std::time::Instant::now() < deadline, "retired runtimes did not stop after their sessions ended");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -113,6 +113,9 @@ pub struct Backend {
     pub idle_since: Instant,
     /// Prepared statements this connection has, by registry entry.
     pub statements: super::prepared::Statements,
+    /// The runtime whose I/O driver the socket is registered with: it is kept running while
+    /// the connection is open (`RuntimeTag`).
+    pub runtime: Option<Arc<super::RuntimeTag>>,
 }
 
 impl Backend {
@@ -308,6 +311,9 @@ impl Drop for Backend {
         if self.pooled {
             self.server.pool.released_slot();
         }
+        if let Some(r) = &self.runtime {
+            r.open.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
     }
 }
 
@@ -462,6 +468,7 @@ async fn connect_inner(p: &ConnectParams<'_>) -> Result<Backend, BackendError> {
         created: now,
         idle_since: now,
         statements: Default::default(),
+        runtime: super::RuntimeTag::current(),
         greeting,
     };
     Ok(backend)

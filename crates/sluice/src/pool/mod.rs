@@ -229,15 +229,41 @@ impl ServerPool {
 thread_local! {
     /// This worker thread's shard; set when the worker starts.
     static SHARD: Cell<usize> = const { Cell::new(0) };
+    /// The runtime this worker thread belongs to.
+    static RUNTIME: std::cell::RefCell<Option<Arc<RuntimeTag>>> = const { std::cell::RefCell::new(None) };
 }
 
 fn shard_index() -> usize {
     SHARD.with(|s| s.get())
 }
 
-/// Makes the calling thread worker `i` (its pool shard).
-pub fn set_worker(i: usize) {
+/// Makes the calling thread worker `i` (its pool shard) of the runtime `runtime`.
+pub fn set_worker(i: usize, runtime: Option<Arc<RuntimeTag>>) {
     SHARD.with(|s| s.set(i));
+    RUNTIME.with(|r| *r.borrow_mut() = runtime);
+}
+
+/// A worker runtime, as its connections see it. A socket is registered with the I/O driver of
+/// the runtime that opened it; when the worker count changes, the old runtime is `retired` (its
+/// connections are closed instead of pooled) and kept running until `open` falls to 0.
+#[derive(Debug, Default)]
+pub struct RuntimeTag {
+    pub retired: std::sync::atomic::AtomicBool,
+    /// Backend connections opened on this runtime and not yet dropped.
+    pub open: AtomicUsize,
+}
+
+impl RuntimeTag {
+    /// The calling worker's runtime, counting one more connection on it.
+    fn current() -> Option<Arc<RuntimeTag>> {
+        let tag = RUNTIME.with(|r| r.borrow().clone())?;
+        tag.open.fetch_add(1, Ordering::AcqRel);
+        Some(tag)
+    }
+
+    fn retired(b: &Backend) -> bool {
+        b.runtime.as_ref().is_some_and(|r| r.retired.load(Ordering::Acquire))
+    }
 }
 
 /// What a checkout needs to know beyond the hostgroup.
@@ -361,7 +387,7 @@ fn checkin_to(mut b: Backend, settings: &PoolSection, shard: usize) {
     // Bytes buffered past the last reply would answer the next user's statement: never reuse.
     let unread = !b.conn.rbuf.is_empty();
     let old = b.age() > Duration::from_millis(settings.max_lifetime_ms);
-    if !b.pooled || b.broken || unread || old || !b.server.accepts_new() {
+    if !b.pooled || b.broken || unread || old || !b.server.accepts_new() || RuntimeTag::retired(&b) {
         tracing::debug!(server = %b.server.name, thread = b.thread_id, broken = b.broken, unread, old, "closing a connection instead of pooling it");
         b.close();
         return;
@@ -378,13 +404,14 @@ fn checkin_to(mut b: Backend, settings: &PoolSection, shard: usize) {
 
 /// Closes idle connections past `max_idle_ms` or their lifetime or closed by the server, and
 /// opens connections up to `min_idle` per known login: once per second, for one worker's shard,
-/// under the config in force at each round.
-pub async fn maintain(shared: Arc<crate::server::Shared>, shard: usize) {
+/// under the config in force at each round, until `stop` (its runtime retired) or shutdown.
+pub async fn maintain(shared: Arc<crate::server::Shared>, shard: usize, stop: tokio_util::sync::CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = shared.shutdown.cancelled() => break,
+            _ = stop.cancelled() => break,
             _ = tick.tick() => {}
         }
         let snapshot = shared.live.load_full();
@@ -402,7 +429,11 @@ pub async fn maintain(shared: Arc<crate::server::Shared>, shard: usize) {
                     while n < idle.len() {
                         let surplus = idle.len() > keep;
                         let b = &mut idle[n];
-                        let stale = (surplus && b.idle_for() > max_idle) || b.age() > lifetime || !b.is_alive() || !b.server.accepts_new();
+                        let stale = (surplus && b.idle_for() > max_idle)
+                            || b.age() > lifetime
+                            || !b.is_alive()
+                            || !b.server.accepts_new()
+                            || RuntimeTag::retired(b);
                         if stale {
                             out.push(idle.remove(n));
                         } else {
