@@ -104,6 +104,17 @@ impl Listeners {
         inner.start_pending();
     }
 
+    /// Closes every port (shutdown): new connections are refused from now on.
+    pub fn close_all(&self) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        for p in inner.ports.drain(..) {
+            if let Some(t) = &p.task {
+                t.cancel();
+            }
+        }
+        inner.runtime = None;
+    }
+
     /// The bound addresses of `kind`, in config order.
     pub fn addrs(&self, kind: Kind) -> Vec<SocketAddr> {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());

@@ -111,6 +111,7 @@ impl Shared {
     pub fn begin_shutdown(&self) {
         self.closing.store(true, std::sync::atomic::Ordering::Release);
         self.shutdown.cancel();
+        self.listeners.close_all();
         self.registry.close_all();
     }
 
