@@ -651,7 +651,7 @@ impl FileConfig {
             running.filter(|r| r.query_rules == self.mysql_query_rules && hostgroups(&r.servers) == hostgroups(&self.mysql_servers));
         let rules = match reuse {
             Some(r) => r.rules.clone(),
-            None => std::sync::Arc::new(self.compile_rules().map_err(|p| locate_problem(file, src, &p))?),
+            None => std::sync::Arc::new(self.compile_rules(running).map_err(|p| locate_problem(file, src, &p))?),
         };
         let listen = self.proxy.listen.iter().filter_map(|a| a.parse().ok()).collect();
         let workers = self.proxy.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -672,9 +672,9 @@ impl FileConfig {
     }
 
     /// The query rules, compiled: the same step the admin port's LOAD will take.
-    fn compile_rules(&self) -> Result<crate::rules::RuleSet, Problem> {
+    fn compile_rules(&self, running: Option<&Config>) -> Result<crate::rules::RuleSet, Problem> {
         let exists = |hg: u32| self.mysql_servers.iter().any(|s| s.hostgroup_id == hg);
-        crate::rules::RuleSet::new(&self.mysql_query_rules, &exists).map_err(|e| {
+        crate::rules::RuleSet::after(&self.mysql_query_rules, &exists, running.map(|r| &*r.rules)).map_err(|e| {
             use PathPart::{Index, Key};
             problem(vec![Key("mysql_query_rules"), Index(e.index), Key(e.field)], format!("rule_id {}: {}", e.rule_id, e.message))
         })

@@ -55,7 +55,7 @@ impl Chain {
             }
             // A negated pattern matches when the literal is absent: no use as a filter.
             if !r.negate {
-                if let Some(Pattern::Linear(re)) = &r.match_pattern {
+                if let Some(Pattern::Linear(re)) = r.match_pattern.as_deref() {
                     if let Some(exact) = pattern.add(re.as_str(), r.caseless, pos) {
                         if exact {
                             proven[pos as usize] = Proven::MatchPattern;
@@ -63,7 +63,7 @@ impl Chain {
                         continue;
                     }
                 }
-                if let Some(Pattern::Linear(re)) = &r.match_digest {
+                if let Some(Pattern::Linear(re)) = r.match_digest.as_deref() {
                     if let Some(exact) = digest_text.add(re.as_str(), r.caseless, pos) {
                         if exact {
                             proven[pos as usize] = Proven::MatchDigest;

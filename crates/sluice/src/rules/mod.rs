@@ -78,18 +78,33 @@ pub struct RuleSet {
     /// Some rule tests the digest: only then is it computed.
     needs_digest: bool,
     hits: Hits,
+    /// Every pattern of the rows, active or not, for the next reload to reuse.
+    patterns: compile::Patterns,
 }
 
 impl Default for RuleSet {
     fn default() -> Self {
-        RuleSet { rules: Vec::new(), chains: Vec::new(), proven: Vec::new(), needs_digest: false, hits: Hits::new(0) }
+        RuleSet {
+            rules: Vec::new(),
+            chains: Vec::new(),
+            proven: Vec::new(),
+            needs_digest: false,
+            hits: Hits::new(0),
+            patterns: Default::default(),
+        }
     }
 }
 
 impl RuleSet {
     /// Compiles and indexes `rows`; `hostgroup_exists` checks destination hostgroups.
     pub fn new(rows: &[QueryRuleRow], hostgroup_exists: &dyn Fn(u32) -> bool) -> Result<RuleSet, RuleError> {
-        let rules = compile(rows, hostgroup_exists)?;
+        RuleSet::after(rows, hostgroup_exists, None)
+    }
+
+    /// `new` for a reload: the patterns `running` already compiled are reused.
+    pub fn after(rows: &[QueryRuleRow], hostgroup_exists: &dyn Fn(u32) -> bool, running: Option<&RuleSet>) -> Result<RuleSet, RuleError> {
+        let none = compile::Patterns::new();
+        let (rules, patterns) = compile(rows, hostgroup_exists, running.map_or(&none, |r| &r.patterns))?;
         let mut flags: Vec<i64> = rules.iter().map(|r| r.flag_in).collect();
         flags.sort_unstable();
         flags.dedup();
@@ -102,7 +117,7 @@ impl RuleSet {
             })
             .collect();
         let needs_digest = rules.iter().any(|r| r.digest.is_some() || r.match_digest.is_some());
-        Ok(RuleSet { hits: Hits::new(rules.len()), needs_digest, rules, chains, proven })
+        Ok(RuleSet { hits: Hits::new(rules.len()), needs_digest, rules, chains, proven, patterns })
     }
 
     pub fn is_empty(&self) -> bool {

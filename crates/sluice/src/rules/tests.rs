@@ -1,5 +1,6 @@
 use super::*;
 use proptest::prelude::*;
+use std::sync::Arc;
 
 fn row(rule_id: u32) -> QueryRuleRow {
     QueryRuleRow { rule_id, active: true, re_modifiers: "CASELESS".into(), ..Default::default() }
@@ -219,6 +220,24 @@ fn arb_row() -> impl Strategy<Value = QueryRuleRow> {
             r.schemaname = [None, Some("shop"), Some("other")][schema as usize].map(String::from);
             r
         })
+}
+
+#[test]
+fn a_reload_reuses_compiled_patterns_and_decides_the_same() {
+    let rows = shard_rules();
+    let first = set(&rows);
+    let mut changed = rows.clone();
+    changed[0].match_pattern = Some(r"^/\* new".into());
+    changed[1].re_modifiers = String::new();
+    let second = RuleSet::after(&changed, &|hg| hg < 1000, Some(&first)).unwrap();
+    let same = |a: &RuleSet, b: &RuleSet, i: usize| match (&a.rules[i].match_pattern, &b.rules[i].match_pattern) {
+        (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+        _ => false,
+    };
+    assert!(same(&first, &second, 150), "an unchanged pattern is not compiled again");
+    assert!(!same(&first, &second, 0) && !same(&first, &second, 1), "a new pattern or modifier is");
+    assert_eq!(decide(&second, &who(), "/* 150 */ SELECT 1").1, decide(&first, &who(), "/* 150 */ SELECT 1").1);
+    assert_eq!(decide(&second, &who(), "/* new */ SELECT 1").1, vec![1]);
 }
 
 proptest! {
