@@ -124,7 +124,8 @@ fn bench(c: &mut Criterion) {
     g.bench_function("edit-one-rule-then-load/10000", |b| {
         b.iter(|| {
             edit += 1;
-            execute(shared, &format!("UPDATE mysql_query_rules SET match_pattern = '^SELECT edit_{edit}' WHERE rule_id = 7")).expect("edit");
+            execute(shared, &format!("UPDATE mysql_query_rules SET match_pattern = '^SELECT edit_{edit}' WHERE rule_id = 7"))
+                .expect("edit");
             execute(shared, "LOAD MYSQL QUERY RULES TO RUNTIME").expect("LOAD")
         })
     });

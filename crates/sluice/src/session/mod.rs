@@ -408,10 +408,18 @@ impl Session {
                 held.backend.broken = true;
                 false
             }
-            Ok(n) => {
-                debug!(id = self.id, bytes = n, "unsolicited bytes from the backend; passing them on");
+            // An error packet (the server explaining why it closes): passed on.
+            Ok(n) if buf.get(4) == Some(&0xFF) => {
+                debug!(id = self.id, bytes = n, "error packet from the backend between commands; passing it on");
                 let _ = self.client.write_all(&buf[..n]).await;
                 true
+            }
+            // Anything else would answer the client's next command: the connection is out of
+            // step, and what the session kept there cannot be trusted. End it.
+            Ok(n) => {
+                tracing::warn!(id = self.id, bytes = n, backend = %held.backend.server.name, thread = held.backend.thread_id, "unexpected bytes from a backend between commands; closing the session");
+                held.backend.broken = true;
+                false
             }
         }
     }
