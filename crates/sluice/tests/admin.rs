@@ -6,7 +6,6 @@ mod common;
 
 use common::*;
 use mysql_async::prelude::*;
-use std::process::Command;
 use testkit::MariaDb;
 
 /// Two private servers: hostgroup 0 and hostgroup 1.
@@ -54,19 +53,7 @@ fn admin(port: u16, sql: &str) -> Result<String, String> {
 }
 
 fn admin_as(port: u16, user: &str, password: &str, sql: &str) -> Result<String, String> {
-    let out = Command::new("mariadb")
-        .args(["--no-defaults", "--protocol=TCP", "-h127.0.0.1", "-N", "-B"])
-        .arg(format!("-P{port}"))
-        .arg(format!("-u{user}"))
-        .arg(format!("-p{password}"))
-        .args(["-e", sql])
-        .output()
-        .expect("the mariadb CLI runs");
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
-    }
+    mariadb_cli(port, user, Some(password), sql)
 }
 
 async fn port_of(c: &mut mysql_async::Conn, sql: &str) -> u16 {

@@ -13,7 +13,6 @@ use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 use testkit::{chromium, prometheus, MariaDb};
 
@@ -76,14 +75,7 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
 
 /// Runs `sql` on the admin port with the mariadb CLI as admin/admin; its tab-separated output.
 fn admin(port: u16, sql: &str) -> String {
-    let out = Command::new("mariadb")
-        .args(["--no-defaults", "--protocol=TCP", "-h127.0.0.1", "-N", "-B", "-uadmin", "-padmin"])
-        .arg(format!("-P{port}"))
-        .args(["-e", sql])
-        .output()
-        .expect("the mariadb CLI runs");
-    assert!(out.status.success(), "admin `{sql}`: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    mariadb_cli(port, "admin", Some("admin"), sql).unwrap_or_else(|e| panic!("admin `{sql}`: {e}"))
 }
 
 /// Runs each statement through sluice.

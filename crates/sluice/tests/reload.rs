@@ -21,27 +21,12 @@ const DRAIN: (u64, u64) = (20, 40);
 
 /// Runs `sql` on the admin port with the mariadb CLI; its output, or its error text.
 fn admin(port: u16, sql: &str) -> Result<String, String> {
-    cli(port, &["-uadmin", "-padmin"], sql)
+    mariadb_cli(port, "admin", Some("admin"), sql)
 }
 
 /// Runs `sql` through sluice as root.
 fn client(port: u16, sql: &str) -> Result<String, String> {
-    cli(port, &["-uroot"], sql)
-}
-
-fn cli(port: u16, login: &[&str], sql: &str) -> Result<String, String> {
-    let out = Command::new("mariadb")
-        .args(["--no-defaults", "--protocol=TCP", "-h127.0.0.1", "-N", "-B"])
-        .args(login)
-        .arg(format!("-P{port}"))
-        .args(["-e", sql])
-        .output()
-        .expect("the mariadb CLI runs");
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
-    }
+    mariadb_cli(port, "root", None, sql)
 }
 
 fn sysbench_args(port: u16, user: &str, password: &str) -> Vec<String> {

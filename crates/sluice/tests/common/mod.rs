@@ -190,3 +190,19 @@ pub fn init_logs() {
         .with_test_writer()
         .try_init();
 }
+
+/// Runs `sql` with the `mariadb` CLI on 127.0.0.1:`port` as `user`/`password` (`None`: no
+/// password); its tab-separated output, or its error text.
+pub fn mariadb_cli(port: u16, user: &str, password: Option<&str>, sql: &str) -> Result<String, String> {
+    let mut cmd = std::process::Command::new("mariadb");
+    cmd.args(["--no-defaults", "--protocol=TCP", "-h127.0.0.1", "-N", "-B"]).arg(format!("-P{port}")).arg(format!("-u{user}"));
+    if let Some(p) = password {
+        cmd.arg(format!("-p{p}"));
+    }
+    let out = cmd.args(["-e", sql]).output().expect("the mariadb CLI runs");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
