@@ -4,7 +4,7 @@
 //! command, so a statement in flight finishes under the snapshot it started with. A rejected
 //! reload changes nothing.
 
-use crate::config::{Config, ConfigError, FileConfig};
+use crate::config::{Config, ConfigError};
 use crate::querylog::QueryLog;
 use crate::route::Hostgroups;
 use crate::server::Shared;
@@ -69,11 +69,6 @@ pub struct Applied {
 }
 
 impl Shared {
-    /// Validates `file` and puts it in force (`apply`).
-    pub fn apply_file(&self, file: FileConfig) -> Result<Applied, ReloadError> {
-        self.apply(file.validate(None, None).map_err(ReloadError::Invalid)?)
-    }
-
     /// Builds `config`'s snapshot and puts it in force: servers (added, drained, removed),
     /// users, rules, settings, listeners, the worker count. One reload at a time.
     pub fn apply(&self, mut config: Config) -> Result<Applied, ReloadError> {
