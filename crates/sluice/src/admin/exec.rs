@@ -3,7 +3,7 @@
 //! into a whole new configuration, validates it and swaps it in (`Shared::apply`), then shows it
 //! in the runtime_* tables; the other LOAD/SAVE forms copy rows between layers.
 
-use super::{AdminCommand, AdminError, Cell, Layer, Module, Output, StatsTable, Store};
+use super::{AdminCommand, AdminError, Layer, Module, Output, StatsTable, Store};
 use crate::config::FileConfig;
 use crate::reload::ReloadError;
 use crate::server::Shared;
@@ -127,12 +127,6 @@ fn processlist(shared: &Shared, full: bool) -> Output {
                 (Some(_), true) => Some(a.info.clone()),
                 (Some(_), false) => Some(a.info.chars().take(100).collect()),
             };
-            let cell = |v: Cell| match v {
-                Cell::Null => None,
-                Cell::Int(i) => Some(i.to_string()),
-                Cell::Real(f) => Some(f.to_string()),
-                Cell::Text(t) => Some(t),
-            };
             vec![
                 Some(h.id.to_string()),
                 Some(h.user.clone()),
@@ -141,7 +135,7 @@ fn processlist(shared: &Shared, full: bool) -> Output {
                 a.state.as_ref().and_then(|s| s.schema.as_deref().map(str::to_string)),
                 Some(if a.started.is_some() { "Query" } else { "Sleep" }.to_string()),
                 a.started.map(|t| t.elapsed().as_millis().to_string()),
-                cell(if a.started.is_some() { Cell::from(a.hostgroup) } else { Cell::Null }),
+                a.started.map(|_| a.hostgroup.to_string()),
                 server.as_ref().map(|s| s.0.clone()),
                 server.as_ref().map(|s| s.1.to_string()),
                 server.as_ref().map(|s| s.2.to_string()),
