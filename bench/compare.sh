@@ -218,6 +218,7 @@ sb_args() {
 
 # --- results --------------------------------------------------------------------------
 declare -A QPS P95 CPU # key "workload|threads|variant" -> space-separated values, one per good run
+declare -A RQPS RCPU   # key "workload|threads|variant|round" -> that run's QPS and CPU µs/query
 FAILURES=()
 NOTES=()
 RUN_NO=0
@@ -252,9 +253,10 @@ measure() {
 	sysbench_figures "$logf" "$rc" "$what" p95 || return 0
 	local key="$wl|$thr|$variant"
 	QPS[$key]+="$SB_QPS "
+	RQPS[$key|$round]=$SB_QPS
 	P95[$key]+="$SB_P95 "
 	cpu_per_query "$t0" "$t1" "$SB_Q"
-	[ -z "$CPU_US" ] || CPU[$key]+="$CPU_US "
+	[ -z "$CPU_US" ] || { CPU[$key]+="$CPU_US "; RCPU[$key|$round]=$CPU_US; }
 	log "[$RUN_NO/$NRUNS] $what: $SB_QPS qps, p95 $SB_P95 ms, $SB_Q queries$CPU_TXT"
 }
 
@@ -355,8 +357,12 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS DB_PS_MODE=$DB_PS
 			done
 		done
 	elif [ "$MODE" = stats ]; then
-		echo "| workload | threads | direct QPS | digests on QPS | digests off QPS | on/off | on/direct | off/direct | on CPU µs/query | off CPU µs/query | CPU on − off µs |"
-		echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+		echo "Paired: each round's digests-on run against the same round's digests-off run (the two"
+		echo "run back to back, in alternating order), then the median over rounds; this cancels the"
+		echo "machine's drift between rounds, which the medians of each column do not."
+		echo
+		echo "| workload | threads | direct QPS | digests on QPS | digests off QPS | on/off (paired) | on/direct | on CPU µs/query | off CPU µs/query | CPU on − off µs (paired) | per round: on/off, CPU on − off |"
+		echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
 		for wl in "${WORKLOAD_LIST[@]}"; do
 			for thr in "${THREAD_LIST[@]}"; do
 				d=$(median "${QPS[$wl|$thr|direct]:-}")
@@ -364,8 +370,22 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS DB_PS_MODE=$DB_PS
 				off=$(median "${QPS[$wl|$thr|stats-off]:-}")
 				con=$(median "${CPU[$wl|$thr|stats-on]:-}" %.2f)
 				coff=$(median "${CPU[$wl|$thr|stats-off]:-}" %.2f)
-				echo "| $wl | $thr | $d | $on | $off | $(ratio "$on" "$off") | $(ratio "$on" "$d") | $(ratio "$off" "$d")" \
-					"| $con | $coff | $(awk -v a="$con" -v b="$coff" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/) printf "%.2f", a - b; else print "-" }') |"
+				ratios="" diffs="" rounds=""
+				for ((r = 1; r <= ROUNDS; r++)); do
+					qa=${RQPS[$wl|$thr|stats-on|$r]:-} qb=${RQPS[$wl|$thr|stats-off|$r]:-}
+					[ -n "$qa" ] && [ -n "$qb" ] || continue
+					q=$(ratio "$qa" "$qb")
+					ratios+="$q "
+					ca=${RCPU[$wl|$thr|stats-on|$r]:-} cb=${RCPU[$wl|$thr|stats-off|$r]:-}
+					c=-
+					if [ -n "$ca" ] && [ -n "$cb" ]; then
+						c=$(awk -v a="$ca" -v b="$cb" 'BEGIN { printf "%.2f", a - b }')
+						diffs+="$c "
+					fi
+					rounds+="${rounds:+; }$q, $c"
+				done
+				echo "| $wl | $thr | $d | $on | $off | $(median "$ratios" %.3f) | $(ratio "$on" "$d")" \
+					"| $con | $coff | $(median "$diffs" %.2f) | $rounds |"
 			done
 		done
 		echo

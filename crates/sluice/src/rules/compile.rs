@@ -1,7 +1,9 @@
 //! ③ rules, load time: `[[mysql_query_rules]]` rows → checked, compiled `Rule`s. Every error
 //! names the rule_id and the column, and nothing half-built survives it.
 
+use super::index::PrefixLiterals;
 use crate::config::QueryRuleRow;
+use regex_automata::meta;
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -21,22 +23,45 @@ impl std::fmt::Display for RuleError {
     }
 }
 
-/// A compiled regular expression. ProxySQL users write PCRE: the `regex` crate takes what it
-/// can (linear time); look-around and back-references fall back to `fancy-regex`.
+/// A compiled regular expression. ProxySQL users write PCRE: `regex-automata`'s meta engine
+/// (what the `regex` crate wraps) takes what it can, in linear time; look-around and
+/// back-references fall back to `fancy-regex`.
 ///
 /// Both run without Unicode mode, like PCRE without UTF-8: bytes are matched as bytes (queries
 /// need not be valid UTF-8) and CASELESS folds ASCII letters.
 #[derive(Debug)]
 pub enum Pattern {
-    Linear(regex::bytes::Regex),
+    /// With the literals the rule index files it under (worked out once, kept with the
+    /// compiled pattern, which a reload reuses when the source did not change).
+    Linear {
+        re: meta::Regex,
+        literals: Option<PrefixLiterals>,
+    },
     Backtracking(fancy_regex::Regex),
+}
+
+/// The linear engine: parsed once (the tree also gives the index its literals), then compiled
+/// with `regex::bytes::Regex`'s settings but no fully compiled DFA. regex builds one for every
+/// small pattern when any crate in the build enables regex-automata's `dfa-build` (fancy-regex
+/// and tracing-subscriber do): it was two thirds of a LOAD of 10,000 rules. The lazy DFA that
+/// searches instead is as fast once warm.
+fn linear(source: &str, caseless: bool) -> Result<(meta::Regex, Option<PrefixLiterals>), String> {
+    let hir = regex_syntax::ParserBuilder::new()
+        .unicode(false)
+        .utf8(false)
+        .case_insensitive(caseless)
+        .build()
+        .parse(source)
+        .map_err(|e| e.to_string())?;
+    let re =
+        meta::Builder::new().configure(meta::Config::new().dfa(false).utf8_empty(false)).build_from_hir(&hir).map_err(|e| e.to_string())?;
+    Ok((re, PrefixLiterals::of(&hir)))
 }
 
 impl Pattern {
     pub fn new(source: &str, caseless: bool) -> Result<Pattern, String> {
-        let linear = regex::bytes::RegexBuilder::new(source).unicode(false).case_insensitive(caseless).build();
-        match linear {
-            Ok(re) => Ok(Pattern::Linear(re)),
+        match linear(source, caseless) {
+            Ok((re, literals)) => Ok(Pattern::Linear { re, literals }),
             Err(linear_err) => {
                 let flags = if caseless { "(?i)" } else { "" };
                 match fancy_regex::Regex::new(&format!("{flags}(?:{source})")) {
@@ -44,11 +69,10 @@ impl Pattern {
                     // Report the engine that got furthest: the backtracking one when the linear
                     // one only balked at a feature the other has.
                     Err(fancy_err) => {
-                        let linear = linear_err.to_string();
-                        let detail = if linear.contains("look-around") || linear.contains("backreferences") {
+                        let detail = if linear_err.contains("look-around") || linear_err.contains("backreferences") {
                             fancy_err.to_string()
                         } else {
-                            linear.trim().to_string()
+                            linear_err.trim().to_string()
                         };
                         Err(format!("unsupported regular expression: {detail}"))
                     }
@@ -57,24 +81,46 @@ impl Pattern {
         }
     }
 
+    /// What the rule index files a linear pattern under; `None` for backtracking patterns and
+    /// those without usable literals.
+    pub fn literals(&self) -> Option<&PrefixLiterals> {
+        match self {
+            Pattern::Linear { literals, .. } => literals.as_ref(),
+            Pattern::Backtracking(_) => None,
+        }
+    }
+
     /// Unanchored search, as ProxySQL's PartialMatch.
     pub fn is_match(&self, text: &[u8]) -> bool {
         match self {
-            Pattern::Linear(re) => re.is_match(text),
+            Pattern::Linear { re, .. } => re.is_match(text),
             // fancy-regex works on str: invalid UTF-8 is matched in its lossy form.
             Pattern::Backtracking(re) => re.is_match(&String::from_utf8_lossy(text)).unwrap_or(false),
         }
     }
 
     /// `text` with the first match (all with `global`) replaced; `None` when nothing matched.
+    /// `replacement` is in the `regex` crate's syntax (`${1}`, `$$`; see `pcre_replacement`).
     pub fn replace(&self, text: &[u8], replacement: &str, global: bool) -> Option<Vec<u8>> {
         match self {
-            Pattern::Linear(re) => {
-                if !re.is_match(text) {
+            Pattern::Linear { re, .. } => {
+                let mut out = Vec::with_capacity(text.len() + replacement.len());
+                let (mut last, mut matched) = (0, false);
+                for caps in re.captures_iter(text) {
+                    let Some(m) = caps.get_match() else { continue };
+                    matched = true;
+                    out.extend_from_slice(text.get(last..m.start())?);
+                    caps.interpolate_bytes_into(text, replacement.as_bytes(), &mut out);
+                    last = m.end();
+                    if !global {
+                        break;
+                    }
+                }
+                if !matched {
                     return None;
                 }
-                let limit = if global { 0 } else { 1 };
-                Some(re.replacen(text, limit, replacement.as_bytes()).into_owned())
+                out.extend_from_slice(text.get(last..)?);
+                Some(out)
             }
             Pattern::Backtracking(re) => {
                 let s = std::str::from_utf8(text).ok()?;
@@ -85,11 +131,6 @@ impl Pattern {
                 Some(out.into_owned().into_bytes())
             }
         }
-    }
-
-    /// The regex-syntax tree, for the literal prefilter (`None` for backtracking patterns).
-    pub fn hir(source: &str, caseless: bool) -> Option<regex_syntax::hir::Hir> {
-        regex_syntax::ParserBuilder::new().unicode(false).utf8(false).case_insensitive(caseless).build().parse(source).ok()
     }
 }
 
@@ -395,7 +436,7 @@ mod tests {
 
     #[test]
     fn pcre_features_fall_back_or_are_rejected() {
-        assert!(matches!(Pattern::new(r"^/\* 000", true).unwrap(), Pattern::Linear(_)));
+        assert!(matches!(Pattern::new(r"^/\* 000", true).unwrap(), Pattern::Linear { .. }));
         assert!(matches!(Pattern::new(r"^SELECT (?!.*FOR UPDATE)", true).unwrap(), Pattern::Backtracking(_)));
         assert!(matches!(Pattern::new(r"(a)\1", false).unwrap(), Pattern::Backtracking(_)));
         let e = Pattern::new(r"^SELECT (", true).unwrap_err();

@@ -15,7 +15,7 @@
 use super::compile::{Pattern, Proven, Rule};
 use aho_corasick::AhoCorasick;
 use regex_syntax::hir::literal::{ExtractKind, Extractor};
-use regex_syntax::hir::Look;
+use regex_syntax::hir::{Hir, Look};
 use std::collections::HashMap;
 
 /// The rules of one flagIN chain, indexed. Rule numbers are positions in the rule set.
@@ -55,16 +55,16 @@ impl Chain {
             }
             // A negated pattern matches when the literal is absent: no use as a filter.
             if !r.negate {
-                if let Some(Pattern::Linear(re)) = r.match_pattern.as_deref() {
-                    if let Some(exact) = pattern.add(re.as_str(), r.caseless, pos) {
+                if let Some(lits) = r.match_pattern.as_deref().and_then(Pattern::literals) {
+                    if let Some(exact) = pattern.add(lits, pos) {
                         if exact {
                             proven[pos as usize] = Proven::MatchPattern;
                         }
                         continue;
                     }
                 }
-                if let Some(Pattern::Linear(re)) = r.match_digest.as_deref() {
-                    if let Some(exact) = digest_text.add(re.as_str(), r.caseless, pos) {
+                if let Some(lits) = r.match_digest.as_deref().and_then(Pattern::literals) {
+                    if let Some(exact) = digest_text.add(lits, pos) {
                         if exact {
                             proven[pos as usize] = Proven::MatchDigest;
                         }
@@ -122,6 +122,35 @@ impl Literals {
     }
 }
 
+/// The literals every match of a regex starts with, ASCII-lower-cased, as the index files it.
+/// Worked out once, when the pattern compiles (`Pattern::literals`).
+#[derive(Debug)]
+pub struct PrefixLiterals {
+    /// `^`-anchored: the trie; otherwise the Aho-Corasick automaton.
+    anchored: bool,
+    /// Finding a literal proves the regex: the literals are exactly its matches, and have no
+    /// letters whose case the folding could blur.
+    exact: bool,
+    folded: Vec<Vec<u8>>,
+}
+
+impl PrefixLiterals {
+    /// `None` when the regex has no usable literals (some match starts with none of them).
+    pub fn of(hir: &Hir) -> Option<PrefixLiterals> {
+        let anchored = hir.properties().look_set_prefix().contains(Look::Start);
+        let seq = Extractor::new().kind(ExtractKind::Prefix).extract(hir);
+        let lits = seq.literals()?;
+        if lits.is_empty() || lits.iter().any(|l| l.as_bytes().is_empty()) {
+            return None;
+        }
+        let exact = seq.is_exact() && lits.iter().all(|l| !l.as_bytes().iter().any(u8::is_ascii_alphabetic));
+        let mut folded: Vec<Vec<u8>> = lits.iter().map(|l| l.as_bytes().to_ascii_lowercase()).collect();
+        folded.sort();
+        folded.dedup();
+        Some(PrefixLiterals { anchored, exact, folded })
+    }
+}
+
 #[derive(Default)]
 struct LiteralsBuilder {
     trie: TrieBuilder,
@@ -131,35 +160,22 @@ struct LiteralsBuilder {
 }
 
 impl LiteralsBuilder {
-    /// Files the rule under its regex's literals: `None` when it has no usable ones, else
-    /// whether finding a literal proves the regex (the literals are exactly its matches, and
-    /// have no letters whose case the folding could blur).
-    fn add(&mut self, source: &str, caseless: bool, pos: u32) -> Option<bool> {
-        let hir = Pattern::hir(source, caseless)?;
-        let anchored = hir.properties().look_set_prefix().contains(Look::Start);
-        let seq = Extractor::new().kind(ExtractKind::Prefix).extract(&hir);
-        let lits = seq.literals()?;
-        if lits.is_empty() || lits.iter().any(|l| l.as_bytes().is_empty()) {
-            return None;
-        }
-        let exact = seq.is_exact() && lits.iter().all(|l| !l.as_bytes().iter().any(u8::is_ascii_alphabetic));
-        let mut folded: Vec<Vec<u8>> = lits.iter().map(|l| l.as_bytes().to_ascii_lowercase()).collect();
-        folded.sort();
-        folded.dedup();
-        for lit in folded {
-            if anchored {
-                self.trie.insert(&lit, pos);
+    /// Files the rule under its regex's literals; whether finding one proves the regex.
+    fn add(&mut self, lits: &PrefixLiterals, pos: u32) -> Option<bool> {
+        for lit in &lits.folded {
+            if lits.anchored {
+                self.trie.insert(lit, pos);
             } else {
                 let next = self.ac_literals.len();
                 let id = *self.ac_ids.entry(lit.clone()).or_insert(next);
                 if id == next {
-                    self.ac_literals.push(lit);
+                    self.ac_literals.push(lit.clone());
                     self.ac_rules.push(Vec::new());
                 }
-                self.ac_rules[id].push(pos);
+                self.ac_rules.get_mut(id)?.push(pos);
             }
         }
-        Some(exact)
+        Some(lits.exact)
     }
 
     fn build(self) -> Literals {
@@ -269,10 +285,16 @@ impl Trie {
 mod tests {
     use super::*;
 
+    /// A pattern's literals, as `Pattern::new` works them out.
+    fn of(source: &str, caseless: bool) -> Option<PrefixLiterals> {
+        Pattern::new(source, caseless).ok()?.literals().map(|l| PrefixLiterals { folded: l.folded.clone(), ..*l })
+    }
+
     fn lits(srcs: &[(&str, bool)], text: &str) -> Vec<u32> {
         let mut b = LiteralsBuilder::default();
         for (i, (s, caseless)) in srcs.iter().enumerate() {
-            assert!(b.add(s, *caseless, i as u32).is_some(), "{s} has literals");
+            let l = of(s, *caseless).unwrap_or_else(|| panic!("{s} has literals"));
+            assert!(b.add(&l, i as u32).is_some());
         }
         let l = b.build();
         let mut out = Vec::new();
@@ -298,12 +320,12 @@ mod tests {
 
     #[test]
     fn patterns_without_literals_are_not_filed() {
-        let mut b = LiteralsBuilder::default();
-        assert_eq!(b.add(r".*", true, 0), None);
-        assert_eq!(b.add(r"^(a|)", true, 0), None);
-        assert_eq!(b.add(r"^SELECT (?!x)", true, 0), None, "look-around is for the backtracking engine");
-        assert_eq!(b.add(r"^/\* 000", true, 0), Some(true), "exact and letterless: the literal is the match");
-        assert_eq!(b.add(r"^/\* 000 x", true, 0), Some(false));
-        assert_eq!(b.add(r"^/\* 0+", true, 0), Some(false));
+        let exact = |s: &str| of(s, true).map(|l| l.exact);
+        assert_eq!(exact(r".*"), None);
+        assert_eq!(exact(r"^(a|)"), None);
+        assert_eq!(exact(r"^SELECT (?!x)"), None, "look-around is for the backtracking engine");
+        assert_eq!(exact(r"^/\* 000"), Some(true), "exact and letterless: the literal is the match");
+        assert_eq!(exact(r"^/\* 000 x"), Some(false));
+        assert_eq!(exact(r"^/\* 0+"), Some(false));
     }
 }
