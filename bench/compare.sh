@@ -13,8 +13,9 @@ Every option is also an environment variable (in CAPS); flags win over the envir
   --mode ab|runtime|stats MODE        ab: direct vs sluice (default).
                                       runtime: sluice --runtime steal vs --runtime per-core,
                                       with a direct run as reference in each round.
-                                      stats: sluice with digest statistics on vs off (switched
-                                      live through the admin port), a direct run in each round.
+                                      stats: sluice with digest statistics on vs off, switched
+                                      live through the admin port every WINDOW seconds within one
+                                      long sysbench run per cell (see below), and a direct run.
   --duration SECONDS      DURATION    seconds per sysbench run [20]
   --threads "N ..."       THREADS     sysbench thread counts [ab: "1 4 16 64", runtime: "16 64"]
   --workloads "W ..."     WORKLOADS   sysbench workloads
@@ -22,6 +23,13 @@ Every option is also an environment variable (in CAPS); flags win over the envir
   --tables N              TABLES      sysbench tables [4]
   --table-size N          TABLE_SIZE  rows per table [10000]
   --rounds N              ROUNDS      A/B alternations per cell; medians are taken over them [2]
+                                      (stats mode: on/off window pairs per cell [6])
+  --window SECONDS        WINDOW      stats mode: seconds per on or off window, the first of which
+                                      is not measured (the switch settling) [10]
+  --rate N                RATE        sysbench --rate: transactions per second in all, instead of
+                                      as many as possible. Below saturation both sides of a
+                                      comparison do the same work, so CPU per query compares
+                                      cleanly (throughput then shows nothing). [unset]
   --sluice-args "ARGS"    SLUICE_ARGS extra arguments for sluice, e.g. "--workers 2"
   --out FILE              OUT         also append the markdown result to FILE (e.g. BENCHMARKS.md)
   --db-ps-mode MODE       DB_PS_MODE  sysbench --db-ps-mode: disable (text protocol) or auto [disable]
@@ -30,6 +38,11 @@ Every option is also an environment variable (in CAPS); flags win over the envir
                                       it must exec so that its pid is the proxy's). When unset,
                                       `cargo build --release -p sluice` is run first.
                           KEEP_TMP    1 = keep the temp dir (datadir, logs, sysbench outputs)
+
+Stats mode, why one long run: run-to-run throughput on these shared machines moves by ±10%,
+five times the 2% to resolve. Within one sysbench run the windows alternate on off off on
+on off off on …, so each pair's order alternates and slow drift cancels; each window's QPS and
+CPU per query come from sluice's own Questions counter (admin port) and /proc/<pid>/stat.
 
 Smoke test:  DURATION=2 THREADS=4 ROUNDS=1 bench/compare.sh
 EOF
@@ -40,8 +53,8 @@ PROG=compare.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # die log shq alive stop_proc run_bounded free_port cpu_ticks median ratio parse_options pick_sluice sysbench_figures cpu_per_query report_problems publish_report
 
 # --- options --------------------------------------------------------------------------
-OPT_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS SLUICE_ARGS OUT DB_PS_MODE WARMUP SLUICE_BIN)
-FLAG_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS SLUICE_ARGS OUT DB_PS_MODE WARMUP) # settable as --name too
+OPT_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS WINDOW RATE SLUICE_ARGS OUT DB_PS_MODE WARMUP SLUICE_BIN)
+FLAG_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS WINDOW RATE SLUICE_ARGS OUT DB_PS_MODE WARMUP) # settable as --name too
 parse_options "$@"
 
 MODE=${MODE:-ab}
@@ -63,7 +76,9 @@ esac
 DURATION=${DURATION:-20}
 TABLES=${TABLES:-4}
 TABLE_SIZE=${TABLE_SIZE:-10000}
-ROUNDS=${ROUNDS:-2}
+if [ "$MODE" = stats ]; then ROUNDS=${ROUNDS:-6}; else ROUNDS=${ROUNDS:-2}; fi
+WINDOW=${WINDOW:-10}
+RATE=${RATE:-}
 SLUICE_ARGS=${SLUICE_ARGS:-}
 OUT=${OUT:-}
 DB_PS_MODE=${DB_PS_MODE:-disable}
@@ -71,12 +86,14 @@ WARMUP=${WARMUP:-5}
 SLUICE_BIN=${SLUICE_BIN:-}
 KEEP_TMP=${KEEP_TMP:-0}
 
-for v in DURATION TABLES TABLE_SIZE ROUNDS WARMUP; do
+for v in DURATION TABLES TABLE_SIZE ROUNDS WINDOW WARMUP; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a whole number, not '${!v}'"
 done
 if [ "$DURATION" -eq 0 ] || [ "$ROUNDS" -eq 0 ] || [ "$TABLES" -eq 0 ] || [ "$TABLE_SIZE" -eq 0 ]; then
 	die "DURATION, ROUNDS, TABLES and TABLE_SIZE must be > 0"
 fi
+[ "$WINDOW" -ge 3 ] || die "WINDOW must be at least 3 seconds"
+[[ -z $RATE || $RATE =~ ^[1-9][0-9]*$ ]] || die "RATE must be a positive whole number, not '$RATE'"
 read -ra THREAD_LIST <<<"$THREADS"
 read -ra WORKLOAD_LIST <<<"$WORKLOADS"
 read -ra SLUICE_EXTRA <<<"$SLUICE_ARGS"
@@ -111,9 +128,18 @@ estimate() {
 	if [ "$MODE" = runtime ]; then e=$((e + $1 / 3)); fi
 	echo "~$((e / 60)) min $((e % 60)) s"
 }
-log "mode $MODE: ${#WORKLOAD_LIST[@]} workload(s) × ${#THREAD_LIST[@]} thread count(s) × $ROUNDS round(s) × ${#VARIANTS[@]} variants = $NRUNS runs of ${DURATION}s"
-case "$MODE" in ab) DEF_RUNS=32 ;; runtime) DEF_RUNS=12 ;; stats) DEF_RUNS=24 ;; esac
-log "estimated run time: $(estimate "$NRUNS" "$DURATION") (with the default settings of this mode: $DEF_RUNS runs of 20 s, $(estimate "$DEF_RUNS" 20))"
+CELLS=$((${#WORKLOAD_LIST[@]} * ${#THREAD_LIST[@]}))
+if [ "$MODE" = stats ]; then
+	# a direct run and one interleaved run per cell
+	NRUNS=$((CELLS * 2))
+	e=$((CELLS * (DURATION + 2 * ROUNDS * WINDOW + ROUNDS + 9) + 5 + WARMUP + TABLES * TABLE_SIZE / 50000))
+	log "mode stats: $CELLS cell(s), each a ${DURATION}s direct run and one run of $((2 * ROUNDS)) windows of ${WINDOW}s through sluice"
+	log "estimated run time: ~$((e / 60)) min $((e % 60)) s"
+else
+	log "mode $MODE: ${#WORKLOAD_LIST[@]} workload(s) × ${#THREAD_LIST[@]} thread count(s) × $ROUNDS round(s) × ${#VARIANTS[@]} variants = $NRUNS runs of ${DURATION}s"
+	case "$MODE" in ab) DEF_RUNS=32 ;; runtime) DEF_RUNS=12 ;; esac
+	log "estimated run time: $(estimate "$NRUNS" "$DURATION") (with the default settings of this mode: $DEF_RUNS runs of 20 s, $(estimate "$DEF_RUNS" 20))"
+fi
 
 # --- sluice binary --------------------------------------------------------------------
 pick_sluice
@@ -213,12 +239,12 @@ digests() {
 sb_args() {
 	SB=(sysbench "$1" --mysql-host=127.0.0.1 --mysql-port="$3" --mysql-user=root --mysql-db=sbtest
 		--tables="$TABLES" --table-size="$TABLE_SIZE" --threads="$2" --time="$4" --report-interval=0
-		--percentile=95 --db-ps-mode="$DB_PS_MODE")
+		--percentile=95 --db-ps-mode="$DB_PS_MODE" ${RATE:+--rate="$RATE"})
 }
 
 # --- results --------------------------------------------------------------------------
 declare -A QPS P95 CPU # key "workload|threads|variant" -> space-separated values, one per good run
-declare -A RQPS RCPU   # key "workload|threads|variant|round" -> that run's QPS and CPU µs/query
+declare -A WQPS WCPU WSTATE # stats mode, key "workload|threads|window" -> that window's figures
 FAILURES=()
 NOTES=()
 RUN_NO=0
@@ -231,7 +257,6 @@ measure() {
 	if [ "$variant" = direct ]; then
 		port=$DB_PORT
 	else
-		case "$variant" in stats-on) digests on ;; stats-off) digests off ;; esac
 		port=$SLUICE_PORT
 		t0=$(cpu_ticks "$SLUICE_PID") || t0=""
 	fi
@@ -253,13 +278,51 @@ measure() {
 	sysbench_figures "$logf" "$rc" "$what" p95 || return 0
 	local key="$wl|$thr|$variant"
 	QPS[$key]+="$SB_QPS "
-	RQPS[$key|$round]=$SB_QPS
 	P95[$key]+="$SB_P95 "
 	cpu_per_query "$t0" "$t1" "$SB_Q"
-	[ -z "$CPU_US" ] || { CPU[$key]+="$CPU_US "; RCPU[$key|$round]=$CPU_US; }
+	[ -z "$CPU_US" ] || CPU[$key]+="$CPU_US "
 	log "[$RUN_NO/$NRUNS] $what: $SB_QPS qps, p95 $SB_P95 ms, $SB_Q queries$CPU_TXT"
 }
 
+
+# questions: sluice's Questions counter (statements from clients), through the admin port.
+questions() { admin "SELECT Variable_Value FROM stats_mysql_global WHERE Variable_Name='Questions'"; }
+
+# measure_interleaved WORKLOAD THREADS: stats mode's run through sluice: one sysbench run of
+# 2 × ROUNDS windows, digests on and off in the order on off off on on off off on …; per
+# window (its first second not measured) sluice's QPS and CPU per query.
+measure_interleaved() {
+	local wl=$1 thr=$2 nwin=$((2 * ROUNDS)) w state q0 q1 c0 c1 t0 t1 qps cpu logf rc=0
+	local what="$wl, $thr threads, digests switched every ${WINDOW}s"
+	RUN_NO=$((RUN_NO + 1))
+	logf=$WORK/run-$(printf %03d "$RUN_NO")-$wl-$thr-interleaved.log
+	digests on
+	sb_args "$wl" "$thr" "$SLUICE_PORT" $((nwin * WINDOW + ROUNDS + 4))
+	timeout --kill-after=10 $((nwin * WINDOW + ROUNDS + 60)) "${SB[@]}" run </dev/null >"$logf" 2>&1 &
+	RUN_PID=$!
+	sleep 2 # connect and ramp up
+	for ((w = 0; w < nwin; w++)); do
+		# pairs (0,1) (2,3) …: on first in even pairs, off first in odd ones
+		if (((w / 2 + w) % 2 == 0)); then state=on; else state=off; fi
+		digests "$state"
+		sleep 1
+		alive "$RUN_PID" || break
+		t0=$(date +%s.%N) q0=$(questions) c0=$(cpu_ticks "$SLUICE_PID")
+		sleep $((WINDOW - 1))
+		t1=$(date +%s.%N) q1=$(questions) c1=$(cpu_ticks "$SLUICE_PID")
+		[[ $q0 =~ ^[0-9]+$ && $q1 =~ ^[0-9]+$ && $q1 -gt $q0 ]] || break
+		qps=$(awk -v q=$((q1 - q0)) -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", q / (b - a) }')
+		cpu=$(awk -v d=$((c1 - c0)) -v hz="$CLK_TCK" -v q=$((q1 - q0)) 'BEGIN { printf "%.3f", d / hz * 1e6 / q }')
+		WQPS[$wl|$thr|$w]=$qps WCPU[$wl|$thr|$w]=$cpu WSTATE[$wl|$thr|$w]=$state
+		log "[$RUN_NO/$NRUNS] $wl, $thr threads, window $((w + 1))/$nwin, digests $state: $qps qps, sluice CPU $cpu µs/query"
+	done
+	wait "$RUN_PID" || rc=$?
+	RUN_PID=""
+	if [ -z "${WQPS[$wl|$thr|$((nwin - 1))]:-}" ]; then
+		FAILURES+=("$what: stopped before the last window (see $logf)")
+	fi
+	sysbench_figures "$logf" "$rc" "$what" || return 0
+}
 
 # --- run ------------------------------------------------------------------------------
 START_TS=$(date -u '+%Y-%m-%d %H:%M UTC')
@@ -291,12 +354,8 @@ elif [ "$MODE" = stats ]; then
 	start_sluice
 	for wl in "${WORKLOAD_LIST[@]}"; do
 		for thr in "${THREAD_LIST[@]}"; do
-			for ((r = 1; r <= ROUNDS; r++)); do
-				measure "$wl" "$thr" direct "$r"
-				# alternate which goes first, so neither always follows the direct run
-				if ((r % 2)); then order=(stats-on stats-off); else order=(stats-off stats-on); fi
-				for v in "${order[@]}"; do measure "$wl" "$thr" "$v" "$r"; done
-			done
+			measure "$wl" "$thr" direct 1
+			measure_interleaved "$wl" "$thr"
 		done
 	done
 	DIGESTS_SEEN=$(admin "SELECT COUNT(*) FROM stats_mysql_query_digest") || DIGESTS_SEEN="?"
@@ -324,7 +383,7 @@ ELAPSED=$((SECONDS - START_S))
 CPU_MODEL=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 [ -n "$CPU_MODEL" ] || CPU_MODEL=$(uname -m)
 PARAMS="MODE=$MODE DURATION=$DURATION THREADS=$(shq "$THREADS") WORKLOADS=$(shq "$WORKLOADS")"
-PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS DB_PS_MODE=$DB_PS_MODE WARMUP=$WARMUP"
+PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=$WINDOW}${RATE:+ RATE=$RATE} DB_PS_MODE=$DB_PS_MODE WARMUP=$WARMUP"
 [ -n "$SLUICE_ARGS" ] && PARAMS+=" SLUICE_ARGS=$(shq "$SLUICE_ARGS")"
 [ -n "$SLUICE_BIN" ] && PARAMS+=" SLUICE_BIN=$(shq "$SLUICE_BIN")"
 
@@ -342,8 +401,13 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS DB_PS_MODE=$DB_PS
 	echo "- command: \`$INVOCATION\`"
 	echo "- parameters: \`$PARAMS bench/compare.sh\`"
 	sb_args '<workload>' '<N>' '<port>' "$DURATION"
-	echo "- each run: \`${SB[*]} run\`;" \
+	if [ "$MODE" = stats ]; then
+		sb_args '<workload>' '<N>' '<port>' '<seconds>'
+		echo "- each run: \`${SB[*]} run\`: direct for ${DURATION}s, through sluice for $((2 * ROUNDS)) windows of ${WINDOW}s;" \
+			"sluice CPU = utime+stime (+cutime+cstime) of its process from /proc/PID/stat; total ${ELAPSED}s"
+	else echo "- each run: \`${SB[*]} run\`;" \
 		"$ROUNDS round(s) alternated, medians shown; sluice CPU = utime+stime (+cutime+cstime) of its process from /proc/PID/stat; total ${ELAPSED}s"
+	fi
 	echo
 	if [ "$MODE" = ab ]; then
 		echo "| workload | threads | direct QPS (median) | sluice QPS (median) | ratio sluice/direct | direct p95 ms | sluice p95 ms | sluice CPU µs/query (median) |"
@@ -357,35 +421,36 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS DB_PS_MODE=$DB_PS
 			done
 		done
 	elif [ "$MODE" = stats ]; then
-		echo "Paired: each round's digests-on run against the same round's digests-off run (the two"
-		echo "run back to back, in alternating order), then the median over rounds; this cancels the"
-		echo "machine's drift between rounds, which the medians of each column do not."
+		echo "One sysbench run per cell through sluice, digests switched every ${WINDOW}s (on off off on …);"
+		echo "per window sluice's QPS (its Questions counter) and CPU per query (/proc). \"Paired\": the median"
+		echo "over the $ROUNDS window pairs of (on window ÷ off window) and (on − off)."
 		echo
-		echo "| workload | threads | direct QPS | digests on QPS | digests off QPS | on/off (paired) | on/direct | on CPU µs/query | off CPU µs/query | CPU on − off µs (paired) | per round: on/off, CPU on − off |"
+		echo "| workload | threads | direct QPS | digests on QPS | digests off QPS | on/off (paired) | on/direct | on CPU µs/query | off CPU µs/query | CPU on − off µs (paired) | per pair: on/off, CPU on − off |"
 		echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
 		for wl in "${WORKLOAD_LIST[@]}"; do
 			for thr in "${THREAD_LIST[@]}"; do
 				d=$(median "${QPS[$wl|$thr|direct]:-}")
-				on=$(median "${QPS[$wl|$thr|stats-on]:-}")
-				off=$(median "${QPS[$wl|$thr|stats-off]:-}")
-				con=$(median "${CPU[$wl|$thr|stats-on]:-}" %.2f)
-				coff=$(median "${CPU[$wl|$thr|stats-off]:-}" %.2f)
-				ratios="" diffs="" rounds=""
-				for ((r = 1; r <= ROUNDS; r++)); do
-					qa=${RQPS[$wl|$thr|stats-on|$r]:-} qb=${RQPS[$wl|$thr|stats-off|$r]:-}
-					[ -n "$qa" ] && [ -n "$qb" ] || continue
-					q=$(ratio "$qa" "$qb")
-					ratios+="$q "
-					ca=${RCPU[$wl|$thr|stats-on|$r]:-} cb=${RCPU[$wl|$thr|stats-off|$r]:-}
-					c=-
-					if [ -n "$ca" ] && [ -n "$cb" ]; then
-						c=$(awk -v a="$ca" -v b="$cb" 'BEGIN { printf "%.2f", a - b }')
-						diffs+="$c "
-					fi
-					rounds+="${rounds:+; }$q, $c"
+				ons="" offs="" cons="" coffs="" ratios="" diffs="" pairs=""
+				for ((p = 0; p < ROUNDS; p++)); do
+					a="" b="" ca="" cb=""
+					for w in $((2 * p)) $((2 * p + 1)); do
+						[ -n "${WQPS[$wl|$thr|$w]:-}" ] || continue
+						if [ "${WSTATE[$wl|$thr|$w]}" = on ]; then
+							a=${WQPS[$wl|$thr|$w]} ca=${WCPU[$wl|$thr|$w]}
+						else
+							b=${WQPS[$wl|$thr|$w]} cb=${WCPU[$wl|$thr|$w]}
+						fi
+					done
+					if [ -z "$a" ] || [ -z "$b" ]; then continue; fi
+					ons+="$a " offs+="$b " cons+="$ca " coffs+="$cb "
+					q=$(ratio "$a" "$b")
+					c=$(awk -v x="$ca" -v y="$cb" 'BEGIN { printf "%.2f", x - y }')
+					ratios+="$q " diffs+="$c "
+					pairs+="${pairs:+; }$q, $c"
 				done
-				echo "| $wl | $thr | $d | $on | $off | $(median "$ratios" %.3f) | $(ratio "$on" "$d")" \
-					"| $con | $coff | $(median "$diffs" %.2f) | $rounds |"
+				on=$(median "$ons")
+				echo "| $wl | $thr | $d | $on | $(median "$offs") | $(median "$ratios" %.3f) | $(ratio "$on" "$d")" \
+					"| $(median "$cons" %.2f) | $(median "$coffs" %.2f) | $(median "$diffs" %.2f) | $pairs |"
 			done
 		done
 		echo

@@ -8,8 +8,52 @@
 use crate::config::{Config, ServerStatus};
 
 use crate::pool::{ServerPool, Waiters};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::Cell;
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
+
+/// An ONLINE server of `group`, each as likely as its weight: where a statement goes first,
+/// so weights spread statements (not only new connections) and a server back from a drain
+/// gets its share at once.
+pub fn pick_online(group: &[Server]) -> Option<&Server> {
+    by_weight(group.iter().filter(|s| s.accepts_new()))
+}
+
+/// One of `candidates`, each as likely as its weight (0 counts as 1).
+fn by_weight<'a>(candidates: impl Iterator<Item = &'a Server> + Clone) -> Option<&'a Server> {
+    let total: u64 = candidates.clone().map(|s| u64::from(s.weight.max(1))).sum();
+    if total == 0 {
+        return None;
+    }
+    let mut ticket = draw() % total;
+    for s in candidates {
+        let w = u64::from(s.weight.max(1));
+        if ticket < w {
+            return Some(s);
+        }
+        ticket -= w;
+    }
+    None
+}
+
+thread_local! {
+    /// xorshift64 state, seeded per thread (never 0).
+    static DRAW: Cell<u64> = Cell::new(RandomState::new().build_hasher().finish() | 1);
+}
+
+/// A pseudo-random number from this thread's own generator: a pick per statement shares no
+/// cache line between workers, as a global counter would.
+fn draw() -> u64 {
+    DRAW.with(|c| {
+        let mut x = c.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        c.set(x);
+        x
+    })
+}
 
 /// A backend server as the data path uses it.
 #[derive(Clone)]
@@ -43,9 +87,6 @@ impl std::fmt::Debug for Server {
 /// Servers grouped by hostgroup (each group contiguous, in file order).
 pub struct Hostgroups {
     servers: Vec<Server>,
-    /// Spreads picks among equal weights without shared state per query: each pick reads
-    /// a per-call counter; contention is only at connect time.
-    next: AtomicU64,
 }
 
 impl Hostgroups {
@@ -81,7 +122,7 @@ impl Hostgroups {
                 tls,
             });
         }
-        Ok(Hostgroups { servers, next: AtomicU64::new(0) })
+        Ok(Hostgroups { servers })
     }
 
     /// Puts this (new) snapshot's server statuses and limits in force, and retires the servers
@@ -131,7 +172,7 @@ impl Hostgroups {
     /// not pooled).
     pub fn pick(&self, hostgroup: u32) -> Result<&Server, NoServer> {
         let group = self.group(hostgroup)?;
-        self.by_weight(group.iter().filter(|s| s.accepts_new())).ok_or(NoServer::NoneOnline(hostgroup))
+        pick_online(group).ok_or(NoServer::NoneOnline(hostgroup))
     }
 
     /// Reserves room for a new pooled connection on an ONLINE server of `group` that has room,
@@ -139,29 +180,11 @@ impl Hostgroups {
     pub fn reserve_by_weight<'a>(&self, group: &'a [Server]) -> Option<&'a Server> {
         let room = || group.iter().filter(|s| s.accepts_new() && s.pool.open() < s.pool.max());
         // Room can vanish between the look and the reservation: try the others then.
-        let first = self.by_weight(room())?;
+        let first = by_weight(room())?;
         if first.pool.reserve() {
             return Some(first);
         }
         room().find(|s| s.pool.reserve())
-    }
-
-    /// One of `candidates`, each as likely as its weight (spread without shared state per
-    /// query: a counter read at connect time only).
-    fn by_weight<'a>(&self, candidates: impl Iterator<Item = &'a Server> + Clone) -> Option<&'a Server> {
-        let total: u64 = candidates.clone().map(|s| s.weight.max(1) as u64).sum();
-        if total == 0 {
-            return None;
-        }
-        let mut ticket = self.next.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37_79B9_7F4A_7C15) % total;
-        for s in candidates {
-            let w = s.weight.max(1) as u64;
-            if ticket < w {
-                return Some(s);
-            }
-            ticket -= w;
-        }
-        None
     }
 
     pub fn has(&self, hostgroup: u32) -> bool {

@@ -387,10 +387,14 @@ fn sysbench_runs_clean_while_rules_users_and_servers_reload_every_second() {
     assert!(drained.iter().any(|s| s.a_conns == 0), "A's connections closed during the drain\n{report}");
     let back = run.samples.iter().filter(|s| s.at >= Duration::from_secs(DRAIN.1 + 1));
     assert!(back.clone().count() >= 10 && back.clone().all(|s| s.a_status == "ONLINE"), "A is ONLINE again\n{report}");
-    // Not asserted: that A takes statements again. The pool hands out any idle connection of
-    // the hostgroup (server weights only choose where a new connection opens), so once B's
-    // connections carry all 16 clients, A stays unused until they close (max_idle_ms,
-    // max_lifetime_ms). The samples show it: A's Queries stop growing at the drain.
+    // A takes statements again: a statement goes to a server drawn by weight first, so A
+    // gets its share back at once (new connections open there), not only when B's idle
+    // connections expire.
+    let queries_at = |t: u64| run.samples.iter().find(|s| s.at >= Duration::from_secs(t)).map(|s| s.a_queries);
+    let (Some(after_drain), Some(later)) = (queries_at(DRAIN.1 + 2), queries_at(DRAIN.1 + 10)) else {
+        panic!("no samples after the drain\n{report}")
+    };
+    assert!(later > after_drain + 100, "A takes statements again after the drain\n{report}");
     eprintln!("text protocol run:\n{report}");
 
     let run = run_under_reloads(&setup, "auto", 15, None);

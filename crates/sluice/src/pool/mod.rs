@@ -279,9 +279,9 @@ pub struct Request<'a> {
     pub stats: &'a crate::stats::Stats,
 }
 
-/// A connection to a server of `hostgroup` for `req.login`: an idle one if there is one (checked
-/// alive), else a new one if a server has room, else the first to come free within the
-/// checkout timeout. The connection is not yet in line with the session's state.
+/// A connection to a server of `hostgroup` for `req.login`: on a server drawn by weight, an
+/// idle one (checked alive) or a new one if it has room; else another server's idle one, else
+/// a new one where there is room, else the first to come free within the checkout timeout. The connection is not yet in line with the session's state.
 pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>) -> Result<Backend, BackendError> {
     let has_schema = req.state.schema.is_some();
     let deadline = Instant::now() + Duration::from_millis(req.settings.checkout_timeout_ms);
@@ -292,20 +292,16 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
             Ok(s) => s,
             Err(e) => break Err(e.into()),
         };
-        // 1. An idle connection, checked for a server-side close if it sat long enough.
-        let mut found = None;
-        for s in servers.iter().filter(|s| s.accepts_new()) {
-            while let Some(mut b) = s.pool.take_idle(req.login, has_schema, req.state, req.any_shard) {
-                if b.idle_for() < check_after || b.is_alive() {
-                    found = Some(b);
-                    break;
-                }
-                tracing::debug!(server = %s.name, thread = b.thread_id, "idle pooled connection was closed by the server; dropped");
-                b.close();
+        // 1. A server by weight: its idle connection, else a new one if it has room.
+        let preferred = crate::route::pick_online(servers);
+        let mut found = preferred.and_then(|s| live_idle(s, req, has_schema, check_after));
+        if found.is_none() {
+            if let Some(s) = preferred.filter(|s| s.pool.open() < s.pool.max() && s.pool.reserve()) {
+                break open(s, req).await;
             }
-            if found.is_some() {
-                break;
-            }
+            // 2. Any other server's idle connection.
+            let mut others = servers.iter().filter(|s| s.accepts_new() && !preferred.is_some_and(|p| std::ptr::eq(p, *s)));
+            found = others.find_map(|s| live_idle(s, req, has_schema, check_after));
         }
         if let Some(b) = found {
             if waiting.is_none() {
@@ -313,14 +309,14 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
             }
             break Ok(b);
         }
-        // 2. Room for a new one (by weight), or room made by closing another login's idle one.
+        // 3. Room for a new one (by weight), or room made by closing another login's idle one.
         let server = hostgroups
             .reserve_by_weight(servers)
             .or_else(|| servers.iter().filter(|s| s.accepts_new()).find(|s| s.pool.evict_other(req.login, has_schema) && s.pool.reserve()));
         if let Some(server) = server {
             break open(server, req).await;
         }
-        // 3. Wait for a connection to come back or close: queue up, look once more (one may
+        // 4. Wait for a connection to come back or close: queue up, look once more (one may
         // have come back meanwhile), then sleep until woken or the deadline.
         let Some(waiters) = waiting else {
             let w = &*servers[0].pool.waiters;
@@ -342,6 +338,19 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
         }
     }
     result
+}
+
+/// An idle connection of `server` that fits, checked for a server-side close if it sat long
+/// enough (dead ones are closed on the way).
+fn live_idle(server: &Server, req: &Request<'_>, has_schema: bool, check_after: Duration) -> Option<Backend> {
+    while let Some(mut b) = server.pool.take_idle(req.login, has_schema, req.state, req.any_shard) {
+        if b.idle_for() < check_after || b.is_alive() {
+            return Some(b);
+        }
+        tracing::debug!(server = %server.name, thread = b.thread_id, "idle pooled connection was closed by the server; dropped");
+        b.close();
+    }
+    None
 }
 
 /// Opens a pooled connection on `server`, whose slot is already reserved.
