@@ -24,8 +24,8 @@ Every option is also an environment variable (in CAPS); flags win over the envir
   --table-size N          TABLE_SIZE  rows per table [10000]
   --rounds N              ROUNDS      A/B alternations per cell; medians are taken over them [2]
                                       (stats mode: on/off window pairs per cell [6])
-  --window SECONDS        WINDOW      stats mode: seconds per on or off window, the first of which
-                                      is not measured (the switch settling) [10]
+  --window SECONDS        WINDOW      stats mode: seconds per on or off window, the first half
+                                      second of which is not measured (the switch settling) [3]
   --rate N                RATE        sysbench --rate: transactions per second in all, instead of
                                       as many as possible. Below saturation both sides of a
                                       comparison do the same work, so CPU per query compares
@@ -76,8 +76,8 @@ esac
 DURATION=${DURATION:-20}
 TABLES=${TABLES:-4}
 TABLE_SIZE=${TABLE_SIZE:-10000}
-if [ "$MODE" = stats ]; then ROUNDS=${ROUNDS:-6}; else ROUNDS=${ROUNDS:-2}; fi
-WINDOW=${WINDOW:-10}
+if [ "$MODE" = stats ]; then ROUNDS=${ROUNDS:-40}; else ROUNDS=${ROUNDS:-2}; fi
+WINDOW=${WINDOW:-3}
 RATE=${RATE:-}
 SLUICE_ARGS=${SLUICE_ARGS:-}
 OUT=${OUT:-}
@@ -92,7 +92,7 @@ done
 if [ "$DURATION" -eq 0 ] || [ "$ROUNDS" -eq 0 ] || [ "$TABLES" -eq 0 ] || [ "$TABLE_SIZE" -eq 0 ]; then
 	die "DURATION, ROUNDS, TABLES and TABLE_SIZE must be > 0"
 fi
-[ "$WINDOW" -ge 3 ] || die "WINDOW must be at least 3 seconds"
+[ "$WINDOW" -ge 2 ] || die "WINDOW must be at least 2 seconds"
 [[ -z $RATE || $RATE =~ ^[1-9][0-9]*$ ]] || die "RATE must be a positive whole number, not '$RATE'"
 read -ra THREAD_LIST <<<"$THREADS"
 read -ra WORKLOAD_LIST <<<"$WORKLOADS"
@@ -285,12 +285,17 @@ measure() {
 }
 
 
+# cpu_ns PID: nanoseconds on CPU of every thread of PID so far.
+cpu_ns() { awk '{ s += $1 } END { printf "%.0f\n", s }' /proc/"$1"/task/*/schedstat 2>/dev/null; }
+
 # questions: sluice's Questions counter (statements from clients), through the admin port.
 questions() { admin "SELECT Variable_Value FROM stats_mysql_global WHERE Variable_Name='Questions'"; }
 
 # measure_interleaved WORKLOAD THREADS: stats mode's run through sluice: one sysbench run of
 # 2 × ROUNDS windows, digests on and off in the order on off off on on off off on …; per
-# window (its first second not measured) sluice's QPS and CPU per query.
+# window (its first half second not measured) sluice's QPS and CPU per query. CPU time here is
+# the sum of every sluice thread's on-CPU nanoseconds (/proc/PID/task/*/schedstat): /proc/PID/stat
+# counts 10 ms ticks, too coarse for windows of a few seconds.
 measure_interleaved() {
 	local wl=$1 thr=$2 nwin=$((2 * ROUNDS)) w state q0 q1 c0 c1 t0 t1 qps cpu logf rc=0
 	local what="$wl, $thr threads, digests switched every ${WINDOW}s"
@@ -305,14 +310,14 @@ measure_interleaved() {
 		# pairs (0,1) (2,3) …: on first in even pairs, off first in odd ones
 		if (((w / 2 + w) % 2 == 0)); then state=on; else state=off; fi
 		digests "$state"
-		sleep 1
+		sleep 0.5
 		alive "$RUN_PID" || break
-		t0=$(date +%s.%N) q0=$(questions) c0=$(cpu_ticks "$SLUICE_PID")
-		sleep $((WINDOW - 1))
-		t1=$(date +%s.%N) q1=$(questions) c1=$(cpu_ticks "$SLUICE_PID")
+		t0=$(date +%s.%N) q0=$(questions) c0=$(cpu_ns "$SLUICE_PID")
+		sleep "$((WINDOW - 1)).5"
+		t1=$(date +%s.%N) q1=$(questions) c1=$(cpu_ns "$SLUICE_PID")
 		[[ $q0 =~ ^[0-9]+$ && $q1 =~ ^[0-9]+$ && $q1 -gt $q0 ]] || break
 		qps=$(awk -v q=$((q1 - q0)) -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", q / (b - a) }')
-		cpu=$(awk -v d=$((c1 - c0)) -v hz="$CLK_TCK" -v q=$((q1 - q0)) 'BEGIN { printf "%.3f", d / hz * 1e6 / q }')
+		cpu=$(awk -v d=$((c1 - c0)) -v q=$((q1 - q0)) 'BEGIN { printf "%.3f", d / 1000 / q }')
 		WQPS[$wl|$thr|$w]=$qps WCPU[$wl|$thr|$w]=$cpu WSTATE[$wl|$thr|$w]=$state
 		log "[$RUN_NO/$NRUNS] $wl, $thr threads, window $((w + 1))/$nwin, digests $state: $qps qps, sluice CPU $cpu µs/query"
 	done
@@ -422,7 +427,7 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=
 		done
 	elif [ "$MODE" = stats ]; then
 		echo "One sysbench run per cell through sluice, digests switched every ${WINDOW}s (on off off on …);"
-		echo "per window sluice's QPS (its Questions counter) and CPU per query (/proc). \"Paired\": the median"
+		echo "per window sluice's QPS (its Questions counter) and CPU per query (its threads' schedstat). \"Paired\": the median"
 		echo "over the $ROUNDS window pairs of (on window ÷ off window) and (on − off)."
 		echo
 		echo "| workload | threads | direct QPS | digests on QPS | digests off QPS | on/off (paired) | on/direct | on CPU µs/query | off CPU µs/query | CPU on − off µs (paired) | per pair: on/off, CPU on − off |"
