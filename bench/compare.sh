@@ -132,7 +132,7 @@ CELLS=$((${#WORKLOAD_LIST[@]} * ${#THREAD_LIST[@]}))
 if [ "$MODE" = stats ]; then
 	# a direct run and one interleaved run per cell
 	NRUNS=$((CELLS * 2))
-	e=$((CELLS * (DURATION + 2 * ROUNDS * WINDOW + ROUNDS + 9) + 5 + WARMUP + TABLES * TABLE_SIZE / 50000))
+	e=$((CELLS * (DURATION + 2 * ROUNDS * (WINDOW + 1) + 9) + 5 + WARMUP + TABLES * TABLE_SIZE / 50000))
 	log "mode stats: $CELLS cell(s), each a ${DURATION}s direct run and one run of $((2 * ROUNDS)) windows of ${WINDOW}s through sluice"
 	log "estimated run time: ~$((e / 60)) min $((e % 60)) s"
 else
@@ -302,8 +302,8 @@ measure_interleaved() {
 	RUN_NO=$((RUN_NO + 1))
 	logf=$WORK/run-$(printf %03d "$RUN_NO")-$wl-$thr-interleaved.log
 	digests on
-	sb_args "$wl" "$thr" "$SLUICE_PORT" $((nwin * WINDOW + ROUNDS + 4))
-	timeout --kill-after=10 $((nwin * WINDOW + ROUNDS + 60)) "${SB[@]}" run </dev/null >"$logf" 2>&1 &
+	sb_args "$wl" "$thr" "$SLUICE_PORT" $((nwin * (WINDOW + 1) + 10))
+	timeout --kill-after=10 $((nwin * (WINDOW + 1) + 70)) "${SB[@]}" run </dev/null >"$logf" 2>&1 &
 	RUN_PID=$!
 	sleep 2 # connect and ramp up
 	for ((w = 0; w < nwin; w++)); do
