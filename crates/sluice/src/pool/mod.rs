@@ -281,7 +281,8 @@ pub struct Request<'a> {
 
 /// A connection to a server of `hostgroup` for `req.login`: on a server drawn by weight, an
 /// idle one (checked alive) or a new one if it has room; else another server's idle one, else
-/// a new one where there is room, else the first to come free within the checkout timeout. The connection is not yet in line with the session's state.
+/// a new one where there is room, else the first to come free within the checkout timeout.
+/// The connection is not yet in line with the session's state.
 pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>) -> Result<Backend, BackendError> {
     let has_schema = req.state.schema.is_some();
     let deadline = Instant::now() + Duration::from_millis(req.settings.checkout_timeout_ms);
