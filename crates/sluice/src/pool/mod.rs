@@ -297,7 +297,7 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
         let preferred = crate::route::pick_online(servers);
         let mut found = preferred.and_then(|s| live_idle(s, req, has_schema, check_after));
         if found.is_none() {
-            if let Some(s) = preferred.filter(|s| s.pool.open() < s.pool.max() && s.pool.reserve()) {
+            if let Some(s) = preferred.filter(|s| s.pool.reserve()) {
                 break open(s, req).await;
             }
             // 2. Any other server's idle connection.

@@ -124,7 +124,7 @@ impl Literals {
 
 /// The literals every match of a regex starts with, ASCII-lower-cased, as the index files it.
 /// Worked out once, when the pattern compiles (`Pattern::literals`).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PrefixLiterals {
     /// `^`-anchored: the trie; otherwise the Aho-Corasick automaton.
     anchored: bool,
@@ -287,7 +287,7 @@ mod tests {
 
     /// A pattern's literals, as `Pattern::new` works them out.
     fn of(source: &str, caseless: bool) -> Option<PrefixLiterals> {
-        Pattern::new(source, caseless).ok()?.literals().map(|l| PrefixLiterals { folded: l.folded.clone(), ..*l })
+        Pattern::new(source, caseless).ok()?.literals().cloned()
     }
 
     fn lits(srcs: &[(&str, bool)], text: &str) -> Vec<u32> {
