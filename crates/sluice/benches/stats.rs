@@ -24,6 +24,7 @@ fn event(digest: u64) -> QueryEvent<'static> {
         error: false,
         bytes_sent: 0,
         bytes_recv: 0,
+        ended: std::time::Instant::now(),
     }
 }
 

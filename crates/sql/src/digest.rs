@@ -953,6 +953,62 @@ mod tests {
             prop_assert_eq!(digest(&plain).0, digest(&cased).0, "{:?} vs {:?}", plain, cased);
         }
 
+        /// The memo (`crate::memo`) gives every statement the digest `digest_into` gives it:
+        /// a shape seen again with other literals, and the same statement with one byte
+        /// changed anywhere (which may or may not still fit the template).
+        #[test]
+        fn memo_agrees_with_digest(
+            stmt in statement(),
+            lits in proptest::collection::vec(proptest::collection::vec(0..LITERALS.len(), 1..20), 1..6),
+            seps in proptest::collection::vec(0..SEPS.len(), 1..40),
+            edits in proptest::collection::vec((any::<usize>(), proptest::sample::select(&b" '\"`/*-+#0123456789.eExX,()"[..])), 0..8),
+        ) {
+            let mut memo = crate::memo::DigestMemo::new();
+            let mut out = Vec::new();
+            for l in &lits {
+                let sql = render(&stmt, l, &seps, &[]);
+                let mut variants = vec![sql.clone().into_bytes()];
+                for &(at, b) in &edits {
+                    let mut v = sql.clone().into_bytes();
+                    let i = at % (v.len() + 1);
+                    if at % 2 == 0 && i < v.len() { v[i] = b } else { v.insert(i, b) }
+                    variants.push(v);
+                }
+                for v in variants.iter().chain(&variants) {
+                    let got = memo.digest(v, &mut out);
+                    let mut want_text = Vec::new();
+                    let want = digest_into(v, &mut want_text);
+                    prop_assert_eq!(&out, &want_text, "{:?}", String::from_utf8_lossy(v));
+                    prop_assert_eq!(got, want, "{:?}", String::from_utf8_lossy(v));
+                }
+            }
+        }
+
+        /// The same on SQL-like bytes: a short text, then copies with a few bytes changed,
+        /// each twice, so templates are built from garbage and tried on garbage.
+        #[test]
+        fn memo_agrees_on_sql_like_bytes(
+            base in proptest::collection::vec(proptest::sample::select(&b" '\"`\\/*-+#!M(),.;=<>@?0123456789abexXbBnN_eE"[..]), 0..60),
+            edits in proptest::collection::vec((any::<usize>(), proptest::sample::select(&b" '\"`\\/*-+#!(.0123456789eExXbN_"[..])), 1..24),
+        ) {
+            let mut memo = crate::memo::DigestMemo::new();
+            let (mut out, mut want_text) = (Vec::new(), Vec::new());
+            let mut texts = vec![base.clone(), base.clone()];
+            for (k, &(at, b)) in edits.iter().enumerate() {
+                let mut v = if k % 3 == 0 { base.clone() } else { texts.last().cloned().unwrap_or_default() };
+                let i = at % (v.len() + 1);
+                if at % 3 == 0 && i < v.len() { v[i] = b } else if at % 3 == 1 || i == v.len() { v.insert(i, b) } else { v.remove(i); }
+                texts.push(v.clone());
+                texts.push(v);
+            }
+            for t in &texts {
+                let got = memo.digest(t, &mut out);
+                let want = digest_into(t, &mut want_text);
+                prop_assert_eq!(&out, &want_text, "{:?}", String::from_utf8_lossy(t));
+                prop_assert_eq!(got, want, "{:?}", String::from_utf8_lossy(t));
+            }
+        }
+
         #[test]
         fn all_at_once(
             stmt in statement(),

@@ -51,6 +51,12 @@ impl<'a> Lexer<'a> {
     pub fn new(sql: &'a [u8]) -> Self {
         Lexer { sql, pos: 0, in_exec_comment: false }
     }
+
+    /// Lexes from `pos` on, outside any executable comment (the digest memo re-reads one
+    /// literal in place).
+    pub(crate) fn at(sql: &'a [u8], pos: usize) -> Self {
+        Lexer { sql, pos, in_exec_comment: false }
+    }
 }
 
 // Byte classes, one table load per byte: the lexer is most of the digest's time.
@@ -66,7 +72,7 @@ const VAR: u8 = 32;
 /// `X'…'`).
 const WORD_START: u8 = 64;
 
-const fn is_word_byte(c: u8) -> bool {
+pub(crate) const fn is_word_byte(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80
 }
 
@@ -155,18 +161,18 @@ fn comment_end(sql: &[u8], mut pos: usize) -> usize {
     sql.len()
 }
 
-const ONES: u64 = 0x0101_0101_0101_0101;
-const HIGH: u64 = 0x8080_8080_8080_8080;
+pub(crate) const ONES: u64 = 0x0101_0101_0101_0101;
+pub(crate) const HIGH: u64 = 0x8080_8080_8080_8080;
 
 /// High bit of each byte of `y` (all bytes below 0x80) that lies in `lo..=hi`.
 #[inline(always)]
-fn in_range(y: u64, lo: u8, hi: u8) -> u64 {
+pub(crate) fn in_range(y: u64, lo: u8, hi: u8) -> u64 {
     (y + (0x80 - u64::from(lo)) * ONES) & !(y + (0x7f - u64::from(hi)) * ONES) & HIGH
 }
 
 /// High bit of each byte of `y` (all bytes below 0x80) equal to `c`.
 #[inline(always)]
-fn equal(y: u64, c: u8) -> u64 {
+pub(crate) fn equal(y: u64, c: u8) -> u64 {
     !((y ^ (u64::from(c) * ONES)) + 0x7f * ONES) & HIGH
 }
 

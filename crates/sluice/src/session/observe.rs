@@ -43,7 +43,8 @@ impl Session {
         query: &[u8],
     ) {
         self.handle.end();
-        let duration_us = w.started.elapsed().as_micros() as u64;
+        let ended = Instant::now();
+        let duration_us = ended.saturating_duration_since(w.started).as_micros() as u64;
         let schema = self.state.schema.as_deref().unwrap_or("");
         self.shared.stats.record(&QueryEvent {
             hostgroup: w.hostgroup,
@@ -59,6 +60,7 @@ impl Session {
             error: outcome.error,
             bytes_sent: request_len as u64,
             bytes_recv: outcome.reply_bytes,
+            ended,
         });
         let Some(log) = self.snap.query_log.as_deref() else { return };
         if w.log_rule.is_some() || log.enabled() {
@@ -66,7 +68,7 @@ impl Session {
             let mut text = Vec::new();
             let digest = if w.digest == 0 { sql::digest::digest_into(query, &mut text).id } else { w.digest };
             log.log(&crate::querylog::QueryEvent {
-                time: std::time::SystemTime::now() - w.started.elapsed(),
+                time: std::time::SystemTime::now() - ended.saturating_duration_since(w.started),
                 user: &self.user.name,
                 schema,
                 client: self.peer,

@@ -26,6 +26,12 @@ impl Origin {
     }
 }
 
+thread_local! {
+    /// Recent statement shapes' digests, one memo per worker thread: the sessions a worker
+    /// runs share their shapes, and no lock is taken.
+    static DIGEST_MEMO: std::cell::RefCell<sql::memo::DigestMemo> = std::cell::RefCell::new(sql::memo::DigestMemo::new());
+}
+
 /// The per-session state rules need, borrowed apart from the rest of the session.
 pub(super) struct RulesState {
     pub scratch: Scratch,
@@ -36,7 +42,7 @@ impl RulesState {
     /// `text`'s digest into `digest_text` when `stats` or the rules want it (0: not computed).
     fn digest(&mut self, rules: &RuleSet, text: &[u8], stats: bool) -> u64 {
         if stats || rules.needs_digest() {
-            sql::digest::digest_into(text, &mut self.digest_text).id
+            DIGEST_MEMO.with_borrow_mut(|memo| memo.digest(text, &mut self.digest_text).id)
         } else {
             self.digest_text.clear();
             0

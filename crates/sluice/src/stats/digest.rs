@@ -361,6 +361,7 @@ mod tests {
             error: false,
             bytes_sent: 0,
             bytes_recv: 0,
+            ended: std::time::Instant::now(),
         }
     }
 

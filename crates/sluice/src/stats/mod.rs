@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// One finished statement, as the thread that ran it reports it.
 #[derive(Debug, Clone, Copy)]
@@ -48,6 +48,8 @@ pub struct QueryEvent<'a> {
     /// Request and reply bytes, counted for `server` (stats_mysql_connection_pool).
     pub bytes_sent: u64,
     pub bytes_recv: u64,
+    /// When the reply ended: the digest entry's last_seen.
+    pub ended: Instant,
 }
 
 /// A stats_mysql_query_digest row, merged over threads.
@@ -258,8 +260,25 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+thread_local! {
+    /// The wall clock at an instant, read again once a second: `unix_secs` turns the
+    /// statement's end (an Instant the session has read anyway) into wall-clock seconds
+    /// without a second clock read per statement.
+    static WALL: std::cell::Cell<Option<(Instant, Duration)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Unix seconds at `t` (a recent instant).
+fn unix_secs(t: Instant) -> u64 {
+    let read = |t: Instant| SystemTime::now().duration_since(UNIX_EPOCH).map(|wall| (t, wall)).ok();
+    let anchor = WALL.with(|w| match w.get() {
+        Some((at, wall)) if t.saturating_duration_since(at) < Duration::from_secs(1) && t >= at => Some((at, wall)),
+        _ => {
+            let fresh = read(Instant::now());
+            w.set(fresh);
+            fresh
+        }
+    });
+    anchor.map_or(0, |(at, wall)| (wall + t.saturating_duration_since(at)).as_secs())
 }
 
 /// The statistics of one running proxy, held as `Arc<Stats>`.
@@ -337,7 +356,7 @@ impl Stats {
     pub fn record(&self, q: &QueryEvent<'_>) {
         let digests = q.digest != 0 && self.digests_on.load(Relaxed);
         // Read before taking the lock, to keep it short.
-        let now = if digests { unix_now() } else { 0 };
+        let now = if digests { unix_secs(q.ended) } else { 0 };
         self.with_local(|local| {
             local.bump(Counter::Questions, 1);
             local.bump(Counter::QueriesBackendsBytesSent, q.bytes_sent);

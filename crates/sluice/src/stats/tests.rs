@@ -23,6 +23,7 @@ fn ev(digest: u64, us: u64) -> QueryEvent<'static> {
         error: false,
         bytes_sent: 0,
         bytes_recv: 0,
+        ended: std::time::Instant::now(),
     }
 }
 
