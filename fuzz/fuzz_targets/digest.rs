@@ -1,10 +1,12 @@
 //! Query digests (`sql::digest`) on arbitrary bytes: no panic, the text stays within
 //! MAX_DIGEST_LEN, reusing a dirty buffer changes nothing, the `&str` entry point agrees with the
-//! byte one, and `first_comment` points inside a comment of the input.
+//! byte one, `first_comment` points inside a comment of the input, and the memo
+//! (`sql::memo`) gives every statement exactly the digest `digest_into` does.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use sluice_sql::digest::{digest, digest_into, format_id, parse_id, MAX_DIGEST_LEN};
+use sluice_sql::memo::DigestMemo;
 
 fuzz_target!(|sql: &[u8]| {
     let mut out = Vec::new();
@@ -30,5 +32,17 @@ fuzz_target!(|sql: &[u8]| {
         let before = &sql[..r.start];
         let dashes = before.ends_with(b"--") || before.split_last().is_some_and(|(_, rest)| rest.ends_with(b"--"));
         assert!(before.ends_with(b"/*") || before.ends_with(b"#") || dashes, "no comment opener before {r:?}");
+    }
+
+    // The input as statements split at NUL bytes, each twice (so templates get built), and all
+    // of them once more: whatever the memo holds, its answer is digest_into's.
+    let mut memo = DigestMemo::new();
+    let mut want = Vec::new();
+    let parts = || sql.split(|&b| b == 0);
+    for part in parts().flat_map(|p| [p, p]).chain(parts()) {
+        let got = memo.digest(part, &mut dirty);
+        let d = digest_into(part, &mut want);
+        assert_eq!(got, d, "memo digest of {part:?}");
+        assert_eq!(dirty, want, "memo digest text of {part:?}");
     }
 });

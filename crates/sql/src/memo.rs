@@ -14,8 +14,8 @@
 //! Why the first byte: the token before a hole may look at the byte after it (`1e` before a
 //! sign or digit, a word before a digit). Same first byte class, same token before.
 //!
-//! Bounded: 2 × 256 templates of at most `MAX_TEMPLATE_LEN` bytes; longer statements are
-//! digested directly. A template is built on its shape's second sight, so a stream of one-off
+//! Bounded: 2 × 256 templates of at most `MAX_TEMPLATE_LEN` bytes and `MAX_HOLES` literals;
+//! other statements are digested directly. A template is built on its shape's second sight, so a stream of one-off
 //! statements costs a key and a slot, and a shape whose template keeps failing (IN lists of
 //! changing length under one key) is rebuilt only now and then until it matches again.
 
@@ -26,6 +26,9 @@ use crate::lexer::{equal, in_range, is_word_byte, Kind, Lexer, HIGH};
 
 /// Statements longer than this are digested directly.
 pub const MAX_TEMPLATE_LEN: usize = 2048;
+/// Nor is a template kept for a statement with more literals than this (bulk rows and long
+/// IN lists, whose length rarely repeats). With the length cap: at most ~3 MB per worker.
+const MAX_HOLES: usize = 128;
 /// Sets of two templates each (a power of two).
 const SETS: usize = 256;
 /// Failed matches in a row after which a slot's template is rebuilt only every
@@ -129,8 +132,12 @@ impl DigestMemo {
 impl Slot {
     fn build(&mut self, sql: &[u8], text: &[u8], d: &Digest) {
         self.holes.clear();
+        self.built = false;
         for t in Lexer::new(sql) {
             if matches!(t.kind, Kind::String | Kind::Number | Kind::HexOrBit) {
+                if self.holes.len() == MAX_HOLES {
+                    return;
+                }
                 let first = sql.get(t.start).copied().unwrap_or(0);
                 // Positions fit: templates are at most MAX_TEMPLATE_LEN bytes.
                 self.holes.push(Hole { start: t.start as u32, end: t.end as u32, kind: t.kind, first });
@@ -337,6 +344,21 @@ mod tests {
             same(&mut m, &format!("SELECT a FROM t WHERE x = {i} AND y = 'zz'"));
         }
         assert!(m.hits > hits);
+    }
+
+    #[test]
+    fn statements_with_many_literals_get_no_template() {
+        let mut m = DigestMemo::new();
+        let many = format!("SELECT * FROM t WHERE a IN ({})", vec!["1"; MAX_HOLES + 1].join(","));
+        for _ in 0..3 {
+            same(&mut m, &many);
+        }
+        assert_eq!(m.hits, 0);
+        let few = format!("SELECT * FROM u WHERE a IN ({})", vec!["2"; MAX_HOLES].join(","));
+        for _ in 0..3 {
+            same(&mut m, &few);
+        }
+        assert_eq!(m.hits, 1);
     }
 
     #[test]

@@ -103,12 +103,11 @@ impl Entry {
         self.strings.get(self.user_len + self.schema_len..).unwrap_or_default()
     }
 
+    /// Whether this entry is `key`'s: same digest and hostgroup, and the same 64-bit hash over
+    /// all four, which tells user and schema apart (as ProxySQL's digest map does) without
+    /// reading the strings, a cache miss per statement.
     fn is(&self, hash: u64, key: &Key<'_>) -> bool {
-        self.hash == hash
-            && self.digest == key.digest
-            && self.hostgroup == key.hostgroup
-            && self.user() == key.user
-            && self.schema() == key.schema
+        self.hash == hash && self.digest == key.digest && self.hostgroup == key.hostgroup
     }
 
     fn key(&self) -> Key<'_> {
