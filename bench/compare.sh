@@ -42,7 +42,7 @@ Every option is also an environment variable (in CAPS); flags win over the envir
 Stats mode, why one long run: run-to-run throughput on these shared machines moves by ±10%,
 five times the 2% to resolve. Within one sysbench run the windows alternate on off off on
 on off off on …, so each pair's order alternates and slow drift cancels; each window's QPS and
-CPU per query come from sluice's own Questions counter (admin port) and /proc/<pid>/stat.
+CPU per query come from sluice's own Questions counter (admin port) and its threads' schedstat.
 
 Smoke test:  DURATION=2 THREADS=4 ROUNDS=1 bench/compare.sh
 EOF
@@ -409,7 +409,7 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=
 	if [ "$MODE" = stats ]; then
 		sb_args '<workload>' '<N>' '<port>' '<seconds>'
 		echo "- each run: \`${SB[*]} run\`: direct for ${DURATION}s, through sluice for $((2 * ROUNDS)) windows of ${WINDOW}s;" \
-			"sluice CPU = utime+stime (+cutime+cstime) of its process from /proc/PID/stat; total ${ELAPSED}s"
+			"sluice CPU per window = the run time of its threads from /proc/PID/task/*/schedstat; total ${ELAPSED}s"
 	else echo "- each run: \`${SB[*]} run\`;" \
 		"$ROUNDS round(s) alternated, medians shown; sluice CPU = utime+stime (+cutime+cstime) of its process from /proc/PID/stat; total ${ELAPSED}s"
 	fi

@@ -269,16 +269,20 @@ thread_local! {
 
 /// Unix seconds at `t` (a recent instant).
 fn unix_secs(t: Instant) -> u64 {
-    let read = |t: Instant| SystemTime::now().duration_since(UNIX_EPOCH).map(|wall| (t, wall)).ok();
+    let second = Duration::from_secs(1);
+    // Within a second of the anchor, either side: a statement may end just before another on
+    // this thread re-read the clock.
+    let near = |at: Instant| t.saturating_duration_since(at) < second && at.saturating_duration_since(t) < second;
     let anchor = WALL.with(|w| match w.get() {
-        Some((at, wall)) if t.saturating_duration_since(at) < Duration::from_secs(1) && t >= at => Some((at, wall)),
+        Some((at, wall)) if near(at) => Some((at, wall)),
         _ => {
-            let fresh = read(Instant::now());
+            let now = Instant::now();
+            let fresh = SystemTime::now().duration_since(UNIX_EPOCH).ok().map(|wall| (now, wall));
             w.set(fresh);
             fresh
         }
     });
-    anchor.map_or(0, |(at, wall)| (wall + t.saturating_duration_since(at)).as_secs())
+    anchor.map_or(0, |(at, wall)| (wall + t.saturating_duration_since(at)).saturating_sub(at.saturating_duration_since(t)).as_secs())
 }
 
 /// The statistics of one running proxy, held as `Arc<Stats>`.

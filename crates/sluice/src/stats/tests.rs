@@ -207,3 +207,14 @@ fn rates_through_sample() {
     let other = rates.iter().find(|r| r.name == "Slow_queries").unwrap();
     assert_eq!(other.per_second_60s, 0.0);
 }
+
+#[test]
+fn unix_secs_follows_the_wall_clock() {
+    let wall = || SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let now = Instant::now();
+    // Fresh, just before the anchor, long before it (a re-read), and fresh again.
+    for (t, back) in [(now, 0), (now - Duration::from_millis(500), 0), (now - Duration::from_secs(5), 5), (Instant::now(), 0)] {
+        let (got, want) = (unix_secs(t), wall() - back);
+        assert!(got + 1 >= want && got <= want + 1, "{got} vs {want} ({back} s back)");
+    }
+}
