@@ -161,7 +161,7 @@ fn comment_end(sql: &[u8], mut pos: usize) -> usize {
     sql.len()
 }
 
-pub(crate) const ONES: u64 = 0x0101_0101_0101_0101;
+const ONES: u64 = 0x0101_0101_0101_0101;
 pub(crate) const HIGH: u64 = 0x8080_8080_8080_8080;
 
 /// High bit of each byte of `y` (all bytes below 0x80) that lies in `lo..=hi`.

@@ -15,9 +15,10 @@
 //! sign or digit, a word before a digit). Same first byte class, same token before.
 //!
 //! Bounded: 2 × 256 templates of at most `MAX_TEMPLATE_LEN` bytes and `MAX_HOLES` literals;
-//! other statements are digested directly. A template is built on its shape's second sight, so a stream of one-off
-//! statements costs a key and a slot, and a shape whose template keeps failing (IN lists of
-//! changing length under one key) is rebuilt only now and then until it matches again.
+//! other statements are digested directly. A template is built on its shape's second sight, so
+//! a stream of one-off statements costs a key and a slot, and a shape whose template keeps
+//! failing (IN lists of changing length under one key) is rebuilt only now and then until it
+//! matches again.
 
 use std::ops::Range;
 
