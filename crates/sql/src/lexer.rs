@@ -176,15 +176,19 @@ pub(crate) fn equal(y: u64, c: u8) -> u64 {
     !((y ^ (u64::from(c) * ONES)) + 0x7f * ONES) & HIGH
 }
 
+/// High bit of each byte of `x` that is a word byte (`is_word_byte`), eight at a time.
+#[inline(always)]
+pub(crate) fn word_bytes(x: u64) -> u64 {
+    let y = x & !HIGH;
+    (x & HIGH) | in_range(y, b'0', b'9') | in_range(y | 0x2020_2020_2020_2020, b'a', b'z') | equal(y, b'_') | equal(y, b'$')
+}
+
 /// The end of the word starting at `pos` (word bytes: `is_word_byte`). Eight bytes at a time
 /// while the text lasts (SWAR): no per-byte loop and no mispredicted exit per word.
 #[inline(always)]
 fn skip_word(sql: &[u8], mut pos: usize) -> usize {
     while let Some(b) = sql.get(pos..pos + 8).and_then(|b| b.first_chunk::<8>()) {
-        let x = u64::from_le_bytes(*b);
-        let y = x & !HIGH;
-        let word = (x & HIGH) | in_range(y, b'0', b'9') | in_range(y | 0x2020_2020_2020_2020, b'a', b'z') | equal(y, b'_') | equal(y, b'$');
-        let stop = !word & HIGH;
+        let stop = !word_bytes(u64::from_le_bytes(*b)) & HIGH;
         if stop != 0 {
             return pos + (stop.trailing_zeros() / 8) as usize;
         }

@@ -23,7 +23,7 @@
 use std::ops::Range;
 
 use crate::digest::{digest_into, Digest};
-use crate::lexer::{equal, in_range, is_word_byte, Kind, Lexer, HIGH};
+use crate::lexer::{equal, in_range, is_word_byte, word_bytes, Kind, Lexer, HIGH};
 
 /// Statements longer than this are digested directly.
 pub const MAX_TEMPLATE_LEN: usize = 2048;
@@ -220,7 +220,7 @@ fn head_len(sql: &[u8]) -> usize {
         let y = x & !HIGH;
         let (quote, digit) = quotes_digits(y);
         let (quote, digit) = (quote & ascii, digit & ascii);
-        let word = (x & HIGH) | digit | in_range(y | 0x2020_2020_2020_2020, b'a', b'z') | equal(y, b'_') | equal(y, b'$');
+        let word = word_bytes(x);
         let after_word = (word << 8) | carry;
         let stop = quote | (digit & !after_word);
         if stop != 0 {
