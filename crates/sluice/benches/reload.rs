@@ -100,7 +100,7 @@ fn bench(c: &mut Criterion) {
     let file = FileConfig::parse(CONFIG).expect("bench config parses");
     let config = file.validate(None, Some(CONFIG)).expect("bench config is valid");
     let server = sluice::Server::start(config).expect("sluice starts");
-    let shared = &server.shared;
+    let admin = &server.admin;
     for chunk in (0..RULES).collect::<Vec<_>>().chunks(1000) {
         let values: Vec<String> = chunk.iter().map(|&i| rule_values(i)).collect();
         let sql = format!(
@@ -108,40 +108,39 @@ fn bench(c: &mut Criterion) {
              match_pattern,replace_pattern,destination_hostgroup,flagOUT,apply,comment) VALUES {}",
             values.join(",")
         );
-        execute(shared, &sql).expect("rules insert");
+        execute(admin, &sql).expect("rules insert");
     }
-    execute(shared, "LOAD MYSQL QUERY RULES TO RUNTIME").expect("10,000 rules load");
-    assert_eq!(shared.snapshot().config.query_rules.len(), RULES);
+    execute(admin, "LOAD MYSQL QUERY RULES TO RUNTIME").expect("10,000 rules load");
+    assert_eq!(server.data.snapshot().config.query_rules.len(), RULES);
 
     let mut g = c.benchmark_group("reload");
     g.sample_size(10).measurement_time(Duration::from_secs(15));
     // The same rules again: the running rule set is kept whole.
     g.bench_function("load-query-rules-to-runtime/10000", |b| {
-        b.iter(|| execute(shared, "LOAD MYSQL QUERY RULES TO RUNTIME").expect("LOAD"))
+        b.iter(|| execute(admin, "LOAD MYSQL QUERY RULES TO RUNTIME").expect("LOAD"))
     });
     // What a DBA does: one rule edited, then LOAD (the other 9,999 patterns are reused).
     let mut edit = 0u64;
     g.bench_function("edit-one-rule-then-load/10000", |b| {
         b.iter(|| {
             edit += 1;
-            execute(shared, &format!("UPDATE mysql_query_rules SET match_pattern = '^SELECT edit_{edit}' WHERE rule_id = 7"))
-                .expect("edit");
-            execute(shared, "LOAD MYSQL QUERY RULES TO RUNTIME").expect("LOAD")
+            execute(admin, &format!("UPDATE mysql_query_rules SET match_pattern = '^SELECT edit_{edit}' WHERE rule_id = 7")).expect("edit");
+            execute(admin, "LOAD MYSQL QUERY RULES TO RUNTIME").expect("LOAD")
         })
     });
 
     // The parts, in the order LOAD runs them.
-    let mut file = shared.snapshot().config.to_file();
+    let mut file = server.data.snapshot().config.to_file();
     g.bench_function("part/1-read-rows/10000", |b| {
-        b.iter(|| shared.admin.store().read(Layer::Memory, Module::MysqlQueryRules, black_box(&mut file)).expect("read"))
+        b.iter(|| admin.tables.store().read(Layer::Memory, Module::MysqlQueryRules, black_box(&mut file)).expect("read"))
     });
     g.bench_function("part/2-validate/10000", |b| b.iter(|| file.clone().validate(None, None).expect("valid")));
     let rows = file.mysql_query_rules.clone();
     g.bench_function("part/2a-compile-ruleset/10000", |b| b.iter(|| RuleSet::new(black_box(&rows), &|_| true).expect("compiles")));
     let config = file.clone().validate(None, None).expect("valid");
-    g.bench_function("part/3-build-snapshot-and-swap/10000", |b| b.iter(|| shared.apply(config.clone()).expect("apply")));
+    g.bench_function("part/3-build-snapshot-and-swap/10000", |b| b.iter(|| server.control.apply(config.clone()).expect("apply")));
     g.bench_function("part/4-write-runtime-tables/10000", |b| {
-        b.iter(|| shared.admin.store().write_runtime(Module::MysqlQueryRules, black_box(&file)).expect("write_runtime"))
+        b.iter(|| admin.tables.store().write_runtime(Module::MysqlQueryRules, black_box(&file)).expect("write_runtime"))
     });
     g.finish();
     server.shutdown();

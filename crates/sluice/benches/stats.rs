@@ -4,13 +4,13 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use sluice::config::StatsSection;
-use sluice::stats::{Command, Counter, QueryEvent, Stats};
+use sluice::stats::{Command, Counter, StatementRecord, Stats};
 use std::hint::black_box;
 
 const TEXT: &[u8] = b"SELECT c FROM sbtest1 WHERE id=?";
 
-fn event(digest: u64) -> QueryEvent<'static> {
-    QueryEvent {
+fn event(digest: u64) -> StatementRecord<'static> {
+    StatementRecord {
         hostgroup: 1,
         server: 1,
         user: "sbtest",

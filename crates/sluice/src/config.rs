@@ -4,7 +4,9 @@
 //! A bad file is reported as `FILE:LINE: [section] field `name`: what is wrong`, and nothing
 //! starts (exit code 2).
 
-use serde::{Deserialize, Deserializer, Serialize};
+use crate::lenient::{bool_or_int, yes};
+pub use crate::rules::QueryRuleRow;
+use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -256,70 +258,6 @@ pub struct UserRow {
     pub comment: String,
 }
 
-/// A `[[mysql_query_rules]]` row (ProxySQL's mysql_query_rules columns; docs/rules.md).
-/// Integer actions left out (or negative, as ProxySQL stores "no change") change nothing.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct QueryRuleRow {
-    pub rule_id: u32,
-    /// Unlike ProxySQL's table default (0), a rule written in the file is active unless it says otherwise.
-    #[serde(default = "yes", deserialize_with = "bool_or_int")]
-    pub active: bool,
-    #[serde(default)]
-    pub username: Option<String>,
-    #[serde(default)]
-    pub schemaname: Option<String>,
-    /// An exact client IP, or a prefix ending in `%` (`10.0.%`).
-    #[serde(default)]
-    pub client_addr: Option<String>,
-    #[serde(default)]
-    pub proxy_addr: Option<String>,
-    #[serde(default)]
-    pub proxy_port: Option<i64>,
-    /// A digest id, `0x…` as ProxySQL shows it (or a decimal number).
-    #[serde(default, deserialize_with = "string_or_int")]
-    pub digest: Option<String>,
-    #[serde(default)]
-    pub match_digest: Option<String>,
-    #[serde(default)]
-    pub match_pattern: Option<String>,
-    #[serde(default, deserialize_with = "bool_or_int")]
-    pub negate_match_pattern: bool,
-    /// Comma-separated: CASELESS, GLOBAL. ProxySQL's default is CASELESS.
-    #[serde(default = "caseless")]
-    pub re_modifiers: String,
-    #[serde(default, rename = "flagIN", alias = "flagin", alias = "flag_in")]
-    pub flag_in: i64,
-    #[serde(default, rename = "flagOUT", alias = "flagout", alias = "flag_out")]
-    pub flag_out: Option<i64>,
-    #[serde(default)]
-    pub replace_pattern: Option<String>,
-    #[serde(default)]
-    pub destination_hostgroup: Option<i64>,
-    #[serde(default)]
-    pub cache_ttl: Option<i64>,
-    #[serde(default)]
-    pub timeout: Option<i64>,
-    #[serde(default)]
-    pub retries: Option<i64>,
-    #[serde(default)]
-    pub delay: Option<i64>,
-    #[serde(default)]
-    pub mirror_hostgroup: Option<i64>,
-    #[serde(default)]
-    pub error_msg: Option<String>,
-    #[serde(default, rename = "OK_msg", alias = "ok_msg")]
-    pub ok_msg: Option<String>,
-    #[serde(default)]
-    pub multiplex: Option<i64>,
-    #[serde(default)]
-    pub log: Option<i64>,
-    #[serde(default, deserialize_with = "bool_or_int")]
-    pub apply: bool,
-    #[serde(default)]
-    pub comment: String,
-}
-
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
@@ -349,46 +287,9 @@ fn default_port() -> u16 {
 fn one() -> u32 {
     1
 }
-fn yes() -> bool {
-    true
-}
 fn default_server_max_connections() -> u32 {
     1000
 }
-fn caseless() -> String {
-    "CASELESS".into()
-}
-
-/// Digests are written `0x…` but a bare number is accepted too.
-fn string_or_int<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum S {
-        Str(String),
-        Int(u64),
-    }
-    Ok(Some(match S::deserialize(d)? {
-        S::Str(s) => s,
-        S::Int(n) => n.to_string(),
-    }))
-}
-
-/// ProxySQL stores booleans as 0/1; accept both spellings.
-fn bool_or_int<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum B {
-        Bool(bool),
-        Int(i64),
-    }
-    match B::deserialize(d)? {
-        B::Bool(b) => Ok(b),
-        B::Int(0) => Ok(false),
-        B::Int(1) => Ok(true),
-        B::Int(n) => Err(serde::de::Error::custom(format!("expected 0 or 1 (or true/false), got {n}"))),
-    }
-}
-
 /// The validated configuration everything else reads.
 #[derive(Debug, Clone)]
 pub struct Config {

@@ -140,7 +140,7 @@ fn reload(server: &sluice::Server, path: &std::path::Path, overrides: &config::O
         Err(e) => return tracing::error!("reload rejected, running configuration kept: {e}"),
     };
     overrides.apply(&mut config);
-    match sluice::admin::startup::apply_file(&server.shared, config) {
+    match sluice::admin::startup::apply_file(&server.admin, config) {
         Ok(applied) => {
             tracing::info!(file = %path.display(), "reload: configuration in force");
             for setting in applied.need_restart {

@@ -1,14 +1,14 @@
 //! Side path: sluice's own look at the backends — the greeting profile at start-up and the
 //! backend's accounts for `backend_users` (read with the `[monitor]` login).
 
+use crate::datapath::DataPath;
 use crate::pool::{self, Credential};
-use crate::server::Shared;
 use std::time::Duration;
 
 /// Reads one backend's greeting at start-up so the first clients are greeted like the server
 /// (version, capabilities, collation). Best effort: a backend that is down is reported later.
-pub fn probe_profile(shared: &Shared) {
-    let Some(addr) = shared.snapshot().hostgroups.servers().first().map(|s| format!("{}:{}", s.hostname, s.port)) else {
+pub fn probe_profile(data: &DataPath) {
+    let Some(addr) = data.snapshot().hostgroups.servers().first().map(|s| format!("{}:{}", s.hostname, s.port)) else {
         return;
     };
     let greeting = (|| -> Option<proto::handshake::ServerGreeting> {
@@ -24,14 +24,14 @@ pub fn probe_profile(shared: &Shared) {
         proto::handshake::parse_greeting(&payload).ok()
     })();
     match greeting {
-        Some(g) => shared.learn_profile(&g),
+        Some(g) => data.learn_profile(&g),
         None => tracing::warn!("backend {addr} did not answer at start-up; greeting clients with defaults"),
     }
 }
 
 /// Reads (user, host, plugin, native hash) rows from mysql.user with the monitor login.
-pub async fn load_accounts(shared: &Shared) -> anyhow::Result<Vec<(String, String, String, String)>> {
-    let snapshot = shared.live.load_full();
+pub async fn load_accounts(data: &DataPath) -> anyhow::Result<Vec<(String, String, String, String)>> {
+    let snapshot = data.live.load_full();
     let monitor = snapshot.config.monitor.clone().unwrap_or_default();
     let server = snapshot.hostgroups.pick(snapshot.config.proxy.backend_users_hostgroup)?;
     let credential = if monitor.password.is_empty() { Credential::Empty } else { Credential::Plain(monitor.password.clone()) };

@@ -35,7 +35,7 @@ const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// One statement as the log records it; every field is borrowed from the caller.
 #[derive(Debug, Clone)]
-pub struct QueryEvent<'a> {
+pub struct LogEntry<'a> {
     /// When the statement started.
     pub time: SystemTime,
     pub user: &'a str,
@@ -76,7 +76,7 @@ enum Msg {
 
 /// State shared by callers and the writer thread: live settings and counters, all atomics so
 /// the query path takes no lock.
-struct Shared {
+struct WriterState {
     enabled: AtomicBool,
     max_query_length: AtomicUsize,
     max_file_bytes: AtomicU64,
@@ -88,7 +88,7 @@ struct Shared {
 
 /// The running query log: a handle on the writer thread. Dropping it flushes and joins.
 pub struct QueryLog {
-    shared: Arc<Shared>,
+    shared: Arc<WriterState>,
     tx: Option<SyncSender<Msg>>,
     writer: Option<JoinHandle<()>>,
     /// The file last asked for, so `apply` reopens only on a real change.
@@ -107,7 +107,7 @@ impl QueryLog {
     fn start_gated(settings: &QueryLogSection, gate: Option<Receiver<()>>) -> io::Result<QueryLog> {
         let path = settings_path(settings)?.to_path_buf();
         let (file, size) = open(&path)?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(WriterState {
             enabled: AtomicBool::new(settings.enabled),
             max_query_length: AtomicUsize::new(settings.max_query_length),
             max_file_bytes: AtomicU64::new(settings.max_file_bytes),
@@ -164,7 +164,7 @@ impl QueryLog {
 
     /// Formats `e` and queues it for the writer; never blocks. A full queue drops the event
     /// and counts it in [`dropped`](Self::dropped).
-    pub fn log(&self, e: &QueryEvent<'_>) {
+    pub fn log(&self, e: &LogEntry<'_>) {
         let max = self.shared.max_query_length.load(Relaxed);
         let mut line = Vec::with_capacity(320 + e.query.len().min(max));
         // Writing into a Vec cannot fail, and none of our Serialize impls report errors.
@@ -259,7 +259,7 @@ fn rotated(path: &Path, n: u32) -> PathBuf {
 
 /// The writer thread's state.
 struct Writer {
-    shared: Arc<Shared>,
+    shared: Arc<WriterState>,
     path: PathBuf,
     /// None after an error: the next batch reopens.
     file: Option<File>,
@@ -419,7 +419,7 @@ fn remove_if_exists(path: &Path) -> io::Result<bool> {
 
 /// The serialized form of an event.
 struct Line<'e, 'a> {
-    e: &'e QueryEvent<'a>,
+    e: &'e LogEntry<'a>,
     max_query_length: usize,
 }
 
@@ -427,7 +427,7 @@ impl Serialize for Line<'_, '_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let e = self.e;
         let query = query_text(e.query, self.max_query_length);
-        let mut o = s.serialize_struct("QueryEvent", 13)?;
+        let mut o = s.serialize_struct("LogEntry", 13)?;
         o.serialize_field("time", &Collect(Rfc3339(e.time)))?;
         o.serialize_field("user", e.user)?;
         o.serialize_field("schema", e.schema)?;
@@ -545,8 +545,8 @@ mod tests {
         }
     }
 
-    fn event(query: &[u8]) -> QueryEvent<'_> {
-        QueryEvent {
+    fn event(query: &[u8]) -> LogEntry<'_> {
+        LogEntry {
             time: UNIX_EPOCH + Duration::from_micros(1_709_208_000_123_456),
             user: "app",
             schema: "db",

@@ -31,7 +31,7 @@ pub struct SessionHandle {
 #[derive(Default, Clone)]
 pub struct Activity {
     /// The session's state when the statement began (its schema).
-    pub state: Option<crate::pool::state::Shared>,
+    pub state: Option<std::sync::Arc<crate::pool::state::State>>,
     pub hostgroup: u32,
     /// When the running statement began; `None` between statements.
     pub started: Option<std::time::Instant>,
@@ -44,7 +44,7 @@ const INFO_MAX: usize = 4096;
 
 impl SessionHandle {
     /// A statement begins: one uncontended lock and a copy of (at most 4 KiB of) its text.
-    pub fn begin(&self, text: &[u8], state: &crate::pool::state::Shared, hostgroup: u32) {
+    pub fn begin(&self, text: &[u8], state: &std::sync::Arc<crate::pool::state::State>, hostgroup: u32) {
         let mut a = self.activity.lock().unwrap_or_else(|p| p.into_inner());
         a.info.clear();
         a.info.push_str(&String::from_utf8_lossy(&text[..text.len().min(INFO_MAX)]));

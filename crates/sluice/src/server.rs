@@ -1,89 +1,45 @@
-//! The running proxy: state shared by all sessions, the workers that run them (either one
-//! current-thread runtime per worker, or one work-stealing runtime), and start/stop.
+//! The runtime: the workers that run sessions (either one current-thread runtime per worker,
+//! or one work-stealing runtime), the side tasks they schedule, and start/stop. It wires the
+//! three handles together: the data path (`datapath`), the control side (`control`) and the
+//! admin port (`admin`).
 
+use crate::admin::AdminPort;
 use crate::config::{Config, RuntimeKind};
+use crate::control::{warn_inactive_columns, Control, Workers};
+use crate::datapath::{DataPath, Snapshot};
 use crate::listener::{HandOff, Kind, Listeners};
-use crate::registry::Registry;
-use crate::reload::Snapshot;
-use crate::tls::RsaKeys;
-use crate::users::{BackendAccounts, User};
-use proto::handshake::ServerGreeting;
-use proto::CapabilityFlags;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// What clients are told about "the server": learned from the backends' greetings.
-#[derive(Clone, Debug)]
-pub struct Profile {
-    pub server_version: String,
-    pub capabilities: CapabilityFlags,
-    pub mariadb_caps: u32,
-    pub collation: u8,
-}
-
-impl Default for Profile {
-    fn default() -> Self {
-        Profile {
-            server_version: "5.5.5-10.11.0-MariaDB-sluice".into(),
-            capabilities: crate::pool::backend::passthrough_capabilities(),
-            mariadb_caps: 0,
-            collation: 45,
-        }
-    }
-}
-
-/// Read-mostly state every session sees. Nothing here is locked on the query path.
-pub struct Shared {
-    /// The configuration in force; a reload swaps it (`reload`), sessions pick the new one up
-    /// at their next command (in-flight statements finish under the old one).
-    pub live: Arc<arc_swap::ArcSwap<Snapshot>>,
-    /// Serializes reloads (never taken on the query path).
-    pub(crate) reload_lock: std::sync::Mutex<()>,
-    pub listeners: Listeners,
-    /// The backend's own accounts, while `proxy.backend_users` is on.
-    pub backend_accounts: BackendAccounts,
-    rsa: OnceLock<Option<RsaKeys>>,
-    pub registry: Registry,
-    /// Prepared statements shared by every session (`pool::prepared`).
-    pub statements: Arc<crate::pool::prepared::Registry>,
-    profile: RwLock<Profile>,
-    /// Stops the listeners and workers.
-    pub shutdown: CancellationToken,
-    /// Set at shutdown; sessions check it between commands.
-    closing: std::sync::atomic::AtomicBool,
-    /// Client connections open now.
-    pub clients: AtomicUsize,
-    /// Statistics: per-worker counters merged when read.
-    pub stats: Arc<crate::stats::Stats>,
-    /// The admin port's tables (ProxySQL's memory / disk / runtime layers).
-    pub admin: crate::admin::exec::Admin,
+/// The runtime: the workers that run sessions, and their changes (`control::Workers`).
+pub struct Runtime {
+    data: Arc<DataPath>,
+    control: Arc<Control>,
+    admin: Arc<AdminPort>,
     /// Worker threads of the runtime taking new sessions (a reload may change it, `Generation`).
     workers: AtomicUsize,
-    /// The runtime kind, fixed at start.
-    pub runtime: RuntimeKind,
     /// Work-stealing runtimes started by reloads that changed the worker count, joined at shutdown.
     generations: std::sync::Mutex<Vec<JoinHandle<()>>>,
     /// Retires the runtime taking new sessions when the worker count changes.
     current_generation: std::sync::Mutex<Option<Generation>>,
-    /// This `Shared` itself, for sessions started by a reload.
-    me: OnceLock<std::sync::Weak<Shared>>,
+    /// This runtime itself, for sessions started by a reload.
+    me: OnceLock<std::sync::Weak<Runtime>>,
 }
 
-impl Shared {
-    /// Worker threads of the runtime taking new sessions.
-    pub fn workers(&self) -> usize {
+impl Workers for Runtime {
+    fn count(&self) -> usize {
         self.workers.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Changes the worker count (work-stealing runtime): a new runtime with `workers` threads
-    /// takes every new connection from now on; the old one keeps its sessions until they end,
-    /// and its backend connections (whose sockets its I/O driver serves) until they close:
-    /// they are not pooled again. Nothing is dropped.
-    pub(crate) fn change_workers(&self, workers: usize) -> anyhow::Result<()> {
+    /// A new runtime with `workers` threads takes every new connection from now on; the old
+    /// one keeps its sessions until they end, and its backend connections (whose sockets its
+    /// I/O driver serves) until they close: they are not pooled again. Nothing is dropped.
+    fn change(&self, workers: usize) -> anyhow::Result<()> {
         let Some(me) = self.me.get().and_then(std::sync::Weak::upgrade) else { anyhow::bail!("sluice is stopping") };
         let thread = start_generation(&me, workers)?;
         self.generations.lock().unwrap_or_else(|p| p.into_inner()).push(thread);
@@ -91,93 +47,20 @@ impl Shared {
         Ok(())
     }
 
-    /// Runtimes started by worker-count changes that are still running (a retired one stops
-    /// once its sessions and connections are gone).
-    pub fn later_runtimes_running(&self) -> usize {
+    fn later_runtimes_running(&self) -> usize {
         self.generations.lock().unwrap_or_else(|p| p.into_inner()).iter().filter(|t| !t.is_finished()).count()
-    }
-
-    /// The configuration in force now (cheap; for paths outside a session's command loop).
-    pub fn snapshot(&self) -> arc_swap::Guard<Arc<Snapshot>> {
-        self.live.load()
-    }
-
-    /// True once shutdown began: sessions end after their current statement.
-    pub fn closing(&self) -> bool {
-        self.closing.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Begins shutdown: no new connections; idle sessions end now, busy ones after their statement.
-    pub fn begin_shutdown(&self) {
-        self.closing.store(true, std::sync::atomic::Ordering::Release);
-        self.shutdown.cancel();
-        self.listeners.close_all();
-        self.registry.close_all();
-    }
-
-    pub fn profile(&self) -> Profile {
-        self.profile.read().map(|p| p.clone()).unwrap_or_default()
-    }
-
-    /// Keeps the greeting in line with what backends actually say (checked at connect only).
-    pub fn learn_profile(&self, g: &ServerGreeting) {
-        let changed = self
-            .profile
-            .read()
-            .is_ok_and(|p| p.server_version != g.server_version || p.capabilities != g.capabilities || p.mariadb_caps != g.mariadb_caps);
-        if changed {
-            if let Ok(mut p) = self.profile.write() {
-                *p = Profile {
-                    server_version: g.server_version.clone(),
-                    capabilities: g.capabilities,
-                    mariadb_caps: g.mariadb_caps,
-                    collation: g.collation,
-                };
-            }
-        }
-    }
-
-    /// The RSA keys for caching_sha2_password without TLS, made on first use.
-    pub fn rsa_keys(&self) -> Option<&RsaKeys> {
-        self.rsa
-            .get_or_init(|| {
-                let r = match &self.snapshot().config.tls.rsa_key {
-                    Some(path) => RsaKeys::load(path),
-                    None => RsaKeys::generate(),
-                };
-                r.map_err(|e| tracing::error!("RSA keys: {e:#}")).ok()
-            })
-            .as_ref()
-    }
-
-    /// Looks a login name up: config users, then the backend's accounts (reloaded when
-    /// `reload` is set or the name is unknown, at most once per refresh interval).
-    pub async fn find_user(&self, name: &str, client: IpAddr, reload: bool) -> Option<User> {
-        let (refresh, hostgroup) = {
-            let snap = self.snapshot();
-            if let Some(u) = snap.users.configured(name) {
-                return Some(u.clone());
-            }
-            let p = &snap.config.proxy;
-            if !p.backend_users {
-                return None;
-            }
-            (std::time::Duration::from_millis(p.backend_users_refresh_ms), p.backend_users_hostgroup)
-        };
-        let found = self.backend_accounts.find(name, client, hostgroup);
-        if found.is_some() && !reload {
-            return found;
-        }
-        if self.backend_accounts.reload(refresh, crate::monitor::load_accounts(self)).await {
-            return self.backend_accounts.find(name, client, hostgroup);
-        }
-        found
     }
 }
 
 /// A running sluice. Dropping it does not stop it; call `shutdown`.
 pub struct Server {
-    pub shared: Arc<Shared>,
+    /// The data path's handle (what sessions read).
+    pub data: Arc<DataPath>,
+    /// The control side's handle (reloads, ports, workers).
+    pub control: Arc<Control>,
+    /// The admin port's tables.
+    pub admin: Arc<AdminPort>,
+    runtime: Arc<Runtime>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -190,40 +73,33 @@ impl Server {
     /// `start`, with the admin store's start-up choices: the configuration saved in the
     /// datadir wins over `config` unless `options.initial` (`admin::startup`).
     pub fn start_with(config: Config, options: &crate::admin::startup::StartOptions) -> anyhow::Result<Server> {
-        let (admin, config) = crate::admin::startup::open(config, options)?;
-        let (workers, runtime) = (config.workers, config.proxy.runtime);
+        let (tables, config) = crate::admin::startup::open(config, options)?;
+        let (workers, runtime_kind) = (config.workers, config.proxy.runtime);
         warn_inactive_columns(&config.query_rules);
-        let stats_settings = config.stats.clone();
         let listeners = Listeners::default();
         listeners.reconcile(&config).map_err(|e| anyhow::anyhow!(e))?;
-        let shared = Arc::new(Shared {
-            statements: Arc::new(crate::pool::prepared::Registry::new(config.pool.max_statements)),
-            live: Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot::build(config, None)?)),
-            reload_lock: std::sync::Mutex::new(()),
-            listeners,
-            backend_accounts: BackendAccounts::default(),
-            rsa: OnceLock::new(),
-            registry: Registry::default(),
-            profile: RwLock::new(Profile::default()),
-            shutdown: CancellationToken::new(),
-            closing: std::sync::atomic::AtomicBool::new(false),
-            clients: AtomicUsize::new(0),
-            stats: Arc::new(crate::stats::Stats::new(&stats_settings)),
-            admin,
+        let data = Arc::new(DataPath::new(Snapshot::build(config, None)?));
+        let control = Arc::new(Control::new(data.clone(), listeners));
+        let admin = Arc::new(AdminPort { control: control.clone(), tables });
+        let runtime = Arc::new(Runtime {
+            data: data.clone(),
+            control: control.clone(),
+            admin: admin.clone(),
             workers: AtomicUsize::new(workers),
-            runtime,
             generations: std::sync::Mutex::new(Vec::new()),
             current_generation: std::sync::Mutex::new(None),
             me: OnceLock::new(),
         });
-        let _ = shared.me.set(Arc::downgrade(&shared));
-        crate::monitor::probe_profile(&shared);
-        let threads = match runtime {
-            RuntimeKind::PerCore => start_per_core(&shared)?,
-            RuntimeKind::Steal => vec![start_generation(&shared, workers)?],
+        let _ = runtime.me.set(Arc::downgrade(&runtime));
+        let as_workers: Arc<dyn Workers> = runtime.clone();
+        control.attach_workers(Arc::downgrade(&as_workers));
+        crate::monitor::probe_profile(&data);
+        let threads = match runtime_kind {
+            RuntimeKind::PerCore => start_per_core(&runtime)?,
+            RuntimeKind::Steal => vec![start_generation(&runtime, workers)?],
         };
-        tracing::info!(listen = ?shared.listeners.addrs(Kind::Client), workers, ?runtime, "sluice started");
-        Ok(Server { shared, threads })
+        tracing::info!(listen = ?control.listeners.addrs(Kind::Client), workers, runtime = ?runtime_kind, "sluice started");
+        Ok(Server { data, control, admin, runtime, threads })
     }
 
     /// The first client port.
@@ -232,31 +108,17 @@ impl Server {
     }
 
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.shared.listeners.addrs(Kind::Client)
+        self.control.listeners.addrs(Kind::Client)
     }
 
     /// Stops accepting, lets in-flight statements finish (up to the shutdown timeout), then
     /// closes every session and returns.
     pub fn shutdown(self) {
-        self.shared.begin_shutdown();
-        let later: Vec<JoinHandle<()>> = std::mem::take(&mut *self.shared.generations.lock().unwrap_or_else(|p| p.into_inner()));
+        self.control.listeners.close_all();
+        self.data.begin_shutdown();
+        let later: Vec<JoinHandle<()>> = std::mem::take(&mut *self.runtime.generations.lock().unwrap_or_else(|p| p.into_inner()));
         for t in self.threads.into_iter().chain(later) {
             let _ = t.join();
-        }
-    }
-}
-
-/// Rule columns sluice accepts but does not act on yet: said once per load, not per query.
-pub(crate) fn warn_inactive_columns(rows: &[crate::config::QueryRuleRow]) {
-    for r in rows.iter().filter(|r| r.active) {
-        let pending = [
-            ("cache_ttl", r.cache_ttl.is_some_and(|v| v >= 0), "the result cache"),
-            ("mirror_hostgroup", r.mirror_hostgroup.is_some_and(|v| v >= 0), "mirroring"),
-        ];
-        for (column, set, feature) in pending {
-            if set {
-                tracing::warn!(rule_id = r.rule_id, "query rule column `{column}` is accepted but has no effect until {feature} lands");
-            }
         }
     }
 }
@@ -266,48 +128,48 @@ fn runtime_thread(name: String, f: impl FnOnce() + Send + 'static) -> anyhow::Re
 }
 
 /// Waits for a worker's sessions after shutdown was asked, at most the shutdown timeout.
-async fn drain(tracker: TaskTracker, shared: &Shared) {
+async fn drain(tracker: TaskTracker, data: &DataPath) {
     tracker.close();
-    let _ = tokio::time::timeout(shared.snapshot().config.shutdown_timeout(), tracker.wait()).await;
+    let _ = tokio::time::timeout(data.snapshot().config.shutdown_timeout(), tracker.wait()).await;
 }
 
 /// One current-thread runtime per worker; the acceptor thread hands each connection to the
 /// next worker, where its session stays for its whole life.
-fn start_per_core(shared: &Arc<Shared>) -> anyhow::Result<Vec<JoinHandle<()>>> {
+fn start_per_core(rt: &Arc<Runtime>) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let mut threads = Vec::new();
     let mut senders = Vec::new();
-    for w in 0..shared.workers() {
+    for w in 0..rt.count() {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(std::net::TcpStream, SocketAddr)>();
         senders.push(tx);
-        let shared = shared.clone();
+        let data = rt.data.clone();
         threads.push(runtime_thread(format!("sluice-worker-{w}"), move || {
-            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            let tokio_rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(rt) => rt,
                 Err(e) => return tracing::error!("worker {w}: cannot build runtime: {e}"),
             };
             crate::pool::set_worker(w, None);
-            rt.block_on(async move {
+            tokio_rt.block_on(async move {
                 let tracker = TaskTracker::new();
-                tokio::spawn(crate::pool::maintain(shared.clone(), w, shared.shutdown.clone()));
+                tokio::spawn(maintain_pools(data.clone(), w, data.shutdown.clone()));
                 loop {
                     tokio::select! {
-                        _ = shared.shutdown.cancelled() => break,
+                        _ = data.shutdown.cancelled() => break,
                         next = rx.recv() => match next {
                             Some((std_stream, peer)) => match tokio::net::TcpStream::from_std(std_stream) {
-                                Ok(s) => { tracker.spawn(crate::session::run(shared.clone(), s, peer)); }
+                                Ok(s) => { tracker.spawn(crate::session::run(data.clone(), s, peer)); }
                                 Err(e) => tracing::warn!("worker {w}: {e}"),
                             },
                             None => break,
                         }
                     }
                 }
-                drain(tracker, &shared).await;
+                drain(tracker, &data).await;
             });
         })?);
     }
-    let shared = shared.clone();
+    let rt = rt.clone();
     threads.push(runtime_thread("sluice-acceptor".into(), move || {
-        let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        let tokio_rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(rt) => rt,
             Err(e) => return tracing::error!("acceptor: cannot build runtime: {e}"),
         };
@@ -319,11 +181,12 @@ fn start_per_core(shared: &Arc<Shared>) -> anyhow::Result<Vec<JoinHandle<()>>> {
             }
         });
         let side = TaskTracker::new();
-        shared.listeners.run(rt.handle().clone(), shared.shutdown.clone(), hand_offs(&shared, hand_off, &side));
-        rt.block_on(async {
-            tokio::spawn(sample_rates(shared.clone(), shared.shutdown.clone()));
-            shared.shutdown.cancelled().await;
-            drain(side, &shared).await;
+        let data = rt.data.clone();
+        rt.control.listeners.run(tokio_rt.handle().clone(), data.shutdown.clone(), hand_offs(&rt, hand_off, &side));
+        tokio_rt.block_on(async {
+            tokio::spawn(sample_rates(data.clone(), data.shutdown.clone()));
+            data.shutdown.cancelled().await;
+            drain(side, &data).await;
         });
     })?);
     Ok(threads)
@@ -338,11 +201,11 @@ struct Generation {
 /// Starts a work-stealing runtime with `workers` threads and makes it take every new
 /// connection (retiring the one that did). Its thread runs until shutdown, or once retired,
 /// until its sessions have ended and the backend connections opened on it are closed.
-fn start_generation(shared: &Arc<Shared>, workers: usize) -> anyhow::Result<JoinHandle<()>> {
+fn start_generation(rt: &Arc<Runtime>, workers: usize) -> anyhow::Result<JoinHandle<()>> {
     let tag = Arc::new(crate::pool::RuntimeTag::default());
     let next_worker = Arc::new(AtomicUsize::new(0));
     let thread_tag = tag.clone();
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let tokio_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .thread_name("sluice-worker")
         .on_thread_start(move || {
@@ -352,38 +215,35 @@ fn start_generation(shared: &Arc<Shared>, workers: usize) -> anyhow::Result<Join
         .build()?;
     let retire = CancellationToken::new();
     let tracker = TaskTracker::new();
-    let (sessions, spawner) = (tracker.clone(), shared.clone());
+    let data = rt.data.clone();
+    let (sessions, spawner) = (tracker.clone(), data.clone());
     let hand_off: HandOff = Arc::new(move |stream: tokio::net::TcpStream, peer: SocketAddr| {
         sessions.spawn(crate::session::run(spawner.clone(), stream, peer));
     });
-    shared.listeners.run(rt.handle().clone(), shared.shutdown.clone(), hand_offs(shared, hand_off, &tracker));
-    let previous = shared
-        .current_generation
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .replace(Generation { retire: retire.clone(), tag: tag.clone() });
+    rt.control.listeners.run(tokio_rt.handle().clone(), data.shutdown.clone(), hand_offs(rt, hand_off, &tracker));
+    let previous =
+        rt.current_generation.lock().unwrap_or_else(|p| p.into_inner()).replace(Generation { retire: retire.clone(), tag: tag.clone() });
     if let Some(old) = previous {
         old.tag.retired.store(true, std::sync::atomic::Ordering::Release);
         old.retire.cancel();
     }
-    shared.workers.store(workers, std::sync::atomic::Ordering::Relaxed);
-    let shared = shared.clone();
+    rt.workers.store(workers, std::sync::atomic::Ordering::Relaxed);
     runtime_thread("sluice-runtime".into(), move || {
-        rt.block_on(async move {
+        tokio_rt.block_on(async move {
             for w in 0..workers {
-                tokio::spawn(crate::pool::maintain(shared.clone(), w, retire.clone()));
+                tokio::spawn(maintain_pools(data.clone(), w, retire.clone()));
             }
-            tokio::spawn(sample_rates(shared.clone(), retire.clone()));
+            tokio::spawn(sample_rates(data.clone(), retire.clone()));
             tokio::select! {
-                _ = shared.shutdown.cancelled() => drain(tracker, &shared).await,
+                _ = data.shutdown.cancelled() => drain(tracker, &data).await,
                 _ = retire.cancelled() => {
                     tracker.close();
                     tokio::select! {
-                        _ = shared.shutdown.cancelled() => drain(tracker, &shared).await,
+                        _ = data.shutdown.cancelled() => drain(tracker, &data).await,
                         _ = async {
                             tracker.wait().await;
                             while tag.open.load(std::sync::atomic::Ordering::Acquire) > 0 {
-                                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                                tokio::time::sleep(Duration::from_millis(200)).await;
                             }
                         } => tracing::info!(workers, "retired workers stopped (their sessions ended)"),
                     }
@@ -395,27 +255,43 @@ fn start_generation(shared: &Arc<Shared>, workers: usize) -> anyhow::Result<Join
 
 /// Where each kind of port's connections go: client sessions to `clients`; admin sessions
 /// and HTTP connections to tasks tracked by `side` (they end at shutdown like client sessions).
-fn hand_offs(shared: &Arc<Shared>, clients: HandOff, side: &TaskTracker) -> Vec<(Kind, HandOff)> {
-    let (admin_shared, admin_tasks) = (shared.clone(), side.clone());
+fn hand_offs(rt: &Arc<Runtime>, clients: HandOff, side: &TaskTracker) -> Vec<(Kind, HandOff)> {
+    let (admin, admin_tasks) = (rt.admin.clone(), side.clone());
     let admin: HandOff = Arc::new(move |stream, peer| {
-        admin_tasks.spawn(crate::admin::session::run(admin_shared.clone(), stream, peer));
+        admin_tasks.spawn(crate::admin::session::run(admin.clone(), stream, peer));
     });
-    let (http_shared, http_tasks) = (shared.clone(), side.clone());
+    let (data, http_tasks) = (rt.data.clone(), side.clone());
     let http: HandOff = Arc::new(move |stream, peer| {
-        http_tasks.spawn(crate::http::serve(http_shared.clone(), stream, peer));
+        http_tasks.spawn(crate::http::serve(data.clone(), stream, peer));
     });
     vec![(Kind::Client, clients), (Kind::Admin, admin), (Kind::Http, http)]
 }
 
 /// Samples the counters once a second for the per-second rates (`SHOW STATUS RATE`), until
 /// `stop`.
-async fn sample_rates(shared: Arc<Shared>, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+async fn sample_rates(data: Arc<DataPath>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            t = tick.tick() => shared.stats.sample(t.into_std()),
+            t = tick.tick() => data.stats.sample(t.into_std()),
         }
+    }
+}
+
+/// Once a second, one worker's share of pool upkeep (`pool::maintain`) under the config in
+/// force at each round, until `stop` (its runtime retired) or shutdown.
+async fn maintain_pools(data: Arc<DataPath>, shard: usize, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = data.shutdown.cancelled() => break,
+            _ = stop.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        let snapshot = data.live.load_full();
+        crate::pool::maintain(&snapshot.hostgroups, &snapshot.config.pool, snapshot.config.connect_timeout(), &data.stats, shard).await;
     }
 }

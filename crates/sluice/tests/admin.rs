@@ -313,7 +313,7 @@ async fn worker_count_changes_live() {
 
     admin(a, "UPDATE global_variables SET variable_value='3' WHERE variable_name='mysql-threads'; LOAD MYSQL VARIABLES TO RUNTIME")
         .unwrap();
-    assert_eq!(proxy.shared().workers(), 3);
+    assert_eq!(proxy.server().control.workers(), 3);
     assert_eq!(admin(a, "SELECT variable_value FROM runtime_global_variables WHERE variable_name='mysql-threads'").unwrap(), "3");
     let mut new = connect(proxy.port, "root", "").await;
     let seen: Option<u32> = new.query_first("SELECT COUNT(*) FROM test.workers_live").await.unwrap();
@@ -337,7 +337,7 @@ async fn worker_count_changes_live() {
     // The 2-worker runtime served no one and stops; the 3-worker one still serves `new`.
     running_soon(&proxy, 2).await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    assert_eq!(proxy.shared().later_runtimes_running(), 2, "a runtime with a session still running stays");
+    assert_eq!(proxy.server().control.later_runtimes_running(), 2, "a runtime with a session still running stays");
     drop(old);
     drop(new);
     running_soon(&proxy, 1).await;
@@ -348,7 +348,7 @@ async fn worker_count_changes_live() {
 /// Waits (at most 20 s) until at most `n` runtimes started by reloads still run.
 async fn running_soon(proxy: &Proxy, n: usize) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while proxy.shared().later_runtimes_running() > n {
+    while proxy.server().control.later_runtimes_running() > n {
         assert!(std::time::Instant::now() < deadline, "retired runtimes did not stop after their sessions ended");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }

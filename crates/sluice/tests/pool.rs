@@ -172,7 +172,7 @@ async fn a_statement_prepared_once_runs_from_many_sessions_on_any_connection() {
     // 80 client prepares; at most one more per statement and connection was needed.
     let prepares = global_status(&db, "Com_stmt_prepare") - prepares_before;
     assert!(prepares <= 80 + 2 * 4, "the backend prepared {prepares} times");
-    assert_eq!(proxy.shared().statements.len(), 2, "two distinct statements in the registry");
+    assert_eq!(proxy.server().data.statements.len(), 2, "two distinct statements in the registry");
     let rows: u32 = connect(port).await.query_first("SELECT COUNT(*) FROM kv").await.unwrap().unwrap();
     assert_eq!(rows, 1000, "every insert landed exactly once");
 }
@@ -213,8 +213,8 @@ async fn one_hundred_thousand_distinct_statements_prepared_and_closed_keep_memor
     let rss_warm = rss_kib();
     run(20_000, 100_000).await;
     let rss_end = rss_kib();
-    let shared = proxy.shared();
-    assert!(shared.statements.len() <= 2_000, "registry holds {} statements", shared.statements.len());
+    let statements = proxy.server().data.statements.len();
+    assert!(statements <= 2_000, "registry holds {statements} statements");
     let open = global_status(&db, "Prepared_stmt_count");
     assert!(open <= 64 * 4, "the backend holds {open} prepared statements");
     // The test client shares this process; both sides must stay flat.

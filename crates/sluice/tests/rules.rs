@@ -106,7 +106,7 @@ async fn each_shard_lands_on_its_hostgroup() {
         }
         assert_eq!(port_of(&mut c, "SELECT @@port").await, trio.port(0), "no rule: the user's default hostgroup");
         // Counters: one hit for each shard rule used (and, for the tree, its two jumps).
-        let hits: u64 = proxy.shared().snapshot().config.rules.hits().iter().map(|h| h.1).sum();
+        let hits: u64 = proxy.server().data.snapshot().config.rules.hits().iter().map(|h| h.1).sum();
         assert!(hits >= 8, "hits counted: {hits}");
     }
 }

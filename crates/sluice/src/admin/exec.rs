@@ -1,12 +1,13 @@
 //! Side path, admin port: carries out one admin statement. Plain SQL runs on the SQLite tables
 //! (statistics tables are filled first from the live counters); LOAD … TO RUNTIME reads a layer
-//! into a whole new configuration, validates it and swaps it in (`Shared::apply`), then shows it
+//! into a whole new configuration, validates it and swaps it in (`Control::apply`), then shows it
 //! in the runtime_* tables; the other LOAD/SAVE forms copy rows between layers.
 
+use super::AdminPort;
 use super::{AdminCommand, AdminError, Layer, Module, Output, StatsTable, Store};
 use crate::config::FileConfig;
-use crate::reload::ReloadError;
-use crate::server::Shared;
+use crate::control::ReloadError;
+use crate::datapath::DataPath;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -29,23 +30,23 @@ impl Admin {
 }
 
 /// Runs one admin statement (blocking: SQLite).
-pub fn execute(shared: &Shared, sql: &str) -> Result<Output, AdminError> {
-    let admin = &shared.admin;
+pub fn execute(port: &AdminPort, sql: &str) -> Result<Output, AdminError> {
+    let (admin, data) = (&port.tables, &*port.control.data);
     let mut store = admin.store();
     match super::parse(sql) {
-        Some(AdminCommand::Move { module, from, to: Layer::Runtime }) => load_to_runtime(shared, &mut store, module, from),
+        Some(AdminCommand::Move { module, from, to: Layer::Runtime }) => load_to_runtime(port, &mut store, module, from),
         Some(AdminCommand::Move { module, from: Layer::Runtime, to }) => {
-            store.seed(&[module], &shared.snapshot().config.to_file(), &[to]).map(|_| DONE)
+            store.seed(&[module], &data.snapshot().config.to_file(), &[to]).map(|_| DONE)
         }
         Some(AdminCommand::Move { module, from, to }) => store.copy(module, from, to).map(|_| DONE),
         Some(AdminCommand::LoadFromConfig(module)) => load_from_config(admin, &mut store, module),
-        Some(AdminCommand::ShowProcesslist { full }) => Ok(processlist(shared, full)),
+        Some(AdminCommand::ShowProcesslist { full }) => Ok(processlist(data, full)),
         Some(cmd) => {
-            fill(shared, &mut store, cmd.stats_needed())?;
+            fill(data, &mut store, cmd.stats_needed())?;
             Ok(store.answer(&cmd)?.unwrap_or(DONE))
         }
         None => {
-            fill(shared, &mut store, &super::stats_tables_referenced(sql))?;
+            fill(data, &mut store, &super::stats_tables_referenced(sql))?;
             match store.query(sql) {
                 // Drivers end their own transactions (autocommit off): one SQLite did not open.
                 Err(AdminError::Sql(m)) if m.contains("no transaction is active") && ends_transaction(sql) => Ok(DONE),
@@ -64,16 +65,16 @@ fn ends_transaction(sql: &str) -> bool {
 
 /// LOAD `module` TO RUNTIME: the running config with `module` replaced by `from`'s rows, checked
 /// whole and put in force; the runtime tables then show it. Refused: nothing changes.
-fn load_to_runtime(shared: &Shared, store: &mut Store, module: Module, from: Layer) -> Result<Output, AdminError> {
+fn load_to_runtime(port: &AdminPort, store: &mut Store, module: Module, from: Layer) -> Result<Output, AdminError> {
     let started = Instant::now();
-    let running = shared.live.load_full();
+    let running = port.control.data.live.load_full();
     let mut file = running.config.to_file();
     store.read(from, module, &mut file).map_err(|e| AdminError::Unsupported(format!("LOAD {module} TO RUNTIME refused: {e}")))?;
     let config = file
         .clone()
         .validate_after(Some(&running.config), None, None)
         .map_err(|e| AdminError::Unsupported(format!("LOAD {module} TO RUNTIME refused: {}", super::describe_config_error(&file, &e))))?;
-    let applied = shared.apply(config).map_err(|e| {
+    let applied = port.control.apply(config).map_err(|e| {
         let why = match &e {
             ReloadError::Invalid(c) => super::describe_config_error(&file, c),
             ReloadError::Unusable(m) => m.clone(),
@@ -81,7 +82,7 @@ fn load_to_runtime(shared: &Shared, store: &mut Store, module: Module, from: Lay
         AdminError::Unsupported(format!("LOAD {module} TO RUNTIME refused: {why}"))
     })?;
     let elapsed = started.elapsed();
-    store.write_runtime(module, &shared.snapshot().config.to_file())?;
+    store.write_runtime(module, &port.control.snapshot().config.to_file())?;
     tracing::info!(module = module.name(), ms = elapsed.as_secs_f64() * 1e3, "admin: LOAD TO RUNTIME");
     for setting in applied.need_restart {
         tracing::warn!("admin: LOAD {module} TO RUNTIME: {setting} changes at the next start");
@@ -101,19 +102,19 @@ fn load_from_config(admin: &Admin, store: &mut Store, module: Module) -> Result<
 }
 
 /// Refreshes the statistics tables a statement reads.
-fn fill(shared: &Shared, store: &mut Store, tables: &[StatsTable]) -> Result<(), AdminError> {
+fn fill(data: &DataPath, store: &mut Store, tables: &[StatsTable]) -> Result<(), AdminError> {
     for &t in tables {
-        store.fill_stats(t, super::stats_rows::rows(shared, t))?;
+        store.fill_stats(t, super::stats_rows::rows(data, t))?;
     }
     Ok(())
 }
 
 /// SHOW [FULL] PROCESSLIST: the client sessions, what they run and where.
-fn processlist(shared: &Shared, full: bool) -> Output {
-    let snapshot = shared.snapshot();
+fn processlist(data: &DataPath, full: bool) -> Output {
+    let snapshot = data.snapshot();
     let columns =
         ["Id", "User", "cli_host", "cli_port", "db", "Command", "Time_ms", "hostgroup", "srv_host", "srv_port", "backend_thread", "Info"];
-    let rows = shared
+    let rows = data
         .registry
         .sessions()
         .into_iter()

@@ -34,6 +34,13 @@ pub use schema::{stats_tables_referenced, StatsTable};
 pub use store::{Cell, Output, Store};
 
 use crate::config::{ConfigError, FileConfig};
+use std::sync::Arc;
+
+/// The admin side's handle: the control side, and the admin tables it shows and edits.
+pub struct AdminPort {
+    pub control: Arc<crate::control::Control>,
+    pub tables: exec::Admin,
+}
 
 /// A slice of the configuration that LOAD and SAVE move as one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

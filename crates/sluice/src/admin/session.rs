@@ -3,7 +3,7 @@
 //! each COM_QUERY is answered by `admin::exec::execute` (SQLite tables, LOAD/SAVE, stats).
 
 use super::AdminError;
-use crate::server::Shared;
+use super::AdminPort;
 use crate::session::{login, Directory};
 use proto::command::*;
 use proto::errors::*;
@@ -15,11 +15,12 @@ use std::sync::Arc;
 const ER_ADMIN_REFUSED: u16 = 1105;
 
 /// Serves one admin connection until it ends.
-pub async fn run(shared: Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAddr) {
+pub async fn run(port: Arc<AdminPort>, tcp: tokio::net::TcpStream, peer: SocketAddr) {
     crate::net::tune(&tcp);
-    let id = shared.registry.next_id();
-    let timeout = std::time::Duration::from_millis(shared.snapshot().config.proxy.client_connect_timeout_ms);
-    let login = match tokio::time::timeout(timeout, login(&shared, tcp, peer, id, Directory::Admin)).await {
+    let data = &port.control.data;
+    let id = data.registry.next_id();
+    let timeout = std::time::Duration::from_millis(data.snapshot().config.proxy.client_connect_timeout_ms);
+    let login = match tokio::time::timeout(timeout, login(data, tcp, peer, id, Directory::Admin)).await {
         Ok(Ok(l)) => l,
         Ok(Err(e)) => return tracing::debug!(%peer, "admin login ended: {e}"),
         Err(_) => return tracing::debug!(%peer, "admin login timed out"),
@@ -36,7 +37,7 @@ pub async fn run(shared: Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAd
     }
     loop {
         let frame = tokio::select! {
-            _ = shared.shutdown.cancelled() => return,
+            _ = data.shutdown.cancelled() => return,
             f = client.read_frame(64 << 20) => match f {
                 Ok(Some(f)) => f,
                 _ => return,
@@ -50,9 +51,9 @@ pub async fn run(shared: Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAd
             Some(COM_QUIT) | None => return,
             Some(COM_QUERY) => {
                 let sql = String::from_utf8_lossy(&payload[1..]).into_owned();
-                let shared = shared.clone();
+                let port = port.clone();
                 // SQLite work is blocking: keep it off the async workers.
-                let answer = tokio::task::spawn_blocking(move || super::exec::execute(&shared, &sql))
+                let answer = tokio::task::spawn_blocking(move || super::exec::execute(&port, &sql))
                     .await
                     .unwrap_or_else(|_| Err(AdminError::Unsupported("the admin statement failed inside sluice".into())));
                 match answer {

@@ -7,10 +7,10 @@
 //! `--initial`. Command-line flags override both.
 
 use super::exec::Admin;
+use super::AdminPort;
 use super::{Layer, Module, Store};
 use crate::config::{Config, Overrides};
-use crate::reload::{Applied, ReloadError};
-use crate::server::Shared;
+use crate::control::{Applied, ReloadError};
 use std::path::PathBuf;
 
 /// How `Server::start_with` treats the admin store.
@@ -64,10 +64,10 @@ pub fn open(file: Config, opts: &StartOptions) -> anyhow::Result<(Admin, Config)
 
 /// SIGHUP: puts the file's configuration in force (all modules, as `LOAD … FROM CONFIG` then
 /// `LOAD … TO RUNTIME` would), then shows it in the memory and runtime tables.
-pub fn apply_file(shared: &Shared, config: Config) -> Result<Applied, ReloadError> {
-    let applied = shared.apply(config)?;
-    let now = shared.snapshot().config.to_file();
-    if let Err(e) = shared.admin.store().seed(&Module::ALL, &now, &[Layer::Memory, Layer::Runtime]) {
+pub fn apply_file(port: &AdminPort, config: Config) -> Result<Applied, ReloadError> {
+    let applied = port.control.apply(config)?;
+    let now = port.control.snapshot().config.to_file();
+    if let Err(e) = port.tables.store().seed(&Module::ALL, &now, &[Layer::Memory, Layer::Runtime]) {
         tracing::warn!("reload: in force, but the admin tables could not be updated: {e}");
     }
     Ok(applied)

@@ -2,15 +2,15 @@
 //! a statement names the table (workers' data merged on demand; nothing kept in SQLite).
 
 use super::{Cell, StatsTable};
-use crate::server::Shared;
+use crate::datapath::DataPath;
 use std::sync::atomic::Ordering::Relaxed;
 
-pub fn rows(shared: &Shared, table: StatsTable) -> Vec<Vec<Cell>> {
+pub fn rows(data: &DataPath, table: StatsTable) -> Vec<Vec<Cell>> {
     match table {
-        StatsTable::QueryDigest => digest_rows(shared.stats.digests()),
-        StatsTable::QueryDigestReset => digest_rows(shared.stats.take_digests()),
-        StatsTable::ConnectionPool => pool_rows(shared),
-        StatsTable::CommandsCounters => shared
+        StatsTable::QueryDigest => digest_rows(data.stats.digests()),
+        StatsTable::QueryDigestReset => digest_rows(data.stats.take_digests()),
+        StatsTable::ConnectionPool => pool_rows(data),
+        StatsTable::CommandsCounters => data
             .stats
             .commands()
             .into_iter()
@@ -21,12 +21,10 @@ pub fn rows(shared: &Shared, table: StatsTable) -> Vec<Vec<Cell>> {
             })
             .collect(),
         StatsTable::QueryRules => {
-            shared.snapshot().config.rules.hits().into_iter().map(|(rule, hits)| vec![rule.into(), hits.into()]).collect()
+            data.snapshot().config.rules.hits().into_iter().map(|(rule, hits)| vec![rule.into(), hits.into()]).collect()
         }
-        StatsTable::Global => {
-            global(shared).into_iter().map(|(name, v)| vec![Cell::Text(name.into()), Cell::Text(v.to_string())]).collect()
-        }
-        StatsTable::Rates => shared
+        StatsTable::Global => global(data).into_iter().map(|(name, v)| vec![Cell::Text(name.into()), Cell::Text(v.to_string())]).collect(),
+        StatsTable::Rates => data
             .stats
             .rates()
             .into_iter()
@@ -88,9 +86,9 @@ pub struct PoolRow {
     pub latency_us: u64,
 }
 
-pub fn pools(shared: &Shared) -> Vec<PoolRow> {
-    let snapshot = shared.snapshot();
-    let traffic = shared.stats.servers();
+pub fn pools(data: &DataPath) -> Vec<PoolRow> {
+    let snapshot = data.snapshot();
+    let traffic = data.stats.servers();
     snapshot
         .hostgroups
         .servers()
@@ -118,8 +116,8 @@ pub fn pools(shared: &Shared) -> Vec<PoolRow> {
         .collect()
 }
 
-fn pool_rows(shared: &Shared) -> Vec<Vec<Cell>> {
-    pools(shared)
+fn pool_rows(data: &DataPath) -> Vec<Vec<Cell>> {
+    pools(data)
         .into_iter()
         .map(|p| {
             vec![
@@ -151,15 +149,15 @@ pub fn status_name(s: crate::config::ServerStatus) -> &'static str {
 }
 
 /// stats_mysql_global: the counters, and gauges read now.
-pub fn global(shared: &Shared) -> Vec<(&'static str, u64)> {
-    let snapshot = shared.snapshot();
+pub fn global(data: &DataPath) -> Vec<(&'static str, u64)> {
+    let snapshot = data.snapshot();
     let servers = snapshot.hostgroups.servers();
-    let mut out = shared.stats.counters();
+    let mut out = data.stats.counters();
     out.extend([
-        ("Client_Connections_connected", shared.clients.load(Relaxed) as u64),
+        ("Client_Connections_connected", data.clients.load(Relaxed) as u64),
         ("Server_Connections_connected", servers.iter().map(|s| u64::from(s.pool.open())).sum()),
         ("Server_Connections_free", servers.iter().map(|s| s.pool.idle() as u64).sum()),
-        ("Stmt_Cached", shared.statements.len() as u64),
+        ("Stmt_Cached", data.statements.len() as u64),
     ]);
     if let Some(log) = &snapshot.query_log {
         out.extend([("Query_Log_written", log.written()), ("Query_Log_dropped", log.dropped())]);

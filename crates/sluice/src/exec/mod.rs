@@ -26,6 +26,37 @@ pub struct Watermarks {
     pub low: usize,
 }
 
+/// How a session's exchanges are bounded: built once per session, again when a reload
+/// changes the settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// The reply buffer between the two sockets.
+    pub watermarks: Watermarks,
+    /// The largest client packet (LOCAL INFILE data).
+    pub max_packet: usize,
+}
+
+impl Limits {
+    pub fn from_config(proxy: &crate::config::ProxySection) -> Limits {
+        Limits {
+            watermarks: Watermarks { high: proxy.buffer_high_watermark, low: proxy.buffer_low_watermark },
+            max_packet: proxy.max_allowed_packet,
+        }
+    }
+}
+
+/// One request to forward.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// Whole packets, as the client framed them.
+    pub packets: &'a [u8],
+    /// How the reply is shaped; `None` for commands the server never answers
+    /// (COM_STMT_CLOSE, SEND_LONG_DATA).
+    pub reply: Option<Reply>,
+    /// The backend connection's packet format.
+    pub format: Format,
+}
+
 /// How a forwarded request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Outcome {
@@ -59,20 +90,12 @@ pub enum ExecError {
     ClientProtocol(String),
 }
 
-/// Sends `request` (whole packets, as the client framed them) and streams the reply.
-/// `reply: None` for commands the server never answers (COM_STMT_CLOSE, SEND_LONG_DATA).
-pub async fn forward(
-    client: &mut Conn,
-    backend: &mut Conn,
-    request: &[u8],
-    reply: Option<Reply>,
-    format: Format,
-    wm: Watermarks,
-    max_packet: usize,
-) -> Result<Outcome, ExecError> {
+/// Sends `request` and streams the reply.
+pub async fn forward(client: &mut Conn, backend: &mut Conn, request: Request<'_>, limits: &Limits) -> Result<Outcome, ExecError> {
+    let Request { packets, reply, format } = request;
     // The reply continues the sequence from the request's last chunk.
-    let request_seq = proto::frame::frame(request, usize::MAX).ok().flatten().map_or(0, |f| f.last_seq);
-    if backend.write_all(request).await.is_err() {
+    let request_seq = proto::frame::frame(packets, usize::MAX).ok().flatten().map_or(0, |f| f.last_seq);
+    if backend.write_all(packets).await.is_err() {
         return Err(ExecError::BackendLost { reply_seq: Some(request_seq.wrapping_add(1)) });
     }
     let Some(reply) = reply else {
@@ -81,7 +104,7 @@ pub async fn forward(
     let mut scanner = Scanner::new(reply, format.deprecate_eof).with_mariadb_capabilities(format.mariadb_caps);
     let mut reply_bytes = 0;
     loop {
-        match stream_reply(&mut client.stream, backend, &mut scanner, wm, request_seq, &mut reply_bytes).await? {
+        match stream_reply(&mut client.stream, backend, &mut scanner, limits.watermarks, request_seq, &mut reply_bytes).await? {
             Event::Done { error } => {
                 return Ok(Outcome {
                     error,
@@ -95,7 +118,7 @@ pub async fn forward(
                 });
             }
             Event::LocalInfile => {
-                let last = relay_infile(client, backend, max_packet).await?;
+                let last = relay_infile(client, backend, limits.max_packet).await?;
                 scanner.after_infile(last);
             }
             // stream_reply returns only at the reply's end or an infile request.

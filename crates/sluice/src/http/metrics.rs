@@ -4,30 +4,30 @@
 
 use super::prometheus::{Exposition, Kind};
 use crate::admin::stats_rows;
-use crate::server::Shared;
+use crate::datapath::DataPath;
 
-pub fn render(shared: &Shared) -> String {
+pub fn render(data: &DataPath) -> String {
     let mut e = Exposition::new();
-    for (name, value) in shared.stats.counters() {
+    for (name, value) in data.stats.counters() {
         let metric = format!("sluice_{}_total", name.to_ascii_lowercase());
         e.family(&metric, &format!("stats_mysql_global {name}"), Kind::Counter).sample("", &[], value as f64);
     }
-    let snapshot = shared.snapshot();
+    let snapshot = data.snapshot();
     let servers = snapshot.hostgroups.servers();
     e.family("sluice_client_connections", "Client connections open now", Kind::Gauge).sample(
         "",
         &[],
-        shared.clients.load(std::sync::atomic::Ordering::Relaxed) as f64,
+        data.clients.load(std::sync::atomic::Ordering::Relaxed) as f64,
     );
     e.family("sluice_prepared_statements_cached", "Distinct prepared statements sluice keeps", Kind::Gauge).sample(
         "",
         &[],
-        shared.statements.len() as f64,
+        data.statements.len() as f64,
     );
     e.family("sluice_config_servers", "Backend servers in the running config", Kind::Gauge).sample("", &[], servers.len() as f64);
 
-    let commands = shared.stats.commands();
-    let latency = shared.stats.latency();
+    let commands = data.stats.commands();
+    let latency = data.stats.latency();
     let us = |v: u64| v as f64 / 1e6;
     let total = us(commands.iter().map(|c| c.total_time_us).sum());
     e.family("sluice_query_duration_seconds", "Statement latency through sluice (HDR histogram, all statements)", Kind::Summary).summary(
@@ -46,7 +46,7 @@ pub fn render(shared: &Shared) -> String {
         e.sample("", &[("command", c.command)], us(c.total_time_us));
     }
 
-    let pools = stats_rows::pools(shared);
+    let pools = stats_rows::pools(data);
     let label = |p: &stats_rows::PoolRow| (p.hostgroup.to_string(), format!("{}:{}", p.srv_host, p.srv_port));
     type Value = fn(&stats_rows::PoolRow) -> f64;
     let families: [(&str, &str, Kind, Value); 7] = [

@@ -8,7 +8,7 @@ mod metrics;
 pub mod prometheus;
 
 use crate::admin::stats_rows;
-use crate::server::Shared;
+use crate::datapath::DataPath;
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Json, Response};
@@ -19,9 +19,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// Serves one HTTP connection (keep-alive included) until the client or shutdown ends it.
-pub async fn serve(shared: Arc<Shared>, stream: tokio::net::TcpStream, peer: SocketAddr) {
-    let shutdown = shared.shutdown.clone();
-    let service = hyper_util::service::TowerToHyperService::new(router(shared));
+pub async fn serve(data: Arc<DataPath>, stream: tokio::net::TcpStream, peer: SocketAddr) {
+    let shutdown = data.shutdown.clone();
+    let service = hyper_util::service::TowerToHyperService::new(router(data));
     let conn = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(stream), service);
     tokio::pin!(conn);
     tokio::select! {
@@ -32,7 +32,7 @@ pub async fn serve(shared: Arc<Shared>, stream: tokio::net::TcpStream, peer: Soc
     }
 }
 
-fn router(shared: Arc<Shared>) -> Router {
+fn router(data: Arc<DataPath>) -> Router {
     Router::new()
         .route("/", get(page))
         .route("/dashboard", get(page))
@@ -47,25 +47,25 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/api/stats/pools", get(pools))
         .route("/api/stats/rules", get(rules))
         .route("/api/config", get(config))
-        .with_state(shared)
+        .with_state(data)
 }
 
-type S = State<Arc<Shared>>;
+type S = State<Arc<DataPath>>;
 
 async fn page() -> Html<&'static str> {
     Html(dashboard::DASHBOARD_HTML)
 }
 
-async fn metrics(State(shared): S) -> Response {
-    ([(header::CONTENT_TYPE, prometheus::CONTENT_TYPE)], metrics::render(&shared)).into_response()
+async fn metrics(State(data): S) -> Response {
+    ([(header::CONTENT_TYPE, prometheus::CONTENT_TYPE)], metrics::render(&data)).into_response()
 }
 
 /// Ready: not shutting down, and every hostgroup has a server that takes new statements.
-async fn ready(State(shared): S) -> Response {
-    if shared.closing() {
+async fn ready(State(data): S) -> Response {
+    if data.closing() {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
     }
-    let snapshot = shared.snapshot();
+    let snapshot = data.snapshot();
     let servers = snapshot.hostgroups.servers();
     let mut down: Vec<u32> =
         servers.iter().map(|s| s.hostgroup).filter(|&hg| !servers.iter().any(|s| s.hostgroup == hg && s.accepts_new())).collect();
@@ -77,13 +77,13 @@ async fn ready(State(shared): S) -> Response {
     }
 }
 
-async fn global(State(shared): S) -> Json<Value> {
-    Json(stats_rows::global(&shared).into_iter().map(|(name, value)| json!({ "name": name, "value": value })).collect())
+async fn global(State(data): S) -> Json<Value> {
+    Json(stats_rows::global(&data).into_iter().map(|(name, value)| json!({ "name": name, "value": value })).collect())
 }
 
-async fn rates(State(shared): S) -> Json<Value> {
+async fn rates(State(data): S) -> Json<Value> {
     Json(
-        shared
+        data
             .stats
             .rates()
             .into_iter()
@@ -92,8 +92,8 @@ async fn rates(State(shared): S) -> Json<Value> {
     )
 }
 
-async fn latency(State(shared): S) -> Json<Value> {
-    let p = shared.stats.latency();
+async fn latency(State(data): S) -> Json<Value> {
+    let p = data.stats.latency();
     Json(json!({ "count": p.count, "p50_us": p.p50_us, "p95_us": p.p95_us, "p99_us": p.p99_us, "max_us": p.max_us }))
 }
 
@@ -103,8 +103,8 @@ struct Limit {
 }
 
 /// Digests by total time, the heaviest first.
-async fn digests(State(shared): S, Query(q): Query<Limit>) -> Json<Value> {
-    let mut rows = shared.stats.digests();
+async fn digests(State(data): S, Query(q): Query<Limit>) -> Json<Value> {
+    let mut rows = data.stats.digests();
     rows.sort_by_key(|d| std::cmp::Reverse(d.sum_time_us));
     rows.truncate(q.limit.unwrap_or(100));
     Json(
@@ -123,11 +123,10 @@ async fn digests(State(shared): S, Query(q): Query<Limit>) -> Json<Value> {
     )
 }
 
-async fn commands(State(shared): S) -> Json<Value> {
+async fn commands(State(data): S) -> Json<Value> {
     let names = crate::stats::BUCKET_COLUMNS;
     Json(
-        shared
-            .stats
+        data.stats
             .commands()
             .into_iter()
             .map(|c| {
@@ -138,18 +137,18 @@ async fn commands(State(shared): S) -> Json<Value> {
     )
 }
 
-async fn pools(State(shared): S) -> Json<Value> {
-    Json(serde_json::to_value(stats_rows::pools(&shared)).unwrap_or_default())
+async fn pools(State(data): S) -> Json<Value> {
+    Json(serde_json::to_value(stats_rows::pools(&data)).unwrap_or_default())
 }
 
-async fn rules(State(shared): S) -> Json<Value> {
-    let hits = shared.snapshot().config.rules.hits();
+async fn rules(State(data): S) -> Json<Value> {
+    let hits = data.snapshot().config.rules.hits();
     Json(hits.into_iter().map(|(rule_id, hits)| json!({ "rule_id": rule_id, "hits": hits })).collect())
 }
 
 /// The configuration in force, as the file spells it; passwords are masked.
-async fn config(State(shared): S) -> Json<Value> {
-    let mut file = shared.snapshot().config.to_file();
+async fn config(State(data): S) -> Json<Value> {
+    let mut file = data.snapshot().config.to_file();
     let mask = |s: &mut String| {
         if !s.is_empty() {
             *s = "********".into();

@@ -2,9 +2,9 @@
 //! and caching_sha2_password with fast path, full auth over TLS or RSA, auth switch), and a
 //! small text-protocol query helper for sluice's own queries (reading accounts, KILL).
 
+use super::Server;
 use super::{state, Login};
 use crate::net::{tune, Conn, Stream};
-use crate::route::Server;
 use proto::auth;
 use proto::handshake::{self, ClientHello, ServerGreeting};
 use proto::packet;
@@ -47,7 +47,7 @@ pub enum BackendError {
     #[error("Lost connection to backend server '{server}' ({source})")]
     Lost { server: String, source: std::io::Error },
     #[error("{0}")]
-    Unavailable(#[from] crate::route::NoServer),
+    Unavailable(#[from] super::NoServer),
 }
 
 /// Everything needed to open one backend connection.
@@ -95,7 +95,7 @@ pub struct Backend {
     /// The login it was opened with (its pool key).
     pub login: Arc<Login>,
     /// The session state it is in (schema, variables), as sluice set or read it.
-    pub state: state::Shared,
+    pub state: Arc<state::State>,
     /// Server status flags of the last complete reply.
     pub status: u16,
     /// LAST_INSERT_ID() here, as far as OK packets told.

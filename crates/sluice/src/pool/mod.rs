@@ -9,14 +9,15 @@
 //! one first. Each shard has its own short lock, so workers do not contend on the query path.
 
 pub mod backend;
+pub mod hostgroups;
 pub mod prepared;
 pub mod state;
 
 pub use backend::{connect, Backend, BackendError, ConnectParams, Credential};
 
 use crate::config::{PoolSection, ServerStatus};
-use crate::route::{Hostgroups, NoServer, Server};
 use crate::stats::Counter;
+pub use hostgroups::{Hostgroups, NoServer, Server};
 use proto::CapabilityFlags;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
@@ -185,7 +186,7 @@ impl ServerPool {
 
     /// An idle connection for `login` from the worker's own shard (or any shard when the
     /// runtime shares connections), preferring the one that last served `state`.
-    fn take_idle(&self, login: &Login, has_schema: bool, state: &state::Shared, any_shard: bool) -> Option<Backend> {
+    fn take_idle(&self, login: &Login, has_schema: bool, state: &Arc<state::State>, any_shard: bool) -> Option<Backend> {
         let own = shard_index() % self.shards.len();
         let order = std::iter::once(own).chain((0..self.shards.len()).filter(move |&i| any_shard && i != own));
         for i in order {
@@ -270,7 +271,7 @@ impl RuntimeTag {
 pub struct Request<'a> {
     pub login: &'a Arc<Login>,
     /// The session's state: a connection that last served it needs no sync.
-    pub state: &'a state::Shared,
+    pub state: &'a Arc<state::State>,
     pub settings: &'a PoolSection,
     pub connect_timeout: Duration,
     /// Connections may move between workers (work-stealing runtime).
@@ -294,7 +295,7 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
             Err(e) => break Err(e.into()),
         };
         // 1. A server by weight: its idle connection, else a new one if it has room.
-        let preferred = crate::route::pick_online(servers);
+        let preferred = hostgroups::pick_online(servers);
         let mut found = preferred.and_then(|s| live_idle(s, req, has_schema, check_after));
         if found.is_none() {
             if let Some(s) = preferred.filter(|s| s.pool.reserve()) {
@@ -412,70 +413,65 @@ fn checkin_to(mut b: Backend, settings: &PoolSection, shard: usize) {
     pool.waiters.wake_one();
 }
 
-/// Closes idle connections past `max_idle_ms` or their lifetime or closed by the server, and
-/// opens connections up to `min_idle` per known login: once per second, for one worker's shard,
-/// under the config in force at each round, until `stop` (its runtime retired) or shutdown.
-pub async fn maintain(shared: Arc<crate::server::Shared>, shard: usize, stop: tokio_util::sync::CancellationToken) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shared.shutdown.cancelled() => break,
-            _ = stop.cancelled() => break,
-            _ = tick.tick() => {}
-        }
-        let snapshot = shared.live.load_full();
-        let (settings, connect_timeout) = (&snapshot.config.pool, snapshot.config.connect_timeout());
-        for server in snapshot.hostgroups.servers() {
-            let pool = &server.pool;
-            let i = shard % pool.shards.len();
-            let expired: Vec<Backend> = match pool.shards[i].lock() {
-                Ok(mut idle) => {
-                    let max_idle = Duration::from_millis(settings.max_idle_ms);
-                    let lifetime = Duration::from_millis(settings.max_lifetime_ms);
-                    let keep = settings.min_idle as usize;
-                    let mut out = Vec::new();
-                    let mut n = 0;
-                    while n < idle.len() {
-                        let surplus = idle.len() > keep;
-                        let b = &mut idle[n];
-                        let stale = (surplus && b.idle_for() > max_idle)
-                            || b.age() > lifetime
-                            || !b.is_alive()
-                            || !b.server.accepts_new()
-                            || RuntimeTag::retired(b);
-                        if stale {
-                            out.push(idle.remove(n));
-                        } else {
-                            n += 1;
-                        }
+/// One round of upkeep for one worker's shard of every server's pool: closes idle
+/// connections past `max_idle_ms` or their lifetime or closed by the server, and opens
+/// connections up to `min_idle` per known login. The runtime runs it once a second.
+pub async fn maintain(
+    hostgroups: &Hostgroups,
+    settings: &PoolSection,
+    connect_timeout: Duration,
+    stats: &crate::stats::Stats,
+    shard: usize,
+) {
+    for server in hostgroups.servers() {
+        let pool = &server.pool;
+        let i = shard % pool.shards.len();
+        let expired: Vec<Backend> = match pool.shards[i].lock() {
+            Ok(mut idle) => {
+                let max_idle = Duration::from_millis(settings.max_idle_ms);
+                let lifetime = Duration::from_millis(settings.max_lifetime_ms);
+                let keep = settings.min_idle as usize;
+                let mut out = Vec::new();
+                let mut n = 0;
+                while n < idle.len() {
+                    let surplus = idle.len() > keep;
+                    let b = &mut idle[n];
+                    let stale = (surplus && b.idle_for() > max_idle)
+                        || b.age() > lifetime
+                        || !b.is_alive()
+                        || !b.server.accepts_new()
+                        || RuntimeTag::retired(b);
+                    if stale {
+                        out.push(idle.remove(n));
+                    } else {
+                        n += 1;
                     }
-                    out
                 }
-                Err(_) => Vec::new(),
-            };
-            for b in expired {
-                tracing::debug!(server = %b.server.name, thread = b.thread_id, "closing an idle connection (idle too long, too old, closed by the server or its server not ONLINE)");
-                b.quit().await;
+                out
             }
-            if settings.min_idle == 0 || !server.accepts_new() {
-                continue;
-            }
-            let logins: Vec<Arc<Login>> = pool.logins.lock().map(|l| l.clone()).unwrap_or_default();
-            for login in logins {
-                let idle = pool.shards[i].lock().map_or(0, |s| s.iter().filter(|b| b.login.same_key(&login)).count());
-                for _ in idle..settings.min_idle as usize {
-                    if !pool.reserve() {
+            Err(_) => Vec::new(),
+        };
+        for b in expired {
+            tracing::debug!(server = %b.server.name, thread = b.thread_id, "closing an idle connection (idle too long, too old, closed by the server or its server not ONLINE)");
+            b.quit().await;
+        }
+        if settings.min_idle == 0 || !server.accepts_new() {
+            continue;
+        }
+        let logins: Vec<Arc<Login>> = pool.logins.lock().map(|l| l.clone()).unwrap_or_default();
+        for login in logins {
+            let idle = pool.shards[i].lock().map_or(0, |s| s.iter().filter(|b| b.login.same_key(&login)).count());
+            for _ in idle..settings.min_idle as usize {
+                if !pool.reserve() {
+                    break;
+                }
+                let state = Arc::new(state::State::new(None, login.collation as u16));
+                let req = Request { login: &login, state: &state, settings, connect_timeout, any_shard: false, stats };
+                match open(server, &req).await {
+                    Ok(b) => checkin_to(b, settings, shard),
+                    Err(e) => {
+                        tracing::debug!(server = %server.name, "min_idle connection failed: {e}");
                         break;
-                    }
-                    let state = Arc::new(state::State::new(None, login.collation as u16));
-                    let req = Request { login: &login, state: &state, settings, connect_timeout, any_shard: false, stats: &shared.stats };
-                    match open(server, &req).await {
-                        Ok(b) => checkin_to(b, settings, shard),
-                        Err(e) => {
-                            tracing::debug!(server = %server.name, "min_idle connection failed: {e}");
-                            break;
-                        }
                     }
                 }
             }

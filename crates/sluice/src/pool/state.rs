@@ -3,8 +3,6 @@
 //! for the schema). The session keeps its state here after each statement that may change
 //! it, from the server's own answer to a read-back (`readback_sql`).
 
-use std::sync::Arc;
-
 /// Replayable session state: what a client may change without pinning its connection.
 /// Compared by value; sessions and connections share it behind an `Arc` so the common case
 /// (the connection last served this very state) is a pointer comparison.
@@ -195,9 +193,6 @@ fn remove(list: &mut Vec<(Box<str>, Box<str>)>, name: &str) {
         list.remove(i);
     }
 }
-
-/// A shared state; cloning it is a reference-count increment.
-pub type Shared = Arc<State>;
 
 #[cfg(test)]
 mod tests {

@@ -2,7 +2,7 @@
 //! names the rule_id and the column, and nothing half-built survives it.
 
 use super::index::PrefixLiterals;
-use crate::config::QueryRuleRow;
+use super::QueryRuleRow;
 use regex_automata::meta;
 use std::borrow::Cow;
 use std::sync::Arc;

@@ -11,13 +11,14 @@
 pub mod compile;
 mod hits;
 mod index;
+mod row;
 
 pub use compile::{compile, Actions, Rule, RuleError, Who};
 
-use crate::config::QueryRuleRow;
 use compile::Proven;
 use hits::Hits;
 use index::{Chain, Probe};
+pub use row::QueryRuleRow;
 
 /// One statement as the rules see it.
 pub struct Query<'a> {

@@ -2,9 +2,9 @@
 //! (mysql_native_password; caching_sha2_password fast path, full auth over TLS or with RSA;
 //! auth switch for anything else). Also used by COM_CHANGE_USER.
 
+use crate::datapath::DataPath;
 use crate::net::{Conn, Stream};
 use crate::pool::Credential;
-use crate::server::Shared;
 use crate::users::User;
 use proto::auth::{self, CACHING_SHA2_PASSWORD, MYSQL_NATIVE_PASSWORD};
 use proto::errors::*;
@@ -38,8 +38,8 @@ pub struct Login {
     pub seq: u8,
 }
 
-pub fn offered_capabilities(shared: &Shared, tls: bool) -> CapabilityFlags {
-    let mut caps = crate::pool::backend::passthrough_capabilities() & shared.profile().capabilities;
+pub fn offered_capabilities(data: &DataPath, tls: bool) -> CapabilityFlags {
+    let mut caps = crate::pool::backend::passthrough_capabilities() & data.profile().capabilities;
     caps |= CapabilityFlags::CLIENT_PROTOCOL_41 | CapabilityFlags::CLIENT_SECURE_CONNECTION | CapabilityFlags::CLIENT_PLUGIN_AUTH;
     if tls {
         caps |= CapabilityFlags::CLIENT_SSL;
@@ -58,17 +58,17 @@ pub enum Directory {
 
 /// Greets the client, upgrades to TLS if asked, and authenticates it against `directory`.
 pub async fn login(
-    shared: &Arc<Shared>,
+    data: &Arc<DataPath>,
     tcp: tokio::net::TcpStream,
     peer: SocketAddr,
     id: u32,
     directory: Directory,
 ) -> Result<Login, LoginError> {
     let mut client = Conn::new(Stream::Tcp(tcp));
-    let snapshot = shared.live.load_full();
+    let snapshot = data.live.load_full();
     let nonce = auth::make_nonce(rand::random());
-    let offered = offered_capabilities(shared, snapshot.tls.is_some());
-    let profile = shared.profile();
+    let offered = offered_capabilities(data, snapshot.tls.is_some());
+    let profile = data.profile();
     // The admin port writes its own result sets, in the plain MySQL format (no MariaDB
     // extended metadata in column definitions).
     let offered_mariadb = match directory {
@@ -120,10 +120,10 @@ pub async fn login(
         peer,
         directory,
     };
-    match authenticate(shared, &mut client, &mut seq, attempt).await? {
+    match authenticate(data, &mut client, &mut seq, attempt).await? {
         Ok((user, credential)) => Ok(Login { client, hello, capabilities, user, credential, nonce, mariadb_caps, seq }),
         Err(denied) => {
-            shared.stats.add(crate::stats::Counter::AccessDeniedWrongPassword, 1);
+            data.stats.add(crate::stats::Counter::AccessDeniedWrongPassword, 1);
             let mut out = Vec::new();
             proto::packet::write_err(&mut out, &mut seq, ER_ACCESS_DENIED_ERROR, SQLSTATE_ACCESS_DENIED, &denied);
             client.write_all(&out).await?;
@@ -146,7 +146,7 @@ pub struct Attempt<'a> {
 /// Runs the plugin exchange. Outer error: the connection failed. Inner error: access denied,
 /// with the message for ER_ACCESS_DENIED_ERROR.
 pub async fn authenticate(
-    shared: &Arc<Shared>,
+    data: &Arc<DataPath>,
     client: &mut Conn,
     seq: &mut u8,
     a: Attempt<'_>,
@@ -162,7 +162,7 @@ pub async fn authenticate(
         if !a.can_switch {
             return Ok(Err(denied(!reply.is_empty())));
         }
-        plugin = shared.snapshot().config.proxy.default_auth_plugin.clone();
+        plugin = data.snapshot().config.proxy.default_auth_plugin.clone();
         handshake::write_auth_switch(&mut out, seq, &plugin, a.nonce);
         client.write_all(&out).await?;
         out.clear();
@@ -171,13 +171,13 @@ pub async fn authenticate(
         reply = r;
     }
     let mut user = match a.directory {
-        Directory::Clients => shared.find_user(a.user, a.peer.ip(), false).await,
-        Directory::Admin => admin_user(shared, a.user),
+        Directory::Clients => find_user(data, a.user, a.peer.ip(), false).await,
+        Directory::Admin => admin_user(data, a.user),
     };
     // caching_sha2 clients whose account has only a native hash give their password in full.
     let mut clear: Option<Vec<u8>> = None;
     if plugin == CACHING_SHA2_PASSWORD && !reply.is_empty() && user.as_ref().is_some_and(|u| !u.secret.has_plain()) {
-        clear = Some(match full_auth(shared, client, seq, a.nonce).await? {
+        clear = Some(match full_auth(data, client, seq, a.nonce).await? {
             Some(pw) => pw,
             None => return Ok(Err(denied(true))),
         });
@@ -185,10 +185,10 @@ pub async fn authenticate(
     for retry in [false, true] {
         if retry {
             // Unknown user or wrong password: the backend's accounts may have changed.
-            if a.directory == Directory::Admin || !shared.snapshot().config.proxy.backend_users {
+            if a.directory == Directory::Admin || !data.snapshot().config.proxy.backend_users {
                 break;
             }
-            user = shared.find_user(a.user, a.peer.ip(), true).await;
+            user = find_user(data, a.user, a.peer.ip(), true).await;
         }
         let Some(u) = &user else { continue };
         let verified = match (&clear, plugin.as_str()) {
@@ -208,8 +208,8 @@ pub async fn authenticate(
 }
 
 /// An admin login from `proxy.admin_credentials` (read at each login: a reload applies at once).
-fn admin_user(shared: &Shared, name: &str) -> Option<User> {
-    let snapshot = shared.snapshot();
+fn admin_user(data: &DataPath, name: &str) -> Option<User> {
+    let snapshot = data.snapshot();
     let logins = crate::config::admin_logins(&snapshot.config.proxy.admin_credentials).ok()?;
     let (user, password) = logins.into_iter().find(|(u, _)| *u == name)?;
     Some(User {
@@ -223,7 +223,7 @@ fn admin_user(shared: &Shared, name: &str) -> Option<User> {
 }
 
 /// caching_sha2_password full authentication: the password in clear over TLS, or RSA-encrypted.
-async fn full_auth(shared: &Arc<Shared>, client: &mut Conn, seq: &mut u8, nonce: &[u8; 20]) -> Result<Option<Vec<u8>>, LoginError> {
+async fn full_auth(data: &Arc<DataPath>, client: &mut Conn, seq: &mut u8, nonce: &[u8; 20]) -> Result<Option<Vec<u8>>, LoginError> {
     let mut out = Vec::new();
     handshake::write_auth_more_data(&mut out, seq, &[auth::SHA2_PERFORM_FULL_AUTH]);
     client.write_all(&out).await?;
@@ -234,7 +234,7 @@ async fn full_auth(shared: &Arc<Shared>, client: &mut Conn, seq: &mut u8, nonce:
             // A password in clear over plain TCP is refused, as MySQL does.
             return Ok(None);
         }
-        let Some(keys) = shared.rsa_keys() else {
+        let Some(keys) = data.rsa_keys() else {
             return Ok(None);
         };
         out.clear();
@@ -252,4 +252,28 @@ async fn full_auth(shared: &Arc<Shared>, client: &mut Conn, seq: &mut u8, nonce:
         pw.pop();
     }
     Ok(Some(pw))
+}
+
+/// Looks a login name up: config users, then the backend's accounts (reloaded when `reload`
+/// is set or the name is unknown, at most once per refresh interval).
+async fn find_user(data: &DataPath, name: &str, client: std::net::IpAddr, reload: bool) -> Option<User> {
+    let (refresh, hostgroup) = {
+        let snap = data.snapshot();
+        if let Some(u) = snap.users.configured(name) {
+            return Some(u.clone());
+        }
+        let p = &snap.config.proxy;
+        if !p.backend_users {
+            return None;
+        }
+        (std::time::Duration::from_millis(p.backend_users_refresh_ms), p.backend_users_hostgroup)
+    };
+    let found = data.backend_accounts.find(name, client, hostgroup);
+    if found.is_some() && !reload {
+        return found;
+    }
+    if data.backend_accounts.reload(refresh, crate::monitor::load_accounts(data)).await {
+        return data.backend_accounts.find(name, client, hostgroup);
+    }
+    found
 }

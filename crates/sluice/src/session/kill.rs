@@ -5,9 +5,9 @@
 //! KILL QUERY reaches exactly that statement's backend connection, whichever it is.
 
 use super::multiplex::Needs;
-use super::Session;
+use super::{Flow, Session};
+use crate::pool::Server;
 use crate::pool::{self, BackendError, Login};
-use crate::route::Server;
 use proto::errors::*;
 use sql::classify::KillScope;
 use std::sync::Arc;
@@ -20,17 +20,17 @@ const MAY_KILL_OTHERS: &str = "SELECT COUNT(*) FROM information_schema.USER_PRIV
 
 impl Session {
     /// Answers a KILL. False when the session must end (it killed itself).
-    pub(super) async fn kill(&mut self, target: u64, scope: KillScope, hard: Option<bool>, seq: u8) -> bool {
-        let Some(handle) = self.shared.registry.find(target) else {
+    pub(super) async fn kill(&mut self, target: u64, scope: KillScope, hard: Option<bool>, seq: u8) -> Flow {
+        let Some(handle) = self.data.registry.find(target) else {
             self.reply_err(seq, ER_NO_SUCH_THREAD, SQLSTATE_GENERAL, &format!("Unknown thread id: {target}")).await;
-            return true;
+            return Flow::Continue;
         };
         if handle.user != self.user.name {
             match self.may_kill_others().await {
                 Ok(true) => {}
                 Ok(false) => {
                     self.reply_err(seq, ER_KILL_DENIED_ERROR, SQLSTATE_GENERAL, &format!("You are not owner of thread {target}")).await;
-                    return true;
+                    return Flow::Continue;
                 }
                 Err(e) => return self.reply_backend_error(seq, &e).await,
             }
@@ -40,7 +40,7 @@ impl Session {
             handle.kill();
             if handle.id == self.id {
                 self.reply_err(seq, 1927, b"70100", "Connection was killed").await;
-                return false;
+                return Flow::End;
             }
             // Answer once the target's client connection is closed, as the server does
             // (bounded: a target stuck writing to a slow client must not hold us).
@@ -50,7 +50,7 @@ impl Session {
     }
 
     async fn may_kill_others(&mut self) -> Result<bool, BackendError> {
-        let mut held = self.acquire(self.user.default_hostgroup, 1, Needs::default()).await?;
+        let mut held = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await?;
         let rows = held.backend.query(MAY_KILL_OTHERS).await;
         if let Err(e) = &rows {
             held.backend.note_failure(e);

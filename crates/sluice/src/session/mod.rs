@@ -10,10 +10,10 @@ mod observe;
 mod prepared;
 mod statement;
 
-use crate::exec::{self, ExecError, Outcome, Watermarks};
+use crate::datapath::DataPath;
+use crate::exec::{self, ExecError, Outcome};
 use crate::pool::{self, state, Backend, BackendError, Credential};
 use crate::registry::SessionHandle;
-use crate::server::Shared;
 use crate::stats::Counter;
 use crate::users::User;
 use multiplex::{Held, Needs};
@@ -31,7 +31,7 @@ pub use multiplex::pin_counts;
 
 /// A logged-in client and the backend connections serving it.
 struct Session {
-    shared: Arc<Shared>,
+    data: Arc<DataPath>,
     id: u32,
     peer: SocketAddr,
     client: crate::net::Conn,
@@ -42,7 +42,7 @@ struct Session {
     /// How sluice logs in to backends for this client (the pool key).
     login: Arc<pool::Login>,
     /// The session's replayable state: schema, character set, variables.
-    state: state::Shared,
+    state: Arc<state::State>,
     /// Backend connections the session keeps (pinned, or all when multiplexing is off); at
     /// most one per hostgroup. Empty between statements when multiplexing.
     held: Vec<Held>,
@@ -55,9 +55,11 @@ struct Session {
     origin: statement::Origin,
     /// The config snapshot in force, re-read only when a reload swapped it (one atomic load
     /// per command); `snap` is what the current command runs under.
-    live: arc_swap::Cache<Arc<arc_swap::ArcSwap<crate::reload::Snapshot>>, Arc<crate::reload::Snapshot>>,
-    snap: Arc<crate::reload::Snapshot>,
-    rules: statement::RulesState,
+    live: arc_swap::Cache<Arc<arc_swap::ArcSwap<crate::datapath::Snapshot>>, Arc<crate::datapath::Snapshot>>,
+    snap: Arc<crate::datapath::Snapshot>,
+    /// Bounds of every exchange, from `snap`.
+    limits: exec::Limits,
+    plan_scratch: crate::plan::PlanScratch,
     handle: Arc<SessionHandle>,
     /// Scratch space for packets sluice writes itself.
     out: Vec<u8>,
@@ -65,23 +67,23 @@ struct Session {
 
 /// Serves one client connection until it ends. Never panics on client input; every error ends
 /// this session only.
-pub async fn run(shared: Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAddr) {
+pub async fn run(data: Arc<DataPath>, tcp: tokio::net::TcpStream, peer: SocketAddr) {
     crate::net::tune(&tcp);
-    let id = shared.registry.next_id();
+    let id = data.registry.next_id();
     let local = tcp.local_addr().ok();
-    let max_connections = shared.snapshot().config.proxy.max_connections;
-    if shared.clients.fetch_add(1, std::sync::atomic::Ordering::AcqRel) >= max_connections {
-        shared.stats.add(Counter::AccessDeniedMaxConnections, 1);
+    let max_connections = data.snapshot().config.proxy.max_connections;
+    if data.clients.fetch_add(1, std::sync::atomic::Ordering::AcqRel) >= max_connections {
+        data.stats.add(Counter::AccessDeniedMaxConnections, 1);
         let mut out = Vec::new();
         proto::packet::write_err(&mut out, &mut 0, ER_CON_COUNT_ERROR, SQLSTATE_CONN_COUNT, "Too many connections");
         let mut conn = crate::net::Conn::new(crate::net::Stream::Tcp(tcp));
         let _ = conn.write_all(&out).await;
     } else {
-        match start(&shared, tcp, peer, local, id).await {
+        match start(&data, tcp, peer, local, id).await {
             Ok(mut session) => {
-                shared.stats.add(Counter::ClientConnectionsCreated, 1);
+                data.stats.add(Counter::ClientConnectionsCreated, 1);
                 session.command_loop().await;
-                session.shared.registry.unregister(id);
+                session.data.registry.unregister(id);
                 // The client's socket closes first, as on the server: a KILL's issuer is
                 // answered only once its target is gone.
                 session.release_all();
@@ -90,23 +92,23 @@ pub async fn run(shared: Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAd
                 handle.mark_closed();
             }
             Err(e) => {
-                shared.stats.add(Counter::ClientConnectionsAborted, 1);
+                data.stats.add(Counter::ClientConnectionsAborted, 1);
                 debug!(id, %peer, "login ended: {e}");
             }
         }
     }
-    shared.clients.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    data.clients.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
 }
 
 async fn start(
-    shared: &Arc<Shared>,
+    data: &Arc<DataPath>,
     tcp: tokio::net::TcpStream,
     peer: SocketAddr,
     local: Option<SocketAddr>,
     id: u32,
 ) -> Result<Session, String> {
-    let timeout = std::time::Duration::from_millis(shared.snapshot().config.proxy.client_connect_timeout_ms);
-    let login = match tokio::time::timeout(timeout, auth::login(shared, tcp, peer, id, auth::Directory::Clients)).await {
+    let timeout = std::time::Duration::from_millis(data.snapshot().config.proxy.client_connect_timeout_ms);
+    let login = match tokio::time::timeout(timeout, auth::login(data, tcp, peer, id, auth::Directory::Clients)).await {
         Ok(r) => r.map_err(|e| e.to_string())?,
         Err(_) => return Err(format!("no login within {} ms", timeout.as_millis())),
     };
@@ -119,31 +121,32 @@ async fn start(
         proxy_port: local.map_or(0, |a| a.port()),
     };
     // Registered before the client hears OK: from then on, KILL with its id must find it.
-    let handle = shared.registry.register(id, &user.name, peer);
+    let handle = data.registry.register(id, &user.name, peer);
     let mut session = Session {
-        shared: shared.clone(),
+        data: data.clone(),
         id,
         peer,
         login: backend_login(&user, credential, &negotiated),
         state: multiplex::initial_state(database.as_deref(), negotiated.collation),
         held: Vec::new(),
         last_insert_id: 0,
-        statements: prepared::ClientStatements::new(shared.statements.clone()),
+        statements: prepared::ClientStatements::new(data.statements.clone()),
         status: proto::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits(),
         client,
         negotiated,
         nonce,
         user,
         origin,
-        live: arc_swap::Cache::new(shared.live.clone()),
-        snap: shared.live.load_full(),
-        rules: statement::RulesState { scratch: Default::default(), digest_text: Vec::new() },
+        live: arc_swap::Cache::new(data.live.clone()),
+        snap: data.live.load_full(),
+        limits: exec::Limits::from_config(&data.snapshot().config.proxy),
+        plan_scratch: Default::default(),
         handle,
         out: Vec::new(),
     };
     // A connection in the user's default hostgroup, in the requested schema, proves the login
     // and the schema to the backend before the client hears OK.
-    match session.acquire(session.user.default_hostgroup, 0, Needs::default()).await {
+    match session.acquire(session.unrouted_hostgroup(), 0, Needs::default()).await {
         Ok(held) => {
             session.status = held.backend.status;
             debug!(id, %peer, user = %session.user.name, backend = %held.backend.server.name, thread = held.backend.thread_id, tls = session.client.stream.is_tls(), "session started");
@@ -159,14 +162,14 @@ async fn start(
                 _ => proto::packet::write_ok_message(&mut session.out, &mut seq, session.status, b""),
             }
             if let Err(e) = session.client.write_all(&session.out).await {
-                shared.registry.unregister(id);
+                data.registry.unregister(id);
                 session.release_all();
                 return Err(e.to_string());
             }
             Ok(session)
         }
         Err(e) => {
-            shared.registry.unregister(id);
+            data.registry.unregister(id);
             session.out.clear();
             write_backend_error(&mut session.out, &mut seq, &e);
             let _ = session.client.write_all(&session.out).await;
@@ -215,6 +218,26 @@ fn backend_error_code(e: &BackendError) -> u16 {
     }
 }
 
+/// Whether the session goes on after a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+enum Flow {
+    Continue,
+    /// The session ends (the client left, was killed, or could not be answered).
+    End,
+}
+
+impl Flow {
+    /// Continue when the client could be written to, else end.
+    fn written(ok: bool) -> Flow {
+        if ok {
+            Flow::Continue
+        } else {
+            Flow::End
+        }
+    }
+}
+
 /// How the reply to a command is shaped, or how sluice handles the command itself.
 enum Route {
     Forward(Reply),
@@ -247,19 +270,21 @@ fn route_command(cmd: u8) -> Route {
 }
 
 impl Session {
-    fn max_packet(&self) -> usize {
-        self.snap.config.proxy.max_allowed_packet
+    /// Where commands that are not routed statements go (`route::default_target`): COM_PING,
+    /// COM_INIT_DB, prepared statements, the login's first connection.
+    fn unrouted_hostgroup(&self) -> u32 {
+        crate::route::default_target(self.user.default_hostgroup).hostgroup()
     }
 
-    fn watermarks(&self) -> Watermarks {
-        Watermarks { high: self.snap.config.proxy.buffer_high_watermark, low: self.snap.config.proxy.buffer_low_watermark }
+    fn max_packet(&self) -> usize {
+        self.limits.max_packet
     }
 
     async fn command_loop(&mut self) {
         loop {
             // Shutdown and KILL both arrive through this session's own handle (no shared waiter
             // list on the query path); the flag catches a shutdown that began during login.
-            if self.shared.closing() {
+            if self.data.closing() {
                 return;
             }
             // A wait_timeout the client set is kept here: its server session may be on no
@@ -274,7 +299,7 @@ impl Session {
                     return;
                 }
                 _ = held_readable(&self.held) => {
-                    if self.backend_spoke_while_idle().await {
+                    if self.backend_spoke_while_idle().await == Flow::Continue {
                         continue;
                     }
                     return;
@@ -295,6 +320,7 @@ impl Session {
             let current = self.live.load();
             if !Arc::ptr_eq(current, &self.snap) {
                 self.snap = current.clone();
+                self.limits = exec::Limits::from_config(&self.snap.config.proxy);
             }
             // The first chunk's payload is enough to decide; split packets (≥ 16 MiB) only
             // ever continue a COM_QUERY or COM_STMT_* payload.
@@ -306,7 +332,7 @@ impl Session {
             };
             let seq = frame.last_seq.wrapping_add(1);
             if cmd == COM_QUERY {
-                if !self.query(frame, seq).await {
+                if self.query(frame, seq).await == Flow::End {
                     return;
                 }
                 continue;
@@ -314,16 +340,18 @@ impl Session {
             let init_db = (cmd == COM_INIT_DB).then(|| String::from_utf8_lossy(&payload[1..]).into_owned());
             match route_command(cmd) {
                 Route::Statement => {
-                    if !self.statement_command(cmd, frame, seq).await {
+                    if self.statement_command(cmd, frame, seq).await == Flow::End {
                         return;
                     }
                 }
                 Route::Forward(reply) => {
-                    let mut held = match self.acquire(self.user.default_hostgroup, 1, Needs::default()).await {
+                    let mut held = match self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await {
                         Ok(h) => h,
                         Err(e) => {
                             self.client.consume(frame.wire_len);
-                            self.reply_backend_error(seq, &e).await;
+                            if self.reply_backend_error(seq, &e).await == Flow::End {
+                                return;
+                            }
                             continue;
                         }
                     };
@@ -341,7 +369,7 @@ impl Session {
                     self.client.consume(frame.wire_len);
                     match id {
                         Some(id) => {
-                            if !self.kill(id as u64, sql::classify::KillScope::Connection, None, seq).await {
+                            if self.kill(id as u64, sql::classify::KillScope::Connection, None, seq).await == Flow::End {
                                 return;
                             }
                         }
@@ -351,7 +379,7 @@ impl Session {
                 Route::ChangeUser => {
                     let payload = frame.payload(&self.client.rbuf).into_owned();
                     self.client.consume(frame.wire_len);
-                    if !self.change_user(&payload, seq).await {
+                    if self.change_user(&payload, seq).await == Flow::End {
                         return;
                     }
                 }
@@ -398,28 +426,28 @@ impl Session {
     /// the connection (wait_timeout, KILL from elsewhere, shutdown), perhaps after an error
     /// packet (MySQL 8's ER_CLIENT_INTERACTION_TIMEOUT). Pass on what it said and report
     /// whether the session goes on, so the client sees the server's own behaviour.
-    async fn backend_spoke_while_idle(&mut self) -> bool {
+    async fn backend_spoke_while_idle(&mut self) -> Flow {
         let mut buf = [0u8; 4096];
-        let Some(held) = self.held.first_mut() else { return true };
+        let Some(held) = self.held.first_mut() else { return Flow::Continue };
         match held.backend.conn.stream.try_read_now(&mut buf) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Flow::Continue,
             Ok(0) | Err(_) => {
                 debug!(id = self.id, backend = %held.backend.server.name, "backend closed an idle session");
                 held.backend.broken = true;
-                false
+                Flow::End
             }
             // An error packet (the server explaining why it closes): passed on.
             Ok(n) if buf.get(4) == Some(&0xFF) => {
                 debug!(id = self.id, bytes = n, "error packet from the backend between commands; passing it on");
                 let _ = self.client.write_all(&buf[..n]).await;
-                true
+                Flow::Continue
             }
             // Anything else would answer the client's next command: the connection is out of
             // step, and what the session kept there cannot be trusted. End it.
             Ok(n) => {
                 tracing::warn!(id = self.id, bytes = n, backend = %held.backend.server.name, thread = held.backend.thread_id, "unexpected bytes from a backend between commands; closing the session");
                 held.backend.broken = true;
-                false
+                Flow::End
             }
         }
     }
@@ -430,8 +458,6 @@ impl Session {
     /// session must end.
     async fn forward(&mut self, backend: &mut Backend, request: &[u8], reply: Option<Reply>, timeout: Option<Duration>) -> Option<Outcome> {
         let format = backend.format();
-        let wm = self.watermarks();
-        let max = self.max_packet();
         self.handle.clear_kill_query();
         let timeout = sleep_or_never(timeout);
         tokio::pin!(timeout);
@@ -441,18 +467,19 @@ impl Session {
             // Borrowed field by field: nothing is cloned per statement for a KILL that rarely comes.
             let (handle, login, thread) = (&self.handle, &self.login, backend.thread_id);
             let server = &backend.server;
-            let exchange = exec::forward(&mut self.client, &mut backend.conn, request, reply, format, wm, max);
+            let exchange =
+                exec::forward(&mut self.client, &mut backend.conn, exec::Request { packets: request, reply, format }, &self.limits);
             tokio::pin!(exchange);
             loop {
                 tokio::select! {
                     biased;
                     r = &mut exchange => break r,
                     hard = handle.kill_query_requested(), if killer.is_none() => {
-                        self.shared.stats.add(Counter::KilledBackendQueries, 1);
+                        self.data.stats.add(Counter::KilledBackendQueries, 1);
                         killer = Some(kill::kill_query(server, thread, login, hard, connect_timeout));
                     }
                     _ = &mut timeout, if killer.is_none() => {
-                        self.shared.stats.add(Counter::KilledBackendQueries, 1);
+                        self.data.stats.add(Counter::KilledBackendQueries, 1);
                         debug!(id = handle.id, thread, "query rule timeout reached: KILL QUERY");
                         killer = Some(kill::kill_query(server, thread, login, None, connect_timeout));
                     }
@@ -494,7 +521,7 @@ impl Session {
     }
 
     async fn reply_err(&mut self, mut seq: u8, code: u16, sqlstate: &[u8; 5], msg: &str) {
-        self.shared.stats.add(Counter::GeneratedErrorPackets, 1);
+        self.data.stats.add(Counter::GeneratedErrorPackets, 1);
         self.out.clear();
         proto::packet::write_err(&mut self.out, &mut seq, code, sqlstate, msg);
         let _ = self.client.write_all(&self.out).await;
@@ -502,17 +529,17 @@ impl Session {
 
     /// A backend failure as the client sees it (`write_backend_error`). False when the client
     /// could not be told.
-    async fn reply_backend_error(&mut self, mut seq: u8, e: &BackendError) -> bool {
+    async fn reply_backend_error(&mut self, mut seq: u8, e: &BackendError) -> Flow {
         if !matches!(e, BackendError::Rejected { .. }) {
-            self.shared.stats.add(Counter::GeneratedErrorPackets, 1);
+            self.data.stats.add(Counter::GeneratedErrorPackets, 1);
         }
         self.out.clear();
         write_backend_error(&mut self.out, &mut seq, e);
-        self.client.write_all(&self.out).await.is_ok()
+        Flow::written(self.client.write_all(&self.out).await.is_ok())
     }
 
     /// An OK of sluice's own (KILL, a rule's OK_msg), with the status flags of the last reply.
-    async fn reply_ok(&mut self, mut seq: u8, message: &str) -> bool {
+    async fn reply_ok(&mut self, mut seq: u8, message: &str) -> Flow {
         self.out.clear();
         // Only the flags that describe the session: the last reply's others (more results,
         // cursor, session state changed…) would promise what this OK does not carry.
@@ -523,18 +550,18 @@ impl Session {
             | S::SERVER_STATUS_IN_TRANS_READONLY;
         let status = self.status & session_flags.bits();
         proto::packet::write_ok_message(&mut self.out, &mut seq, status, message.as_bytes());
-        self.client.write_all(&self.out).await.is_ok()
+        Flow::written(self.client.write_all(&self.out).await.is_ok())
     }
 
     /// COM_CHANGE_USER: verify the new login, then start a clean session for it on a pooled
     /// connection (the kept ones hold the old session and are reset before reuse), as the
     /// server resets the session. False when the session must end.
-    async fn change_user(&mut self, payload: &[u8], mut seq: u8) -> bool {
+    async fn change_user(&mut self, payload: &[u8], mut seq: u8) -> Flow {
         let cu = match proto::handshake::parse_change_user(payload, self.negotiated.capabilities) {
             Ok(cu) => cu,
             Err(_) => {
                 self.reply_err(seq, ER_UNKNOWN_COM_ERROR, SQLSTATE_UNKNOWN_COM, "Malformed COM_CHANGE_USER").await;
-                return true;
+                return Flow::Continue;
             }
         };
         let plugin = cu.auth_plugin.clone().unwrap_or_else(|| proto::auth::MYSQL_NATIVE_PASSWORD.into());
@@ -547,7 +574,7 @@ impl Session {
             peer: self.peer,
             directory: auth::Directory::Clients,
         };
-        let authenticated = auth::authenticate(&self.shared, &mut self.client, &mut seq, attempt).await;
+        let authenticated = auth::authenticate(&self.data, &mut self.client, &mut seq, attempt).await;
         // Whatever the outcome, the server resets the session.
         self.release_all();
         self.statements.clear();
@@ -560,9 +587,9 @@ impl Session {
                 // defaults (character set included), keeping the user and schema.
                 self.state = Arc::new(state::State::new(self.state.schema.as_deref(), 0));
                 self.reply_err(seq, ER_ACCESS_DENIED_ERROR, SQLSTATE_ACCESS_DENIED, &denied).await;
-                return true;
+                return Flow::Continue;
             }
-            Err(_) => return false,
+            Err(_) => return Flow::End,
         };
         let negotiated = Negotiated {
             collation,
@@ -574,7 +601,7 @@ impl Session {
         self.state = multiplex::initial_state(database.as_deref(), collation);
         self.user = user;
         self.negotiated = negotiated;
-        match self.acquire(self.user.default_hostgroup, 0, Needs::default()).await {
+        match self.acquire(self.unrouted_hostgroup(), 0, Needs::default()).await {
             Ok(held) => {
                 self.status = held.backend.status;
                 self.settle(held);

@@ -239,8 +239,8 @@ impl Session {
             state: &self.state,
             settings: &self.snap.config.pool,
             connect_timeout: self.snap.config.connect_timeout(),
-            any_shard: self.shared.runtime == crate::config::RuntimeKind::Steal,
-            stats: &self.shared.stats,
+            any_shard: self.data.runtime == crate::config::RuntimeKind::Steal,
+            stats: &self.data.stats,
         }
     }
 
@@ -447,6 +447,6 @@ async fn reset(b: &mut Backend) -> Result<(), BackendError> {
 }
 
 /// The state a session starts in: its login's schema and collation.
-pub(super) fn initial_state(schema: Option<&str>, collation: u8) -> state::Shared {
+pub(super) fn initial_state(schema: Option<&str>, collation: u8) -> Arc<state::State> {
     Arc::new(state::State::new(schema, collation as u16))
 }

@@ -4,7 +4,7 @@
 
 use super::Session;
 use crate::exec::Outcome;
-use crate::stats::{Command, QueryEvent};
+use crate::stats::{Command, StatementRecord};
 use std::time::Instant;
 
 /// A statement being watched, from its start to the end of its reply.
@@ -21,7 +21,7 @@ pub(super) struct Watch {
 impl Session {
     /// Whether the next statement's digest is wanted by statistics.
     pub(super) fn digests_on(&self) -> bool {
-        self.shared.stats.digests_on()
+        self.data.stats.digests_on()
     }
 
     /// Starts watching a statement about to go to `hostgroup` (shown in SHOW PROCESSLIST from
@@ -36,7 +36,7 @@ impl Session {
     pub(super) fn observed(
         &self,
         w: &Watch,
-        server: Option<&crate::route::Server>,
+        server: Option<&crate::pool::Server>,
         outcome: &Outcome,
         request_len: usize,
         digest_text: &[u8],
@@ -46,7 +46,7 @@ impl Session {
         let ended = Instant::now();
         let duration_us = ended.saturating_duration_since(w.started).as_micros() as u64;
         let schema = self.state.schema.as_deref().unwrap_or("");
-        self.shared.stats.record(&QueryEvent {
+        self.data.stats.record(&StatementRecord {
             hostgroup: w.hostgroup,
             server: server.map_or(0, |s| s.pool.id),
             user: &self.user.name,
@@ -67,7 +67,7 @@ impl Session {
             // A rule asked for the line, but nothing computed the digest: do it now.
             let mut text = Vec::new();
             let digest = if w.digest == 0 { sql::digest::digest_into(query, &mut text).id } else { w.digest };
-            log.log(&crate::querylog::QueryEvent {
+            log.log(&crate::querylog::LogEntry {
                 time: std::time::SystemTime::now() - ended.saturating_duration_since(w.started),
                 user: &self.user.name,
                 schema,

@@ -9,7 +9,7 @@
 //! executed.
 
 use super::multiplex::{Held, Needs};
-use super::Session;
+use super::{Flow, Session};
 use crate::pool::prepared::{Entry, Registry};
 use proto::command::*;
 use proto::errors::*;
@@ -142,7 +142,7 @@ fn with_types(cmd: u8, payload: &[u8], types_at: usize, types: &[u8]) -> Option<
 
 impl Session {
     /// A COM_STMT_* command. False when the session must end.
-    pub(super) async fn statement_command(&mut self, cmd: u8, frame: Frame, seq: u8) -> bool {
+    pub(super) async fn statement_command(&mut self, cmd: u8, frame: Frame, seq: u8) -> Flow {
         let counter = match cmd {
             COM_STMT_PREPARE => Some(crate::stats::Counter::ComFrontendStmtPrepare),
             COM_STMT_EXECUTE | COM_STMT_BULK_EXECUTE => Some(crate::stats::Counter::ComFrontendStmtExecute),
@@ -150,7 +150,7 @@ impl Session {
             _ => None,
         };
         if let Some(c) = counter {
-            self.shared.stats.add(c, 1);
+            self.data.stats.add(c, 1);
         }
         if cmd == COM_STMT_PREPARE {
             return self.prepare(frame, seq).await;
@@ -161,7 +161,7 @@ impl Session {
                 let msg = format!("Incorrect arguments to {}", handler_name(cmd));
                 self.reply_err(seq, ER_WRONG_ARGUMENTS, SQLSTATE_GENERAL, &msg).await;
             }
-            return true;
+            return Flow::Continue;
         };
         if !self.statements.by_id.contains_key(&id) {
             self.client.consume(frame.wire_len);
@@ -170,7 +170,7 @@ impl Session {
                 let msg = format!("Unknown prepared statement handler ({id}) given to {}", handler_name(cmd));
                 self.reply_err(seq, ER_UNKNOWN_STMT_HANDLER, SQLSTATE_GENERAL, &msg).await;
             }
-            return true;
+            return Flow::Continue;
         }
         match cmd {
             COM_STMT_EXECUTE | COM_STMT_BULK_EXECUTE => self.execute(cmd, id, frame, seq).await,
@@ -180,24 +180,24 @@ impl Session {
             _ => {
                 self.client.consume(frame.wire_len);
                 self.close_statement(id).await;
-                true
+                Flow::Continue
             }
         }
     }
 
     /// COM_STMT_PREPARE: prepared on the connection serving the session; the client gets the
     /// server's reply with sluice's statement id.
-    async fn prepare(&mut self, frame: Frame, seq: u8) -> bool {
+    async fn prepare(&mut self, frame: Frame, seq: u8) -> Flow {
         let text = frame.payload(&self.client.rbuf).get(1..).unwrap_or_default().to_vec();
         self.client.consume(frame.wire_len);
         if !self.snap.config.rules.is_empty() {
             if let Some(msg) = self.blocked(&text) {
                 self.reply_err(seq, ER_NOT_ALLOWED_COMMAND, SQLSTATE_NOT_SUPPORTED, &msg).await;
-                return true;
+                return Flow::Continue;
             }
         }
         let sql = sql::classify::rewrite_connection_id(&text, self.id).unwrap_or(text);
-        let mut held = match self.acquire(self.user.default_hostgroup, 1, Needs::default()).await {
+        let mut held = match self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await {
             Ok(h) => h,
             Err(e) => return self.reply_backend_error(seq, &e).await,
         };
@@ -207,7 +207,7 @@ impl Session {
             Ok(ok) => {
                 held.pins.next_statement = ok.warnings > 0;
                 // Counted as an open statement first, then registered.
-                let registry = &self.shared.statements;
+                let registry = &self.data.statements;
                 let registered = registry.open_handle().and_then(|()| {
                     registry
                         .entry(&self.login.username, self.state.schema.as_deref(), &sql, ok.params)
@@ -250,13 +250,13 @@ impl Session {
         let written = self.client.write_all(&out).await.is_ok();
         self.out = out;
         self.settle(held);
-        written
+        Flow::written(written)
     }
 
     /// COM_STMT_EXECUTE and COM_STMT_BULK_EXECUTE, on whichever connection serves the session.
-    async fn execute(&mut self, cmd: u8, id: u32, frame: Frame, seq: u8) -> bool {
+    async fn execute(&mut self, cmd: u8, id: u32, frame: Frame, seq: u8) -> Flow {
         let payload = frame.first_chunk(&self.client.rbuf);
-        let Some(stmt) = self.statements.by_id.get_mut(&id) else { return true };
+        let Some(stmt) = self.statements.by_id.get_mut(&id) else { return Flow::Continue };
         let entry = stmt.entry.clone();
         let params = entry.params as usize;
         let types_at = types_in(cmd, payload, params);
@@ -271,8 +271,8 @@ impl Session {
         let cursor = cmd == COM_STMT_EXECUTE && payload.get(5).is_some_and(|f| f & CURSOR_TYPE_READ_ONLY != 0);
         let needs = Needs { last_insert_id: entry.effects.flags & sql::effects::USES_LAST_INSERT_ID != 0 };
         let digest = if self.digests_on() { entry.digest } else { 0 };
-        let watch = self.watch(&entry.sql, crate::stats::Command::from_sql(&entry.sql), digest, self.user.default_hostgroup, None);
-        let mut held = match self.acquire(self.user.default_hostgroup, 1, needs).await {
+        let watch = self.watch(&entry.sql, crate::stats::Command::from_sql(&entry.sql), digest, self.unrouted_hostgroup(), None);
+        let mut held = match self.acquire(self.unrouted_hostgroup(), 1, needs).await {
             Ok(h) => h,
             Err(e) => {
                 let outcome = crate::exec::Outcome { error: true, error_code: super::backend_error_code(&e), ..Default::default() };
@@ -322,7 +322,7 @@ impl Session {
         // Executing closes the statement's cursor, if it had one.
         self.statements.update(id, |s| s.cursor = false);
         let reply = if cmd == COM_STMT_EXECUTE { Reply::Execute { cursor } } else { Reply::Execute { cursor: false } };
-        let Some(outcome) = self.forward(&mut held.backend, &request, Some(reply), None).await else { return false };
+        let Some(outcome) = self.forward(&mut held.backend, &request, Some(reply), None).await else { return Flow::End };
         self.observed(&watch, Some(&held.backend.server), &outcome, request.len(), &entry.digest_text, &entry.sql);
         if let Some(slot) = held.backend.statements.get(entry.id) {
             if outcome.error {
@@ -338,16 +338,16 @@ impl Session {
         });
         self.after_statement(&mut held, &entry.effects, &outcome, None).await;
         self.settle_statement(held);
-        true
+        Flow::Continue
     }
 
     /// COM_STMT_FETCH: on the connection holding the statement's cursor.
-    async fn fetch(&mut self, id: u32, frame: Frame, seq: u8) -> bool {
+    async fn fetch(&mut self, id: u32, frame: Frame, seq: u8) -> Flow {
         let Some(entry) = self.statements.by_id.get(&id).filter(|s| s.cursor).map(|s| s.entry.clone()) else {
             self.client.consume(frame.wire_len);
             return self.reply_no_cursor(id, seq).await;
         };
-        let mut held = match self.acquire(self.user.default_hostgroup, 0, Needs::default()).await {
+        let mut held = match self.acquire(self.unrouted_hostgroup(), 0, Needs::default()).await {
             Ok(h) => h,
             Err(e) => {
                 self.client.consume(frame.wire_len);
@@ -363,22 +363,22 @@ impl Session {
             return self.reply_no_cursor(id, seq).await;
         };
         let request = self.request_for(frame, backend_id);
-        let Some(outcome) = self.forward(&mut held.backend, &request, Some(Reply::Fetch), None).await else { return false };
+        let Some(outcome) = self.forward(&mut held.backend, &request, Some(Reply::Fetch), None).await else { return Flow::End };
         if outcome.status & StatusFlags::SERVER_STATUS_LAST_ROW_SENT.bits() != 0 {
             self.statements.update(id, |s| s.cursor = false);
         }
         held.pins.follow_status(outcome.status);
         self.settle_statement(held);
-        true
+        Flow::Continue
     }
 
     /// COM_STMT_SEND_LONG_DATA (no reply): the data waits on one connection for the execute.
-    async fn long_data(&mut self, id: u32, frame: Frame) -> bool {
-        let Some(entry) = self.statements.by_id.get(&id).map(|s| s.entry.clone()) else { return true };
-        let Ok(mut held) = self.acquire(self.user.default_hostgroup, 1, Needs::default()).await else {
+    async fn long_data(&mut self, id: u32, frame: Frame) -> Flow {
+        let Some(entry) = self.statements.by_id.get(&id).map(|s| s.entry.clone()) else { return Flow::Continue };
+        let Ok(mut held) = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await else {
             // Nowhere to keep it; the execute reports the failure.
             self.client.consume(frame.wire_len);
-            return true;
+            return Flow::Continue;
         };
         let cap = self.snap.config.pool.max_statements_per_connection;
         let backend_id = match held.backend.statement_id(&entry, cap).await {
@@ -387,21 +387,21 @@ impl Session {
                 self.client.consume(frame.wire_len);
                 held.backend.note_failure(&e);
                 self.settle(held);
-                return true;
+                return Flow::Continue;
             }
         };
         let request = self.request_for(frame, backend_id);
         if self.forward(&mut held.backend, &request, None, None).await.is_none() {
-            return false;
+            return Flow::End;
         }
         self.statements.update(id, |s| s.long_data = true);
         self.settle_statement(held);
-        true
+        Flow::Continue
     }
 
     /// COM_STMT_RESET: clears long data and closes the cursor, on the connection holding
     /// them; with neither, there is nothing on any server to reset.
-    async fn reset_statement(&mut self, id: u32, frame: Frame, seq: u8) -> bool {
+    async fn reset_statement(&mut self, id: u32, frame: Frame, seq: u8) -> Flow {
         let Some(entry) = self.statements.by_id.get(&id).filter(|s| s.pins()).map(|s| s.entry.clone()) else {
             self.client.consume(frame.wire_len);
             return self.reply_ok(seq, "").await;
@@ -410,7 +410,7 @@ impl Session {
             s.cursor = false;
             s.long_data = false;
         });
-        let mut held = match self.acquire(self.user.default_hostgroup, 0, Needs::default()).await {
+        let mut held = match self.acquire(self.unrouted_hostgroup(), 0, Needs::default()).await {
             Ok(h) => h,
             Err(_) => {
                 // The connection holding them is gone, and they with it.
@@ -424,10 +424,10 @@ impl Session {
             return self.reply_ok(seq, "").await;
         };
         let request = self.request_for(frame, backend_id);
-        let Some(outcome) = self.forward(&mut held.backend, &request, Some(Reply::Single), None).await else { return false };
+        let Some(outcome) = self.forward(&mut held.backend, &request, Some(Reply::Single), None).await else { return Flow::End };
         held.pins.follow_status(outcome.status);
         self.settle_statement(held);
-        true
+        Flow::Continue
     }
 
     /// COM_STMT_CLOSE (no reply). The server statement stays prepared on its connections for
@@ -437,7 +437,7 @@ impl Session {
         if !stmt.pins() {
             return;
         }
-        let Ok(mut held) = self.acquire(self.user.default_hostgroup, 0, Needs::default()).await else { return };
+        let Ok(mut held) = self.acquire(self.unrouted_hostgroup(), 0, Needs::default()).await else { return };
         if let Some(backend_id) = held.backend.statements.remove(stmt.entry.id) {
             if let Err(e) = held.backend.close_statements(&[backend_id]).await {
                 held.backend.note_failure(&e);
@@ -462,10 +462,10 @@ impl Session {
         self.settle(held);
     }
 
-    async fn reply_no_cursor(&mut self, id: u32, seq: u8) -> bool {
+    async fn reply_no_cursor(&mut self, id: u32, seq: u8) -> Flow {
         let msg = format!("The statement ({id}) has no open cursor.");
         self.reply_err(seq, ER_STMT_HAS_NO_OPEN_CURSOR, SQLSTATE_GENERAL, &msg).await;
-        true
+        Flow::Continue
     }
 }
 

@@ -6,7 +6,7 @@
 //! An insert makes one allocation for the strings and one for the histogram (or reuses the
 //! evicted entry's histogram).
 
-use super::{DigestRow, QueryEvent};
+use super::{DigestRow, StatementRecord};
 use hashbrown::HashTable;
 use hdrhistogram::Histogram;
 use std::borrow::Cow;
@@ -114,7 +114,7 @@ impl Entry {
         Key { hostgroup: self.hostgroup, user: self.user(), schema: self.schema(), digest: self.digest }
     }
 
-    fn add(&mut self, q: &QueryEvent<'_>, now: u64) {
+    fn add(&mut self, q: &StatementRecord<'_>, now: u64) {
         self.count += 1;
         self.last_seen = now;
         self.sum_time += q.duration_us;
@@ -271,7 +271,7 @@ impl DigestTable {
     }
 
     /// Counts one statement. Returns the entries evicted to make room (0 on a hit).
-    pub(crate) fn record(&mut self, q: &QueryEvent<'_>, now: u64, cap: usize, max_text: usize) -> u64 {
+    pub(crate) fn record(&mut self, q: &StatementRecord<'_>, now: u64, cap: usize, max_text: usize) -> u64 {
         let key = Key { hostgroup: q.hostgroup, user: q.user, schema: q.schema, digest: q.digest };
         let hash = key.hash();
         if let Some(pos) = self.find(hash, &key) {
@@ -345,8 +345,8 @@ mod tests {
     use super::*;
     use crate::stats::Command;
 
-    fn ev<'a>(user: &'a str, digest: u64, text: &'a [u8], us: u64) -> QueryEvent<'a> {
-        QueryEvent {
+    fn ev<'a>(user: &'a str, digest: u64, text: &'a [u8], us: u64) -> StatementRecord<'a> {
+        StatementRecord {
             hostgroup: 1,
             server: 0,
             user,
@@ -371,10 +371,10 @@ mod tests {
         assert_eq!(t.record(&ev("u", 7, b"ignored on a hit", 30), 105, 10, 100), 0);
         assert_eq!(t.len(), 1);
         t.record(&ev("v", 7, b"select ?", 10), 100, 10, 100);
-        t.record(&QueryEvent { hostgroup: 2, ..ev("u", 7, b"select ?", 10) }, 100, 10, 100);
-        t.record(&QueryEvent { schema: "other", ..ev("u", 7, b"select ?", 10) }, 100, 10, 100);
+        t.record(&StatementRecord { hostgroup: 2, ..ev("u", 7, b"select ?", 10) }, 100, 10, 100);
+        t.record(&StatementRecord { schema: "other", ..ev("u", 7, b"select ?", 10) }, 100, 10, 100);
         // ("u", "db") and ("ud", "b") concatenate alike but are different keys.
-        t.record(&QueryEvent { user: "ud", schema: "b", ..ev("u", 7, b"select ?", 10) }, 100, 10, 100);
+        t.record(&StatementRecord { user: "ud", schema: "b", ..ev("u", 7, b"select ?", 10) }, 100, 10, 100);
         t.record(&ev("u", 8, b"select ?", 10), 100, 10, 100);
         assert_eq!(t.len(), 6);
         let rows: Vec<_> = t.snapshot().iter().map(Entry::row).collect();

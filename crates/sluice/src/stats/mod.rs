@@ -30,7 +30,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// One finished statement, as the thread that ran it reports it.
 #[derive(Debug, Clone, Copy)]
-pub struct QueryEvent<'a> {
+pub struct StatementRecord<'a> {
     pub hostgroup: u32,
     /// The caller's stable server id; 0: the statement reached no server.
     pub server: u32,
@@ -357,7 +357,7 @@ impl Stats {
 
     /// Query path: one finished statement. Counts Questions, the command and its latency, and
     /// (digests on, `q.digest != 0`) its digest entry, evicting if the thread's table is full.
-    pub fn record(&self, q: &QueryEvent<'_>) {
+    pub fn record(&self, q: &StatementRecord<'_>) {
         let digests = q.digest != 0 && self.digests_on.load(Relaxed);
         // Read before taking the lock, to keep it short.
         let now = if digests { unix_secs(q.ended) } else { 0 };

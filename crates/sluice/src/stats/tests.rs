@@ -8,8 +8,8 @@ fn settings(digests: bool, max: usize) -> StatsSection {
     StatsSection { digests, max_digests_per_worker: max, max_digest_length: 64, ..Default::default() }
 }
 
-fn ev(digest: u64, us: u64) -> QueryEvent<'static> {
-    QueryEvent {
+fn ev(digest: u64, us: u64) -> StatementRecord<'static> {
+    StatementRecord {
         hostgroup: 0,
         server: 3,
         user: "app",
@@ -55,7 +55,7 @@ fn threads_merge_into_one_row_per_key() {
         for _ in 0..250 {
             s.record(&ev(42, 100 * (i + 1)));
         }
-        s.record(&QueryEvent { error: true, rows_affected: 2, ..ev(7, 5) });
+        s.record(&StatementRecord { error: true, rows_affected: 2, ..ev(7, 5) });
         s.add(Counter::ClientConnectionsCreated, i + 1);
         s.server_traffic(9, 1, 10, 20, 30);
         barrier.wait();
@@ -96,7 +96,7 @@ fn threads_merge_into_one_row_per_key() {
 #[test]
 fn commands_rows_cover_every_command_sorted() {
     let stats = Stats::new(&settings(false, 10));
-    stats.record(&QueryEvent { command: Command::from_sql(b"/* x */ start transaction"), ..ev(0, 20_000_000) });
+    stats.record(&StatementRecord { command: Command::from_sql(b"/* x */ start transaction"), ..ev(0, 20_000_000) });
     let rows = stats.commands();
     assert_eq!(rows.len(), Command::COUNT);
     assert!(rows.windows(2).all(|w| w[0].command < w[1].command));

@@ -35,16 +35,16 @@ impl Proxy {
 
     /// The admin port (the test's config must not turn it off).
     pub fn admin_port(&self) -> u16 {
-        self.shared().listeners.addrs(sluice::listener::Kind::Admin)[0].port()
+        self.server().control.listeners.addrs(sluice::listener::Kind::Admin)[0].port()
     }
 
     /// The HTTP port.
     pub fn http_port(&self) -> u16 {
-        self.shared().listeners.addrs(sluice::listener::Kind::Http)[0].port()
+        self.server().control.listeners.addrs(sluice::listener::Kind::Http)[0].port()
     }
 
-    pub fn shared(&self) -> &sluice::server::Shared {
-        &self.server.as_ref().expect("running").shared
+    pub fn server(&self) -> &sluice::Server {
+        self.server.as_ref().expect("running")
     }
 }
 

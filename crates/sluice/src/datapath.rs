@@ -1,0 +1,173 @@
+//! The data path's handle (①–⑥): what every client session reads — the configuration in
+//! force (`Snapshot`), the session registry, the shared prepared statements, the statistics
+//! sink, the greeting profile and the stop signal. Nothing here is locked on the query path,
+//! and nothing here knows the control side (admin, http, reload) or the runtime.
+
+use crate::config::{Config, RuntimeKind};
+use crate::pool::Hostgroups;
+use crate::querylog::QueryLog;
+use crate::registry::Registry;
+use crate::tls::RsaKeys;
+use crate::users::{BackendAccounts, Users};
+use proto::handshake::ServerGreeting;
+use proto::CapabilityFlags;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+use tokio_util::sync::CancellationToken;
+
+/// The configuration in force, as the data path reads it: servers and their pools, users,
+/// compiled rules, settings. A reload builds a whole new one and swaps it in (`control`);
+/// sessions pick it up at their next command, so a statement in flight finishes under the
+/// snapshot it started with.
+pub struct Snapshot {
+    pub config: Config,
+    pub hostgroups: Hostgroups,
+    pub users: Users,
+    /// Client-side TLS, rebuilt when `[tls]` changes.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The query log when `[querylog]` names a file; kept (and its settings changed in place)
+    /// across reloads.
+    pub query_log: Option<Arc<QueryLog>>,
+}
+
+impl Snapshot {
+    /// Builds the snapshot for `config`; servers that `old` has too keep their pools.
+    pub fn build(config: Config, old: Option<&Snapshot>) -> anyhow::Result<Snapshot> {
+        let hostgroups = Hostgroups::rebuild(&config, old.map(|o| &o.hostgroups))?;
+        let tls = match old {
+            Some(o) if o.config.tls == config.tls => o.tls.clone(),
+            _ if config.tls.enabled => {
+                Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(config.tls.cert.as_deref(), config.tls.key.as_deref())?))
+            }
+            _ => None,
+        };
+        let users = Users::from_config(&config);
+        let settings = &config.querylog;
+        let query_log = match (settings.path.as_ref(), old.and_then(|o| o.query_log.as_ref())) {
+            (None, _) => None,
+            (Some(_), Some(log)) => {
+                log.apply(settings).map_err(|e| anyhow::anyhow!("querylog.path: {e}"))?;
+                Some(log.clone())
+            }
+            (Some(path), None) => {
+                Some(Arc::new(QueryLog::start(settings).map_err(|e| anyhow::anyhow!("querylog.path {}: {e}", path.display()))?))
+            }
+        };
+        Ok(Snapshot { config, hostgroups, users, tls, query_log })
+    }
+}
+
+/// What clients are told about "the server": learned from the backends' greetings.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    pub server_version: String,
+    pub capabilities: CapabilityFlags,
+    pub mariadb_caps: u32,
+    pub collation: u8,
+}
+
+impl Default for Profile {
+    fn default() -> Self {
+        Profile {
+            server_version: "5.5.5-10.11.0-MariaDB-sluice".into(),
+            capabilities: crate::pool::backend::passthrough_capabilities(),
+            mariadb_caps: 0,
+            collation: 45,
+        }
+    }
+}
+
+/// The data path's handle, shared by every session.
+pub struct DataPath {
+    /// The configuration in force; a reload swaps it.
+    pub live: Arc<arc_swap::ArcSwap<Snapshot>>,
+    /// The backend's own accounts, while `proxy.backend_users` is on.
+    pub backend_accounts: BackendAccounts,
+    rsa: OnceLock<Option<RsaKeys>>,
+    pub registry: Registry,
+    /// Prepared statements shared by every session (`pool::prepared`).
+    pub statements: Arc<crate::pool::prepared::Registry>,
+    profile: RwLock<Profile>,
+    /// Cancelled at shutdown: listeners, idle sessions and side tasks stop.
+    pub shutdown: CancellationToken,
+    /// Set at shutdown; sessions check it between commands.
+    closing: AtomicBool,
+    /// Client connections open now.
+    pub clients: AtomicUsize,
+    /// Statistics: per-worker counters merged when read.
+    pub stats: Arc<crate::stats::Stats>,
+    /// The runtime kind, fixed at start (per-core workers take connections only from their
+    /// own pool shard).
+    pub runtime: RuntimeKind,
+}
+
+impl DataPath {
+    pub fn new(snapshot: Snapshot) -> DataPath {
+        let config = &snapshot.config;
+        DataPath {
+            statements: Arc::new(crate::pool::prepared::Registry::new(config.pool.max_statements)),
+            stats: Arc::new(crate::stats::Stats::new(&config.stats)),
+            runtime: config.proxy.runtime,
+            live: Arc::new(arc_swap::ArcSwap::from_pointee(snapshot)),
+            backend_accounts: BackendAccounts::default(),
+            rsa: OnceLock::new(),
+            registry: Registry::default(),
+            profile: RwLock::new(Profile::default()),
+            shutdown: CancellationToken::new(),
+            closing: AtomicBool::new(false),
+            clients: AtomicUsize::new(0),
+        }
+    }
+
+    /// The configuration in force now (cheap; for paths outside a session's command loop).
+    pub fn snapshot(&self) -> arc_swap::Guard<Arc<Snapshot>> {
+        self.live.load()
+    }
+
+    /// True once shutdown began: sessions end after their current statement.
+    pub fn closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    /// Tells the data path to stop: idle sessions end now, busy ones after their statement.
+    pub fn begin_shutdown(&self) {
+        self.closing.store(true, Ordering::Release);
+        self.shutdown.cancel();
+        self.registry.close_all();
+    }
+
+    pub fn profile(&self) -> Profile {
+        self.profile.read().map(|p| p.clone()).unwrap_or_default()
+    }
+
+    /// Keeps the greeting in line with what backends actually say (checked at connect only).
+    pub fn learn_profile(&self, g: &ServerGreeting) {
+        let changed = self
+            .profile
+            .read()
+            .is_ok_and(|p| p.server_version != g.server_version || p.capabilities != g.capabilities || p.mariadb_caps != g.mariadb_caps);
+        if changed {
+            if let Ok(mut p) = self.profile.write() {
+                *p = Profile {
+                    server_version: g.server_version.clone(),
+                    capabilities: g.capabilities,
+                    mariadb_caps: g.mariadb_caps,
+                    collation: g.collation,
+                };
+            }
+        }
+    }
+
+    /// The RSA keys for caching_sha2_password without TLS, made on first use.
+    pub fn rsa_keys(&self) -> Option<&RsaKeys> {
+        self.rsa
+            .get_or_init(|| {
+                let r = match &self.snapshot().config.tls.rsa_key {
+                    Some(path) => RsaKeys::load(path),
+                    None => RsaKeys::generate(),
+                };
+                r.map_err(|e| tracing::error!("RSA keys: {e:#}")).ok()
+            })
+            .as_ref()
+    }
+}

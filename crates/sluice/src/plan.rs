@@ -1,0 +1,231 @@
+//! ②–④ plan: what one statement is and where it goes, decided synchronously from its text
+//! and the session's facts, with no socket: classify (KILL, USE, effects) → ③ rules →
+//! ④ route. `session::statement` carries a plan out (⑤ pool, ⑥ exec).
+//!
+//! A plan owns only what differs from the client's request: the request itself stays in the
+//! client's read buffer and is forwarded as it is unless `rewrite` replaces it.
+
+use crate::route::{self, Routed};
+use crate::rules::{Decision, Query, RuleSet, Scratch, Who};
+use crate::stats::Command;
+use proto::command::COM_QUERY;
+use proto::errors::*;
+use sql::classify::Kill;
+use sql::effects::Effects;
+use std::time::Duration;
+
+/// One COM_QUERY, as the planner sees it.
+pub struct Statement<'a> {
+    /// The statement text: all of it, or only its first 16 MiB chunk when no rule must read
+    /// the rest (`whole == false`).
+    pub text: &'a [u8],
+    /// The number of 16 MiB packets the client sent it in, and the first one's sequence id.
+    pub chunks: usize,
+    pub first_seq: u8,
+}
+
+/// What the session contributes to a plan.
+pub struct Facts<'a> {
+    /// What rules may test: user, schema, client and proxy addresses.
+    pub who: Who<'a>,
+    /// The session id clients see (CONNECTION_ID() is answered with it).
+    pub session_id: u32,
+    /// The user's default hostgroup, where a statement no router claims goes.
+    pub default_hostgroup: u32,
+    /// Statistics want the digest even when no rule does.
+    pub digests_on: bool,
+}
+
+/// What sluice does with a statement.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Send it to the plan's targets.
+    Forward,
+    /// KILL: sluice carries it out on its own sessions.
+    Kill(Kill),
+    /// A rule answers it with no backend: `error_msg` (an error) or `OK_msg`.
+    Answer { error: bool, message: Box<str> },
+    /// sluice refuses it with this error.
+    Refuse { code: u16, message: String },
+}
+
+/// One statement's plan.
+#[derive(Debug)]
+pub struct Plan {
+    /// The statement's class, for statistics.
+    pub command: Command,
+    /// Its digest (0: neither statistics nor rules wanted it); the normalized text is in the
+    /// session's `PlanScratch::digest_text`.
+    pub digest: u64,
+    /// The rules' decision (the default when no rule matched or none is loaded).
+    pub decision: Decision,
+    pub action: Action,
+    /// The packet the backend gets instead of the client's: the rules' rewrite, or the text
+    /// with sluice's session id for CONNECTION_ID().
+    pub rewrite: Option<bytes::Bytes>,
+    /// What the statement does to the server session (pins, state to read back).
+    pub effects: Effects,
+    /// `USE db` alone: the schema the session moves to once the server accepts it.
+    pub use_db: Option<String>,
+    /// Where it goes, and which router decided.
+    pub routed: Routed,
+}
+
+impl Plan {
+    /// The hostgroup a single-target plan goes to.
+    pub fn hostgroup(&self) -> u32 {
+        self.routed.target.hostgroup()
+    }
+
+    /// Connect attempts beyond the first (the rule's `retries`, else 1).
+    pub fn retries(&self) -> u32 {
+        self.decision.actions.retries.unwrap_or(1)
+    }
+
+    /// The rule's `multiplex = 0`: the connection stays with the session.
+    pub fn pins_connection(&self) -> bool {
+        self.decision.actions.multiplex == Some(0)
+    }
+
+    /// The rule's `delay` before the statement is sent.
+    pub fn delay(&self) -> Option<Duration> {
+        self.decision.actions.delay.filter(|&ms| ms > 0).map(|ms| Duration::from_millis(ms.into()))
+    }
+
+    /// The rule's `timeout`: KILL QUERY after it.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.decision.actions.timeout.filter(|&ms| ms > 0).map(|ms| Duration::from_millis(ms.into()))
+    }
+
+    /// The rule that asked for a query-log line (`log = 1`).
+    pub fn log_rule(&self) -> Option<u32> {
+        self.decision.actions.log.filter(|&on| on).and(self.decision.last_rule)
+    }
+
+    /// Whether the statement reads LAST_INSERT_ID(), so its connection must carry the session's.
+    pub fn reads_last_insert_id(&self) -> bool {
+        self.effects.flags & sql::effects::USES_LAST_INSERT_ID != 0
+    }
+}
+
+thread_local! {
+    /// Recent statement shapes' digests, one memo per worker thread: the sessions a worker
+    /// runs share their shapes, and no lock is taken.
+    static DIGEST_MEMO: std::cell::RefCell<sql::memo::DigestMemo> = std::cell::RefCell::new(sql::memo::DigestMemo::new());
+}
+
+/// Per-session buffers planning reuses, so a plan allocates only what it must own.
+#[derive(Default)]
+pub struct PlanScratch {
+    pub rules: Scratch,
+    /// The normalized text of the last digest computed.
+    pub digest_text: Vec<u8>,
+}
+
+impl PlanScratch {
+    /// `text`'s digest into `digest_text` when `stats` or the rules want it (0: not computed).
+    pub fn digest(&mut self, rules: &RuleSet, text: &[u8], stats: bool) -> u64 {
+        if stats || rules.needs_digest() {
+            DIGEST_MEMO.with_borrow_mut(|memo| memo.digest(text, &mut self.digest_text).id)
+        } else {
+            self.digest_text.clear();
+            0
+        }
+    }
+
+    /// The rules' decision on `text` (whose digest, if computed, is `digest`); the default
+    /// when no rules are loaded.
+    pub fn decide(&mut self, rules: &RuleSet, who: &Who, text: &[u8], digest: u64) -> Decision {
+        if rules.is_empty() {
+            return Decision::default();
+        }
+        rules.evaluate(&Query { who, text, digest, digest_text: &self.digest_text }, &mut self.rules)
+    }
+}
+
+/// Plans a COM_QUERY: classify → rules → route.
+pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut PlanScratch) -> Plan {
+    let text = stmt.text;
+    let command = Command::from_sql(text);
+    if let Some(kill) = sql::classify::parse_kill(text) {
+        let action = if kill.alone {
+            Action::Kill(kill)
+        } else {
+            let message = "KILL <id> must be sent on its own through sluice (the id is sluice's session id)".into();
+            Action::Refuse { code: ER_NOT_SUPPORTED_YET, message }
+        };
+        scratch.digest_text.clear();
+        return Plan::answered(command, action, facts);
+    }
+    let digest = scratch.digest(rules, text, facts.digests_on);
+    let decision = scratch.decide(rules, &facts.who, text, digest);
+    let sent = decision.rewritten.as_deref().unwrap_or(text);
+    let rewritten = decision.rewritten.is_some();
+    let use_db = sql::classify::parse_use(sent);
+    let effects = sql::effects::effects(sent);
+    let routed = route::route(&route::Facts { decision: &decision, default_hostgroup: facts.default_hostgroup });
+    // The reply's sequence ids follow the request's last chunk, and replies stream through
+    // unchanged: a rewrite must not change the number of 16 MiB chunks.
+    let action = if rewritten && chunks(sent.len() + 1) != stmt.chunks {
+        let rule = decision.last_rule.map_or(String::new(), |r| format!(" (rule_id {r})"));
+        let message = format!("sluice cannot apply a rewrite that moves a statement across a 16 MiB packet boundary{rule}");
+        Action::Refuse { code: ER_NOT_SUPPORTED_YET, message }
+    } else if let Some(m) = &decision.actions.error_msg {
+        Action::Answer { error: true, message: m.clone() }
+    } else if let Some(m) = &decision.actions.ok_msg {
+        Action::Answer { error: false, message: m.clone() }
+    } else {
+        Action::Forward
+    };
+    // The text the backend gets: the rules' rewrite, and sluice's id for CONNECTION_ID().
+    let rewrite = if action != Action::Forward {
+        None
+    } else if let Some(with_id) = (stmt.chunks == 1).then(|| sql::classify::rewrite_connection_id(sent, facts.session_id)).flatten() {
+        Some(query_packet(&with_id, stmt.first_seq))
+    } else if rewritten {
+        Some(query_packet(sent, stmt.first_seq))
+    } else {
+        None
+    };
+    Plan { command, digest, decision, action, rewrite, effects, use_db, routed }
+}
+
+impl Plan {
+    /// A plan sluice answers itself: no digest, no rules, nothing sent.
+    fn answered(command: Command, action: Action, facts: &Facts) -> Plan {
+        Plan {
+            command,
+            digest: 0,
+            decision: Decision::default(),
+            action,
+            rewrite: None,
+            effects: Effects::default(),
+            use_db: None,
+            routed: route::route(&route::Facts { decision: &Decision::default(), default_hostgroup: facts.default_hostgroup }),
+        }
+    }
+}
+
+/// COM_STMT_PREPARE text a rule blocks with error_msg: the message. (Prepared statements
+/// are not routed by rules: they go where the session's other commands go.)
+pub fn prepare_blocked(text: &[u8], who: &Who, rules: &RuleSet, scratch: &mut PlanScratch) -> Option<Box<str>> {
+    if rules.is_empty() {
+        return None;
+    }
+    let digest = scratch.digest(rules, text, false);
+    scratch.decide(rules, who, text, digest).actions.error_msg
+}
+
+/// Packets a payload of `len` bytes takes (a payload of exactly 16 MiB − 1 needs an empty tail).
+fn chunks(len: usize) -> usize {
+    len / proto::frame::MAX_CHUNK + 1
+}
+
+fn query_packet(sql: &[u8], seq: u8) -> bytes::Bytes {
+    let mut buf = Vec::with_capacity(sql.len() + 5);
+    proto::frame::write_command(&mut buf, seq, COM_QUERY, sql);
+    bytes::Bytes::from(buf)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,117 @@
+//! Plans built from text and facts alone: no socket, no server.
+
+use super::*;
+use crate::config::QueryRuleRow;
+use crate::route::{Router, Target};
+
+fn rules(rows: &[QueryRuleRow]) -> RuleSet {
+    RuleSet::new(rows, &|hg| hg < 100).expect("rules compile")
+}
+
+fn rule(rule_id: u32, pattern: &str) -> QueryRuleRow {
+    QueryRuleRow { rule_id, active: true, match_pattern: Some(pattern.into()), re_modifiers: "CASELESS".into(), ..Default::default() }
+}
+
+fn facts() -> Facts<'static> {
+    Facts {
+        who: Who { user: "app", schema: "shop", client_addr: "10.0.0.7", proxy_addr: "127.0.0.1", proxy_port: 6033 },
+        session_id: 42,
+        default_hostgroup: 5,
+        digests_on: true,
+    }
+}
+
+fn plan_of(text: &str, rules: &RuleSet) -> Plan {
+    plan(&Statement { text: text.as_bytes(), chunks: 1, first_seq: 0 }, &facts(), rules, &mut PlanScratch::default())
+}
+
+/// The SQL text of a plan's rewritten COM_QUERY packet.
+fn rewritten_sql(p: &Plan) -> Option<String> {
+    p.rewrite.as_ref().map(|packet| String::from_utf8_lossy(&packet[5..]).into_owned())
+}
+
+#[test]
+fn no_rules_go_to_the_default_hostgroup_unchanged() {
+    let p = plan_of("SELECT * FROM t WHERE id = 7", &RuleSet::default());
+    assert_eq!(p.action, Action::Forward);
+    assert_eq!(p.routed.target, Target::Hostgroup(5));
+    assert_eq!(p.routed.by, Router::Default);
+    assert_eq!(p.command, Command::Select);
+    assert_ne!(p.digest, 0, "statistics asked for the digest");
+    assert!(p.rewrite.is_none());
+    assert_eq!(p.retries(), 1);
+}
+
+#[test]
+fn a_rule_routes_and_its_actions_show_in_the_plan() {
+    let rows =
+        [QueryRuleRow { destination_hostgroup: Some(2), timeout: Some(1500), multiplex: Some(0), log: Some(1), ..rule(10, "^SELECT") }];
+    let p = plan_of("select 1", &rules(&rows));
+    assert_eq!(p.routed, route::Routed { target: Target::Hostgroup(2), by: Router::Rules });
+    assert_eq!(p.timeout(), Some(Duration::from_millis(1500)));
+    assert!(p.pins_connection());
+    assert_eq!(p.log_rule(), Some(10));
+    assert_eq!(plan_of("update t set a = 1", &rules(&rows)).routed.by, Router::Default);
+}
+
+#[test]
+fn a_rewrite_is_what_the_backend_gets_and_what_effects_read() {
+    let rows = [QueryRuleRow { replace_pattern: Some("USE other".into()), ..rule(1, "^USE shop$") }];
+    let p = plan_of("USE shop", &rules(&rows));
+    assert_eq!(rewritten_sql(&p).as_deref(), Some("USE other"));
+    assert_eq!(p.use_db.as_deref(), Some("other"));
+}
+
+#[test]
+fn connection_id_is_answered_with_the_session_id() {
+    let p = plan_of("SELECT CONNECTION_ID()", &RuleSet::default());
+    // The column keeps its name through an alias.
+    assert_eq!(rewritten_sql(&p).as_deref(), Some("SELECT 42 AS `CONNECTION_ID()`"));
+}
+
+#[test]
+fn rules_answer_without_a_backend() {
+    let rows = [
+        QueryRuleRow { error_msg: Some("no deletes here".into()), ..rule(1, "^DELETE") },
+        QueryRuleRow { ok_msg: Some("done".into()), ..rule(2, "^FLUSH") },
+    ];
+    let set = rules(&rows);
+    assert_eq!(plan_of("DELETE FROM t", &set).action, Action::Answer { error: true, message: "no deletes here".into() });
+    assert_eq!(plan_of("FLUSH TABLES", &set).action, Action::Answer { error: false, message: "done".into() });
+}
+
+#[test]
+fn kill_is_carried_out_by_sluice_and_never_digested() {
+    let p = plan_of("KILL QUERY 17", &RuleSet::default());
+    let Action::Kill(k) = &p.action else { panic!("{:?}", p.action) };
+    assert_eq!((k.id, k.scope), (17, sql::classify::KillScope::Query));
+    assert_eq!(p.digest, 0);
+    let p = plan_of("KILL 17; SELECT 1", &RuleSet::default());
+    assert!(matches!(p.action, Action::Refuse { code: ER_NOT_SUPPORTED_YET, .. }), "{:?}", p.action);
+}
+
+#[test]
+fn a_rewrite_across_a_packet_boundary_is_refused_naming_the_rule() {
+    let rows = [QueryRuleRow { replace_pattern: Some("SELECT 1".into()), ..rule(9, "^SELECT .*") }];
+    let long = format!("SELECT '{}'", "x".repeat(100));
+    // Claimed to span two packets: the rewrite would make it one.
+    let p = plan(&Statement { text: long.as_bytes(), chunks: 2, first_seq: 0 }, &facts(), &rules(&rows), &mut PlanScratch::default());
+    let Action::Refuse { message, .. } = &p.action else { panic!("{:?}", p.action) };
+    assert!(message.contains("rule_id 9"), "{message}");
+}
+
+#[test]
+fn effects_and_last_insert_id_needs_are_planned() {
+    let p = plan_of("SELECT LAST_INSERT_ID()", &RuleSet::default());
+    assert!(p.reads_last_insert_id());
+    let p = plan_of("CREATE TEMPORARY TABLE t (a int)", &RuleSet::default());
+    assert_ne!(p.effects.flags & sql::effects::TEMP_TABLE, 0);
+}
+
+#[test]
+fn without_statistics_or_digest_rules_no_digest_is_computed() {
+    let mut f = facts();
+    f.digests_on = false;
+    let p = plan(&Statement { text: b"SELECT 1", chunks: 1, first_seq: 0 }, &f, &RuleSet::default(), &mut PlanScratch::default());
+    assert_eq!(p.digest, 0);
+}

@@ -1,0 +1,208 @@
+//! ⑤ pool: the servers of each hostgroup, and which one a statement uses (ONLINE ones below
+//! their max_connections, chosen by weight). Each server owns its connection pool.
+//!
+//! `Hostgroups` is part of the config snapshot and rebuilt at each reload; a server that stays
+//! (same hostgroup, host and port) keeps its pool, whose status and max_connections the reload
+//! updates in place so connections already checked out see them when they come back.
+
+use crate::config::{Config, ServerStatus};
+
+use super::{ServerPool, Waiters};
+use std::cell::Cell;
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+
+/// An ONLINE server of `group`, each as likely as its weight: where a statement goes first,
+/// so weights spread statements (not only new connections) and a server back from a drain
+/// gets its share at once.
+pub fn pick_online(group: &[Server]) -> Option<&Server> {
+    by_weight(group.iter().filter(|s| s.accepts_new()))
+}
+
+/// One of `candidates`, each as likely as its weight (0 counts as 1).
+fn by_weight<'a>(candidates: impl Iterator<Item = &'a Server> + Clone) -> Option<&'a Server> {
+    let total: u64 = candidates.clone().map(|s| u64::from(s.weight.max(1))).sum();
+    if total == 0 {
+        return None;
+    }
+    let mut ticket = draw() % total;
+    for s in candidates {
+        let w = u64::from(s.weight.max(1));
+        if ticket < w {
+            return Some(s);
+        }
+        ticket -= w;
+    }
+    None
+}
+
+thread_local! {
+    /// xorshift64 state, seeded per thread (never 0).
+    static DRAW: Cell<u64> = Cell::new(RandomState::new().build_hasher().finish() | 1);
+}
+
+/// A pseudo-random number from this thread's own generator: a pick per statement shares no
+/// cache line between workers, as a global counter would.
+fn draw() -> u64 {
+    DRAW.with(|c| {
+        let mut x = c.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        c.set(x);
+        x
+    })
+}
+
+/// A backend server as the data path uses it.
+#[derive(Clone)]
+pub struct Server {
+    pub hostgroup: u32,
+    pub hostname: String,
+    pub port: u16,
+    /// `host:port`, the name in every message about this server (shared: sessions hand it to
+    /// the registry at every hostgroup switch).
+    pub name: Arc<str>,
+    pub weight: u32,
+    /// Idle connections, the count of open ones (at most max_connections), and the server's
+    /// live status: shared by every snapshot the server is in.
+    pub pool: Arc<ServerPool>,
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl Server {
+    /// ONLINE: new statements may use it (OFFLINE_SOFT lets pinned sessions finish).
+    pub fn accepts_new(&self) -> bool {
+        self.pool.status() == ServerStatus::Online
+    }
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (hostgroup {})", self.name, self.hostgroup)
+    }
+}
+
+/// Servers grouped by hostgroup (each group contiguous, in file order).
+pub struct Hostgroups {
+    servers: Vec<Server>,
+}
+
+impl Hostgroups {
+    pub fn from_config(config: &Config) -> anyhow::Result<Hostgroups> {
+        Hostgroups::rebuild(config, None)
+    }
+
+    /// The servers of `config`; those also in `old` keep their pool (and hostgroups their
+    /// waiters). Nothing in `old` changes: `adopt` puts the new statuses and limits in force.
+    pub fn rebuild(config: &Config, old: Option<&Hostgroups>) -> anyhow::Result<Hostgroups> {
+        let mut rows: Vec<&crate::config::ServerRow> = config.servers.iter().collect();
+        rows.sort_by_key(|s| s.hostgroup_id);
+        let mut servers: Vec<Server> = Vec::new();
+        let mut waiters = Arc::new(Waiters::default());
+        for s in rows {
+            let tls = if s.use_ssl { Some(crate::tls::client_config(s.ssl_ca.as_deref())?) } else { None };
+            let previous = old.and_then(|o| o.find(s.hostgroup_id, &s.hostname, s.port));
+            if servers.last().is_none_or(|l| l.hostgroup != s.hostgroup_id) {
+                let group_waiters = old.and_then(|o| o.group_members(s.hostgroup_id).first().map(|s| s.pool.waiters.clone()));
+                waiters = group_waiters.unwrap_or_default();
+            }
+            let pool = match previous {
+                Some(p) => p.pool.clone(),
+                None => Arc::new(ServerPool::new(s.status, s.max_connections, config.workers, waiters.clone())),
+            };
+            servers.push(Server {
+                hostgroup: s.hostgroup_id,
+                hostname: s.hostname.clone(),
+                port: s.port,
+                name: format!("{}:{}", s.hostname, s.port).into(),
+                weight: s.weight,
+                pool,
+                tls,
+            });
+        }
+        Ok(Hostgroups { servers })
+    }
+
+    /// Puts this (new) snapshot's server statuses and limits in force, and retires the servers
+    /// of `old` that are gone: their idle connections close, busy ones close when returned.
+    pub fn adopt(&self, config: &Config, old: &Hostgroups) {
+        for row in &config.servers {
+            if let Some(s) = self.find(row.hostgroup_id, &row.hostname, row.port) {
+                s.pool.set_limits(row.status, row.max_connections);
+                if row.status != ServerStatus::Online {
+                    // Drained: what is idle closes now, what is in use when it comes back.
+                    s.pool.close_idle();
+                }
+            }
+        }
+        for s in old.servers() {
+            if self.find(s.hostgroup, &s.hostname, s.port).is_none() {
+                s.pool.set_limits(ServerStatus::OfflineHard, s.pool.max());
+                s.pool.close_idle();
+            }
+        }
+    }
+
+    fn find(&self, hostgroup: u32, hostname: &str, port: u16) -> Option<&Server> {
+        self.group_members(hostgroup).iter().find(|s| s.hostname == hostname && s.port == port)
+    }
+
+    /// The servers of `hostgroup`, whatever their status.
+    fn group_members(&self, hostgroup: u32) -> &[Server] {
+        let start = self.servers.partition_point(|s| s.hostgroup < hostgroup);
+        let len = self.servers[start..].partition_point(|s| s.hostgroup == hostgroup);
+        &self.servers[start..start + len]
+    }
+
+    /// The servers of `hostgroup`, or why there are none to use.
+    pub fn group(&self, hostgroup: u32) -> Result<&[Server], NoServer> {
+        let group = self.group_members(hostgroup);
+        if group.is_empty() {
+            return Err(NoServer::NoSuchHostgroup(hostgroup));
+        }
+        if !group.iter().any(Server::accepts_new) {
+            return Err(NoServer::NoneOnline(hostgroup));
+        }
+        Ok(group)
+    }
+
+    /// An ONLINE server of `hostgroup`, by weight (for sluice's own connections, which are
+    /// not pooled).
+    pub fn pick(&self, hostgroup: u32) -> Result<&Server, NoServer> {
+        let group = self.group(hostgroup)?;
+        pick_online(group).ok_or(NoServer::NoneOnline(hostgroup))
+    }
+
+    /// Reserves room for a new pooled connection on an ONLINE server of `group` that has room,
+    /// chosen by weight among those.
+    pub fn reserve_by_weight<'a>(&self, group: &'a [Server]) -> Option<&'a Server> {
+        let room = || group.iter().filter(|s| s.accepts_new() && s.pool.open() < s.pool.max());
+        // Room can vanish between the look and the reservation: try the others then.
+        let first = by_weight(room())?;
+        if first.pool.reserve() {
+            return Some(first);
+        }
+        room().find(|s| s.pool.reserve())
+    }
+
+    pub fn has(&self, hostgroup: u32) -> bool {
+        self.servers.iter().any(|s| s.hostgroup == hostgroup)
+    }
+
+    pub fn servers(&self) -> &[Server] {
+        &self.servers
+    }
+}
+
+/// Why no server of a hostgroup can take a new connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NoServer {
+    #[error("hostgroup {0} has no servers")]
+    NoSuchHostgroup(u32),
+    #[error("hostgroup {0} has no ONLINE server")]
+    NoneOnline(u32),
+    #[error("no connection to hostgroup {hostgroup} came free within {waited_ms} ms (every ONLINE server is at its max_connections)")]
+    Exhausted { hostgroup: u32, waited_ms: u64 },
+}
