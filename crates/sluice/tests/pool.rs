@@ -348,3 +348,39 @@ fn sysbench_prepared_statements_run_on_any_of_two_connections() {
     let open = global_status(&db, "Prepared_stmt_count");
     assert!(open <= 2 * 10, "the backend holds {open} prepared statements");
 }
+
+/// PyMySQL and mysqlclient default to autocommit=0, and ORMs then issue SAVEPOINT with no
+/// BEGIN: the server keeps the savepoint before its status flags show a transaction. The
+/// session must keep that connection until COMMIT/ROLLBACK, or a later ROLLBACK TO lands on
+/// another connection (1305 SAVEPOINT … does not exist).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_savepoint_under_autocommit_off_keeps_its_connection() {
+    let db = MariaDb::start().unwrap();
+    db.sql("CREATE DATABASE sp; CREATE TABLE sp.t (id INT PRIMARY KEY) ENGINE=InnoDB").unwrap();
+    let mut cfg = quick_config(&db);
+    cfg.servers[0].max_connections = 2;
+    let proxy = Proxy::start(cfg);
+    let mut a = mysql_async::Conn::new(opts(proxy.port, "root", "").db_name(Some("sp"))).await.expect("connects");
+    let mut b = mysql_async::Conn::new(opts(proxy.port, "root", "").db_name(Some("sp"))).await.expect("connects");
+    a.query_drop("SET autocommit = 0").await.unwrap();
+    a.query_drop("SAVEPOINT sa_savepoint_1").await.unwrap();
+    // B's transaction takes whichever connection is idle: it must not be A's.
+    b.query_drop("BEGIN").await.unwrap();
+    b.query_drop("SELECT COUNT(*) FROM t").await.unwrap();
+    a.query_drop("INSERT INTO t VALUES (1)").await.unwrap();
+    a.query_drop("ROLLBACK TO SAVEPOINT sa_savepoint_1").await.expect("the savepoint is where A left it");
+    a.query_drop("RELEASE SAVEPOINT sa_savepoint_1").await.unwrap();
+    a.query_drop("COMMIT").await.unwrap();
+    b.query_drop("COMMIT").await.unwrap();
+    let n: u32 = b.query_first("SELECT COUNT(*) FROM t").await.unwrap().unwrap();
+    assert_eq!(n, 0, "the insert was rolled back to the savepoint");
+    // After COMMIT the connection goes back to the pool: B can use both connections.
+    a.query_drop("SET autocommit = 1").await.unwrap();
+    let mut tx = b.start_transaction(Default::default()).await.unwrap();
+    tx.query_drop("INSERT INTO t VALUES (2)").await.unwrap();
+    tx.commit().await.unwrap();
+    // With autocommit on, a SAVEPOINT outside a transaction keeps nothing and pins nothing.
+    a.query_drop("SAVEPOINT s2").await.unwrap();
+    let err = a.query_drop("ROLLBACK TO SAVEPOINT s2").await.expect_err("as on the server: no savepoint outside a transaction");
+    assert!(err.to_string().contains("1305") || err.to_string().contains("does not exist"), "{err}");
+}

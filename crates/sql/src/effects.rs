@@ -54,6 +54,11 @@ pub const SESSION_RESET: u32 = 1 << 14;
 /// (`BEGIN NOT ATOMIC …`, `IF …`, labelled blocks), or a variable name that is not UTF-8: pin
 /// conservatively.
 pub const UNKNOWN_SET: u32 = 1 << 15;
+/// `SAVEPOINT name`: under autocommit=0 the server keeps it before any transactional table is
+/// touched, while its status flags still say "no transaction".
+pub const SAVEPOINT: u32 = 1 << 16;
+/// `COMMIT` or `ROLLBACK` (not `ROLLBACK TO`): the transaction and its savepoints end.
+pub const TRANSACTION_END: u32 = 1 << 17;
 
 /// What one COM_QUERY text (possibly several statements separated by `;`) may do to session
 /// state.
@@ -104,7 +109,7 @@ pub fn effects(sql: &[u8]) -> Effects {
 /// First keywords whose statement may have effects by itself. Others only through a user
 /// variable, one of the functions or a later statement, which `mentions_effects` finds.
 fn opens_effect_statement(word: &[u8]) -> bool {
-    ["SET", "CREATE", "LOCK", "UNLOCK", "FLUSH", "XA", "HANDLER", "PREPARE", "DEALLOCATE", "DROP", "USE", "BACKUP"]
+    ["SET", "CREATE", "LOCK", "UNLOCK", "FLUSH", "XA", "HANDLER", "PREPARE", "DEALLOCATE", "DROP", "USE", "BACKUP", "SAVEPOINT", "COMMIT", "ROLLBACK"]
         .iter()
         .any(|k| word.eq_ignore_ascii_case(k.as_bytes()))
 }
@@ -338,6 +343,16 @@ impl Parser<'_> {
                 }
             } else if is("USE") {
                 self.flag(USE_SCHEMA);
+            } else if is("SAVEPOINT") {
+                self.flag(SAVEPOINT);
+            } else if is("COMMIT") {
+                self.flag(TRANSACTION_END);
+            } else if is("ROLLBACK") {
+                self.toks.bump();
+                self.eat_word("WORK");
+                if !self.eat_word("TO") {
+                    self.flag(TRANSACTION_END);
+                }
             } else if is("BACKUP") {
                 self.toks.bump();
                 self.backup();
@@ -934,6 +949,21 @@ mod tests {
 
     fn flags(sql: &str) -> u32 {
         fx(sql).flags
+    }
+
+    #[test]
+    fn savepoints_and_transaction_ends() {
+        assert_eq!(flags("SAVEPOINT sa_savepoint_1"), SAVEPOINT);
+        assert_eq!(flags("savepoint `s 1`"), SAVEPOINT);
+        assert_eq!(flags("COMMIT"), TRANSACTION_END);
+        assert_eq!(flags("commit and chain"), TRANSACTION_END);
+        assert_eq!(flags("ROLLBACK"), TRANSACTION_END);
+        assert_eq!(flags("ROLLBACK WORK AND NO CHAIN"), TRANSACTION_END);
+        assert_eq!(flags("ROLLBACK TO SAVEPOINT s1"), 0);
+        assert_eq!(flags("rollback work to s1"), 0);
+        assert_eq!(flags("RELEASE SAVEPOINT s1"), 0);
+        assert_eq!(flags("SELECT 'SAVEPOINT'"), 0);
+        assert_eq!(flags("SELECT 1; SAVEPOINT s2"), SAVEPOINT);
     }
 
     #[test]

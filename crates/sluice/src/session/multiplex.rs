@@ -35,6 +35,10 @@ pub(super) struct Pins {
     pub handler: bool,
     /// SET TRANSACTION (no scope): holds until a transaction has begun and ended.
     pub next_transaction: bool,
+    /// A SAVEPOINT under autocommit=0: the server keeps it though its status flags may not
+    /// show a transaction yet (none before a transactional table is touched). Holds until
+    /// COMMIT, ROLLBACK or autocommit=1.
+    pub savepoints: bool,
     next_transaction_started: bool,
     /// Text-protocol prepared statements (PREPARE … FROM), by name.
     pub text_prepared: Vec<Box<str>>,
@@ -60,6 +64,7 @@ pub enum PinReason {
     Xa,
     Handler,
     NextTransaction,
+    Savepoint,
     TextPrepare,
     Statement,
     NextStatement,
@@ -68,7 +73,7 @@ pub enum PinReason {
     MultiplexingOff,
 }
 
-pub const PIN_REASONS: usize = 13;
+pub const PIN_REASONS: usize = 14;
 
 impl PinReason {
     pub const ALL: [PinReason; PIN_REASONS] = [
@@ -79,6 +84,7 @@ impl PinReason {
         PinReason::Xa,
         PinReason::Handler,
         PinReason::NextTransaction,
+        PinReason::Savepoint,
         PinReason::TextPrepare,
         PinReason::Statement,
         PinReason::NextStatement,
@@ -96,6 +102,7 @@ impl PinReason {
             PinReason::Xa => "xa",
             PinReason::Handler => "handler",
             PinReason::NextTransaction => "set_transaction",
+            PinReason::Savepoint => "savepoint",
             PinReason::TextPrepare => "text_prepare",
             PinReason::Statement => "prepared_cursor_or_long_data",
             PinReason::NextStatement => "found_rows_one_shot_or_diagnostics",
@@ -117,6 +124,7 @@ impl Pins {
             (self.xa, PinReason::Xa),
             (self.handler, PinReason::Handler),
             (self.next_transaction, PinReason::NextTransaction),
+            (self.savepoints, PinReason::Savepoint),
             (!self.text_prepared.is_empty(), PinReason::TextPrepare),
             (self.statement, PinReason::Statement),
             (self.next_statement, PinReason::NextStatement),
@@ -131,11 +139,18 @@ impl Pins {
         self.temp_tables || self.table_locks || self.named_locks > 0 || self.xa || self.handler || !self.text_prepared.is_empty()
     }
 
-    /// Learns from a statement that completed without error.
-    fn follow(&mut self, e: &Effects) {
+    /// Learns from a statement that completed without error, with `status` its reply's flags.
+    fn follow(&mut self, e: &Effects, status: u16) {
         self.next_statement = e.flags & (effects::CALC_FOUND_ROWS | effects::ONE_SHOT) != 0;
         if e.flags == 0 && e.named_locks == 0 && e.prepared.is_empty() && e.deallocated.is_empty() {
             return;
+        }
+        if e.flags & effects::TRANSACTION_END != 0 {
+            self.savepoints = false;
+        }
+        // After a transaction end in the same text (`COMMIT; SAVEPOINT s`) the savepoint stands.
+        if e.flags & effects::SAVEPOINT != 0 && keeps_savepoints(status) {
+            self.savepoints = true;
         }
         self.temp_tables |= e.flags & effects::TEMP_TABLE != 0;
         if e.flags & effects::LOCK_TABLES != 0 {
@@ -170,6 +185,9 @@ impl Pins {
     /// Learns the transaction state from the status flags of a complete reply.
     pub fn follow_status(&mut self, status: u16) {
         let in_trans = status & StatusFlags::SERVER_STATUS_IN_TRANS.bits() != 0;
+        if !keeps_savepoints(status) {
+            self.savepoints = false;
+        }
         if self.next_transaction {
             if in_trans {
                 self.next_transaction_started = true;
@@ -179,6 +197,12 @@ impl Pins {
         }
         self.transaction = in_trans;
     }
+}
+
+/// Whether a session with these status flags can hold savepoints: in a transaction, or with
+/// autocommit off (autocommit=1 outside a transaction keeps none).
+fn keeps_savepoints(status: u16) -> bool {
+    status & StatusFlags::SERVER_STATUS_IN_TRANS.bits() != 0 || status & StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits() == 0
 }
 
 /// Pins counted by reason, per worker thread (single writer; summed when read).
@@ -332,7 +356,7 @@ impl Session {
             self.last_insert_id = outcome.last_insert_id;
             held.backend.last_insert_id = outcome.last_insert_id;
         }
-        held.pins.follow(e);
+        held.pins.follow(e, outcome.status);
         held.pins.next_statement |= outcome.warnings > 0;
         let read_db = e.flags & effects::USE_SCHEMA != 0 && use_db.is_none();
         if let Some(db) = use_db {
