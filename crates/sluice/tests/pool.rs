@@ -384,3 +384,34 @@ async fn a_savepoint_under_autocommit_off_keeps_its_connection() {
     let err = a.query_drop("ROLLBACK TO SAVEPOINT s2").await.expect_err("as on the server: no savepoint outside a transaction");
     assert!(err.to_string().contains("1305") || err.to_string().contains("does not exist"), "{err}");
 }
+
+/// What a session observes about its own statements — SHOW PROFILES, SHOW WARNINGS — is the
+/// same through sluice as directly: sluice's read-back of changed variables must not show.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluices_own_statements_do_not_show_in_profiles_or_warnings() {
+    let db = MariaDb::start().unwrap();
+    let proxy = Proxy::quick(&db);
+    async fn observe(port: u16) -> (Vec<String>, Vec<(String, u32)>, Vec<String>) {
+        let mut c = mysql_async::Conn::new(opts(port, "root", "")).await.expect("connects");
+        c.query_drop("SET profiling = 1").await.unwrap();
+        c.query_drop("SELECT 1").await.unwrap();
+        c.query_drop("SET @x = 5").await.unwrap();
+        let profiles: Vec<(u32, f64, String)> = c.query("SHOW PROFILES").await.unwrap();
+        let queries = profiles.into_iter().map(|p| p.2).collect();
+        // Another session, without profiling: a user variable set with a warning, which
+        // SHOW WARNINGS must still see.
+        let mut c = mysql_async::Conn::new(opts(port, "root", "")).await.expect("connects");
+        c.query_drop("SET @x = 5").await.unwrap();
+        c.query_drop("SET @y = CAST('12abc' AS SIGNED)").await.unwrap();
+        let warnings: Vec<(String, u32, String)> = c.query("SHOW WARNINGS").await.unwrap();
+        let warnings = warnings.into_iter().map(|w| (w.0, w.1)).collect();
+        let values: Vec<(Option<String>, Option<String>)> = c.query("SELECT @x, @y").await.unwrap();
+        let values = values.into_iter().flat_map(|(x, y)| [x.unwrap_or_default(), y.unwrap_or_default()]).collect();
+        (queries, warnings, values)
+    }
+    let direct = observe(db.port()).await;
+    let through = observe(proxy.port).await;
+    assert_eq!(through, direct, "what the session observes through sluice (left) and directly (right)");
+    assert!(direct.0.iter().any(|q| q == "SELECT 1"), "profiles recorded: {:?}", direct.0);
+    assert_eq!(direct.1.len(), 1, "one warning: {:?}", direct.1);
+}

@@ -199,6 +199,10 @@ impl Pins {
     }
 }
 
+/// Variables that make the server record the session's statements (SHOW PROFILES): while they
+/// are set, every statement sluice ran on the connection would show.
+const OBSERVES_STATEMENTS: [&str; 2] = ["profiling", "profiling_history_size"];
+
 /// Whether a session with these status flags can hold savepoints: in a transaction, or with
 /// autocommit off (autocommit=1 outside a transaction keeps none).
 fn keeps_savepoints(status: u16) -> bool {
@@ -371,6 +375,15 @@ impl Session {
             if changed && tracks_state && e.flags & effects::CHARSET == 0 {
                 held.pins.untracked = true;
             }
+            return;
+        }
+        // A read-back is a statement of sluice's own on the client's server session. It uses
+        // no table, so MariaDB keeps the warnings SHOW WARNINGS reads (tested), but with
+        // profiling on it would show in SHOW PROFILES: then the session keeps the connection
+        // instead (as it does already when its state is one sluice cannot follow).
+        if held.pins.untracked || e.sysvars.iter().any(|v| OBSERVES_STATEMENTS.contains(&&**v)) {
+            debug!(id = self.id, "keeping the connection: a read-back would show to the client");
+            held.pins.untracked = true;
             return;
         }
         if let Err(why) = self.read_back(&mut held.backend, e, read_db).await {
