@@ -88,6 +88,14 @@ fn main() -> ExitCode {
         println!("configuration OK");
         return ExitCode::SUCCESS;
     }
+    // Caught from here on: a SIGHUP while starting would otherwise end the process.
+    let signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sluice: cannot start: signal handlers: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let options =
         sluice::admin::startup::StartOptions { initial: args.initial, config_file: args.config.clone(), overrides: overrides.clone() };
     let server = match sluice::Server::start_with(config, &options) {
@@ -103,7 +111,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    wait_for_signal(|| {
+    signals.wait(|| {
         if let Some(path) = &args.config {
             reload(&server, path, &overrides);
         }
@@ -114,27 +122,38 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Waits for SIGTERM or SIGINT, calling `on_hup` at each SIGHUP meanwhile.
-fn wait_for_signal(mut on_hup: impl FnMut()) {
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(_) => return,
-    };
-    rt.block_on(async {
+/// SIGTERM, SIGINT and SIGHUP, on a small runtime of their own.
+struct Signals {
+    rt: tokio::runtime::Runtime,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
         use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
-            (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
-        else {
-            return;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let (term, int, hup) = {
+            let _in_rt = rt.enter();
+            (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?, signal(SignalKind::hangup())?)
         };
-        loop {
-            tokio::select! {
-                _ = term.recv() => return,
-                _ = int.recv() => return,
-                _ = hup.recv() => on_hup(),
+        Ok(Signals { rt, term, int, hup })
+    }
+
+    /// Waits for SIGTERM or SIGINT, calling `on_hup` at each SIGHUP meanwhile.
+    fn wait(self, mut on_hup: impl FnMut()) {
+        let Signals { rt, mut term, mut int, mut hup } = self;
+        rt.block_on(async {
+            loop {
+                tokio::select! {
+                    _ = term.recv() => return,
+                    _ = int.recv() => return,
+                    _ = hup.recv() => on_hup(),
+                }
             }
-        }
-    });
+        });
+    }
 }
 
 /// SIGHUP: the whole file goes live if it is valid and can be put in force (its ports bound);
