@@ -63,8 +63,8 @@ pub struct ProxySection {
     pub backend_users_refresh_ms: u64,
     /// The admin SQL port (ProxySQL's admin interface); "" turns it off.
     pub admin_listen: String,
-    /// `user:password` pairs for the admin port, separated by `;`. The default admin:admin is
-    /// refused on an address other than loopback.
+    /// `user:password` pairs for the admin port (and the HTTP port off loopback), separated by
+    /// `;`. The default admin:admin is refused when either listens beyond loopback.
     pub admin_credentials: String,
     /// HTTP: /metrics, /healthz, /readyz, JSON and the dashboard; "" turns it off.
     pub http_listen: String,

@@ -100,7 +100,9 @@ fn check_runs_the_start_up_checks_and_both_exit_2_naming_file_line_and_field() {
     }
     // A server's CA file, read only when use_ssl is set.
     let path = write_config(dir.path(), testkit::free_port(), &dead_backend(), "", "");
-    let text = std::fs::read_to_string(&path).unwrap().replace("hostgroup_id = 0", &format!("hostgroup_id = 0\nuse_ssl = 1\nssl_ca = \"{d}/ca.pem\""));
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("hostgroup_id = 0", &format!("hostgroup_id = 0\nuse_ssl = 1\nssl_ca = \"{d}/ca.pem\""));
     std::fs::write(&path, text).unwrap();
     let out = sluice(&["--config", path.to_str().unwrap(), "--check"]);
     assert_eq!(out.status.code(), Some(2));
@@ -198,7 +200,12 @@ fn load_admin_variables_refuses_the_http_port_off_loopback_with_default_credenti
     );
     let err = mariadb_cli(admin, "admin", Some("admin"), &sql).expect_err("refused");
     assert!(err.contains("admin:admin is refused while http_listen"), "{err}");
-    let http = mariadb_cli(admin, "admin", Some("admin"), "SELECT variable_value FROM runtime_global_variables WHERE variable_name='admin-http_listen'");
+    let http = mariadb_cli(
+        admin,
+        "admin",
+        Some("admin"),
+        "SELECT variable_value FROM runtime_global_variables WHERE variable_name='admin-http_listen'",
+    );
     assert!(!http.unwrap().contains(EXPOSED), "the running configuration is unchanged");
 }
 
@@ -308,4 +315,27 @@ fn quickstart_runs_a_second_instance_beside_the_first() {
         assert_eq!(mariadb_cli(q.port, "sluice", Some("sluice"), "SELECT 1").unwrap(), "1", "{}", q.stderr());
         assert_eq!(mariadb_cli(admin, "admin", Some("admin"), "SELECT COUNT(*) FROM runtime_mysql_servers").unwrap(), "1");
     }
+}
+
+#[test]
+fn a_saved_configuration_is_checked_with_the_flags_over_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let datadir = dir.path().join("data");
+    std::fs::create_dir(&datadir).unwrap();
+    let port = testkit::free_port();
+    let backend = dead_backend();
+    let with_datadir = format!("datadir = \"{}\"", datadir.display());
+    // The first start saves the file's configuration, default admin credentials included.
+    let path = write_config(dir.path(), port, &backend, &with_datadir, "");
+    let running = Running::start(&["--config", path.to_str().unwrap()], dir.path().join("first.log"), port);
+    drop(running);
+    assert!(datadir.join("sluice.db").exists());
+    // The file now has credentials of its own, so file and flag pass; the saved configuration
+    // that start-up takes does not.
+    write_config(dir.path(), port, &backend, &format!("{with_datadir}\nadmin_credentials = \"ops:s3cret\""), "");
+    let admin = format!("{EXPOSED}:7032");
+    let out = sluice(&["--config", path.to_str().unwrap(), "--admin-listen", &admin]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("the configuration saved in") && err.contains("admin:admin is refused"), "{err}");
 }
