@@ -65,8 +65,8 @@ pub struct ProxySection {
     pub backend_users_refresh_ms: u64,
     /// The admin SQL port (ProxySQL's admin interface); "" turns it off.
     pub admin_listen: String,
-    /// `user:password` pairs for the admin port, separated by `;`. The default admin:admin is
-    /// refused on an address other than loopback.
+    /// `user:password` pairs for the admin port (and the HTTP port off loopback), separated by
+    /// `;`. The default admin:admin is refused when either listens beyond loopback.
     pub admin_credentials: String,
     /// HTTP: /metrics, /healthz, /readyz, JSON and the dashboard; "" turns it off.
     pub http_listen: String,
@@ -346,6 +346,120 @@ impl Config {
     }
 }
 
+impl Config {
+    /// The start-up checks of what the configuration names outside itself: `resolve` runs
+    /// them, and start-up runs them on a configuration saved in the datadir.
+    pub fn check_resources(&self) -> Result<(), ConfigError> {
+        match self.resource_problems().first() {
+            Some(p) => Err(locate_problem(None, None, p)),
+            None => Ok(()),
+        }
+    }
+
+    /// The datadir, certificates and keys, CA files and the query log's place: each must be
+    /// usable, as start-up will use it.
+    fn resource_problems(&self) -> Vec<Problem> {
+        use PathPart::{Index, Key};
+        let mut out = Vec::new();
+        if let Some(dir) = &self.proxy.datadir {
+            if let Err(what) = writable_dir(dir) {
+                out.push(problem(vec![Key("proxy"), Key("datadir")], what));
+            }
+            let db = dir.join("sluice.db");
+            if db.exists() {
+                if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open(&db) {
+                    out.push(problem(vec![Key("proxy"), Key("datadir")], format!("`{}`: cannot open for writing: {e}", db.display())));
+                }
+            }
+        }
+        if self.tls.enabled {
+            if let (Some(cert), Some(key)) = (&self.tls.cert, &self.tls.key) {
+                let unreadable = [("cert", cert), ("key", key)].into_iter().find_map(|(f, p)| readable(p).err().map(|e| (f, e)));
+                if let Some((field, what)) = unreadable {
+                    out.push(problem(vec![Key("tls"), Key(field)], what));
+                } else if let Err(e) = crate::tls::server_config(Some(cert), Some(key)) {
+                    let what = format!("{e:#}");
+                    let field = if what.starts_with("tls.key") { "key" } else { "cert" };
+                    out.push(problem(vec![Key("tls"), Key(field)], unprefixed(&what, &["tls.cert ", "tls.key ", "tls: "])));
+                }
+            }
+        }
+        if let Some(path) = &self.tls.rsa_key {
+            if let Err(what) = readable(path) {
+                out.push(problem(vec![Key("tls"), Key("rsa_key")], what));
+            } else if let Err(e) = crate::tls::RsaKeys::load(path) {
+                out.push(problem(vec![Key("tls"), Key("rsa_key")], unprefixed(&format!("{e:#}"), &["tls.rsa_key "])));
+            }
+        }
+        for (i, s) in self.servers.iter().enumerate() {
+            let Some(ca) = s.ssl_ca.as_ref().filter(|_| s.use_ssl) else { continue };
+            let at = vec![Key("mysql_servers"), Index(i), Key("ssl_ca")];
+            match std::fs::read(ca) {
+                Err(e) => out.push(problem(at, format!("`{}`: cannot read: {e}", ca.display()))),
+                Ok(pem) => {
+                    use rustls_pki_types::{pem::PemObject, CertificateDer};
+                    match CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>() {
+                        Err(e) => out.push(problem(at, format!("`{}`: not PEM certificates: {e}", ca.display()))),
+                        Ok(certs) if certs.is_empty() => out.push(problem(at, format!("`{}`: no certificate found", ca.display()))),
+                        Ok(_) => {
+                            if let Err(e) = crate::tls::client_config(Some(ca)) {
+                                out.push(problem(at, format!("{e:#}")));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(path) = &self.querylog.path {
+            let usable = if path.exists() {
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(path)
+                    .map(drop)
+                    .map_err(|e| format!("`{}`: cannot append: {e}", path.display()))
+            } else {
+                match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    Some(dir) => writable_dir(dir).map_err(|what| format!("`{}`: {what}", path.display())),
+                    None => writable_dir(Path::new(".")).map_err(|what| format!("`{}`: {what}", path.display())),
+                }
+            };
+            if let Err(what) = usable {
+                out.push(problem(vec![Key("querylog"), Key("path")], what));
+            }
+        }
+        out
+    }
+}
+
+/// A file that can be read (as start-up will read it).
+fn readable(path: &Path) -> Result<(), String> {
+    std::fs::File::open(path).map(drop).map_err(|e| format!("`{}`: cannot read: {e}", path.display()))
+}
+
+/// An existing directory this process can create files in (tried with a file made and removed).
+fn writable_dir(dir: &Path) -> Result<(), String> {
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(format!("`{}` does not exist", dir.display())),
+        Err(e) => return Err(format!("`{}`: {e}", dir.display())),
+        Ok(m) if !m.is_dir() => return Err(format!("`{}` is not a directory", dir.display())),
+        Ok(_) => {}
+    }
+    let probe = dir.join(format!(".sluice-check-{}", std::process::id()));
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(&probe) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(format!("`{}` is not writable: {e}", dir.display())),
+    }
+}
+
+/// `what` without the field name the TLS helpers start their messages with.
+fn unprefixed(what: &str, prefixes: &[&str]) -> String {
+    prefixes.iter().find_map(|p| what.strip_prefix(p)).unwrap_or(what).to_string()
+}
+
 /// Settings given on the command line: they win over the file and the saved configuration.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -356,19 +470,31 @@ pub struct Overrides {
 }
 
 impl Overrides {
-    pub fn apply(&self, c: &mut Config) {
+    /// Puts the command-line settings over `fc`, before it is validated: the configuration
+    /// checked is the one that runs.
+    pub fn apply_to(&self, fc: &mut FileConfig) {
         if let Some(w) = self.workers {
-            c.workers = w;
-            c.proxy.workers = Some(w);
+            fc.proxy.workers = Some(w);
         }
         if let Some(r) = self.runtime {
-            c.proxy.runtime = r;
+            fc.proxy.runtime = r;
         }
         if let Some(a) = &self.admin_listen {
-            c.proxy.admin_listen = a.clone();
+            fc.proxy.admin_listen = a.clone();
         }
         if let Some(a) = &self.http_listen {
-            c.proxy.http_listen = a.clone();
+            fc.proxy.http_listen = a.clone();
+        }
+    }
+
+    /// The flag that set `field` (`proxy.admin_listen` → `--admin-listen`), if one did.
+    fn flag_for(&self, field: &str) -> Option<&'static str> {
+        match field {
+            "proxy.workers" if self.workers.is_some() => Some("--workers"),
+            "proxy.runtime" if self.runtime.is_some() => Some("--runtime"),
+            "proxy.admin_listen" if self.admin_listen.is_some() => Some("--admin-listen"),
+            "proxy.http_listen" if self.http_listen.is_some() => Some("--http-listen"),
+            _ => None,
         }
     }
 }
@@ -419,89 +545,151 @@ impl FileConfig {
         toml::from_str(src)
     }
 
-    /// Checks what types cannot: references between rows, address syntax, hash syntax.
+    /// Checks what types cannot: references between rows, address syntax, hash syntax, and
+    /// settings that are unsafe together. Every source goes through it: the file (with the
+    /// command line over it), the saved configuration, SIGHUP and `LOAD … TO RUNTIME`. Each
+    /// section has its own method; the query rules are checked by compiling them.
     fn problems(&self) -> Vec<Problem> {
-        use PathPart::{Index, Key};
         let mut out = Vec::new();
-        if self.proxy.listen.is_empty() {
-            out.push(problem(vec![Key("proxy"), Key("listen")], "at least one address is needed"));
+        self.check_proxy(&mut out);
+        self.check_exposure(&mut out);
+        self.check_tls(&mut out);
+        self.check_pool(&mut out);
+        self.check_stats(&mut out);
+        self.check_querylog(&mut out);
+        self.check_servers(&mut out);
+        self.check_users(&mut out);
+        out
+    }
+
+    /// `[proxy]`, its own fields and the rows `backend_users` needs.
+    fn check_proxy(&self, out: &mut Vec<Problem>) {
+        use PathPart::{Index, Key};
+        let at = |k| vec![Key("proxy"), Key(k)];
+        let proxy = &self.proxy;
+        if proxy.listen.is_empty() {
+            out.push(problem(at("listen"), "at least one address is needed"));
         }
-        for (i, a) in self.proxy.listen.iter().enumerate() {
+        for (i, a) in proxy.listen.iter().enumerate() {
             if a.parse::<SocketAddr>().is_err() {
                 out.push(problem(vec![Key("proxy"), Key("listen"), Index(i)], format!("`{a}` is not an IP:port address")));
             }
         }
-        for (field, addr) in [("admin_listen", &self.proxy.admin_listen), ("http_listen", &self.proxy.http_listen)] {
+        for (field, addr) in [("admin_listen", &proxy.admin_listen), ("http_listen", &proxy.http_listen)] {
             if !addr.is_empty() && addr.parse::<SocketAddr>().is_err() {
-                out.push(problem(vec![Key("proxy"), Key(field)], format!("`{addr}` is not an IP:port address (\"\" turns it off)")));
+                out.push(problem(at(field), format!("`{addr}` is not an IP:port address (\"\" turns it off)")));
             }
         }
-        match admin_logins(&self.proxy.admin_credentials) {
-            Err(message) => out.push(problem(vec![Key("proxy"), Key("admin_credentials")], message)),
-            Ok(logins) => {
-                let exposed = self.proxy.admin_listen.parse::<SocketAddr>().is_ok_and(|a| !a.ip().is_loopback());
-                if exposed && logins.iter().any(|(u, p)| *u == "admin" && *p == "admin") {
-                    out.push(problem(
-                        vec![Key("proxy"), Key("admin_credentials")],
-                        "the default admin:admin is refused when admin_listen is not a loopback address; choose your own",
-                    ));
-                }
-            }
+        if let Err(message) = admin_logins(&proxy.admin_credentials) {
+            out.push(problem(at("admin_credentials"), message));
         }
-        if self.stats.max_digests_per_worker == 0 {
-            out.push(problem(vec![Key("stats"), Key("max_digests_per_worker")], "must be at least 1"));
+        if proxy.workers == Some(0) {
+            out.push(problem(at("workers"), "must be at least 1"));
         }
-        if self.querylog.enabled && self.querylog.path.is_none() {
-            out.push(problem(vec![Key("querylog"), Key("path")], "is needed when the query log is enabled"));
-        }
-        if self.proxy.workers == Some(0) {
-            out.push(problem(vec![Key("proxy"), Key("workers")], "must be at least 1"));
-        }
-        let plugin = self.proxy.default_auth_plugin.as_str();
+        let plugin = proxy.default_auth_plugin.as_str();
         if plugin != proto::auth::MYSQL_NATIVE_PASSWORD && plugin != proto::auth::CACHING_SHA2_PASSWORD {
             out.push(problem(
-                vec![Key("proxy"), Key("default_auth_plugin")],
+                at("default_auth_plugin"),
                 format!("`{plugin}` is not supported (mysql_native_password or caching_sha2_password)"),
             ));
         }
-        if self.proxy.buffer_low_watermark >= self.proxy.buffer_high_watermark || self.proxy.buffer_high_watermark < 16 << 10 {
-            out.push(problem(vec![Key("proxy"), Key("buffer_high_watermark")], "must be at least 16384 and above buffer_low_watermark"));
+        if proxy.buffer_low_watermark >= proxy.buffer_high_watermark || proxy.buffer_high_watermark < 16 << 10 {
+            out.push(problem(at("buffer_high_watermark"), "must be at least 16384 and above buffer_low_watermark"));
         }
-        if self.proxy.backend_users && self.monitor.as_ref().is_none_or(|m| m.username.is_empty()) {
+        if proxy.backend_users && self.monitor.as_ref().is_none_or(|m| m.username.is_empty()) {
+            out.push(problem(at("backend_users"), "needs a [monitor] section with a username to read the backend's accounts"));
+        }
+        if proxy.backend_users && !self.mysql_servers.iter().any(|s| s.hostgroup_id == proxy.backend_users_hostgroup) {
             out.push(problem(
-                vec![Key("proxy"), Key("backend_users")],
-                "needs a [monitor] section with a username to read the backend's accounts",
+                at("backend_users_hostgroup"),
+                format!("hostgroup {} has no [[mysql_servers]] row", proxy.backend_users_hostgroup),
             ));
         }
-        if self.pool.max_statements_per_connection == 0 || self.pool.max_statements == 0 {
-            let field = if self.pool.max_statements == 0 { "max_statements" } else { "max_statements_per_connection" };
-            out.push(problem(vec![Key("pool"), Key(field)], "must be at least 1"));
+    }
+
+    /// The default admin:admin guards the admin port and the HTTP port (Basic auth off
+    /// loopback): refused when either listens beyond loopback, wherever the address came from.
+    fn check_exposure(&self, out: &mut Vec<Problem>) {
+        use PathPart::Key;
+        let Ok(logins) = admin_logins(&self.proxy.admin_credentials) else { return };
+        if !logins.iter().any(|(u, p)| *u == "admin" && *p == "admin") {
+            return;
         }
+        let exposed = [("admin_listen", &self.proxy.admin_listen), ("http_listen", &self.proxy.http_listen)]
+            .into_iter()
+            .find(|(_, addr)| addr.parse::<SocketAddr>().is_ok_and(|a| !a.ip().is_loopback()));
+        if let Some((field, addr)) = exposed {
+            out.push(problem(
+                vec![Key("proxy"), Key("admin_credentials")],
+                format!("the default admin:admin is refused while {field} (`{addr}`) is not a loopback address; choose your own"),
+            ));
+        }
+    }
+
+    /// `[tls]`.
+    fn check_tls(&self, out: &mut Vec<Problem>) {
+        use PathPart::Key;
         if self.tls.cert.is_some() != self.tls.key.is_some() {
             out.push(problem(vec![Key("tls"), Key(if self.tls.cert.is_some() { "key" } else { "cert" })], "cert and key go together"));
         }
+    }
+
+    /// `[pool]`.
+    fn check_pool(&self, out: &mut Vec<Problem>) {
+        use PathPart::Key;
+        for (field, value) in
+            [("max_statements_per_connection", self.pool.max_statements_per_connection), ("max_statements", self.pool.max_statements)]
+        {
+            if value == 0 {
+                out.push(problem(vec![Key("pool"), Key(field)], "must be at least 1"));
+            }
+        }
+    }
+
+    /// `[stats]`.
+    fn check_stats(&self, out: &mut Vec<Problem>) {
+        use PathPart::Key;
+        if self.stats.max_digests_per_worker == 0 {
+            out.push(problem(vec![Key("stats"), Key("max_digests_per_worker")], "must be at least 1"));
+        }
+    }
+
+    /// `[querylog]`.
+    fn check_querylog(&self, out: &mut Vec<Problem>) {
+        use PathPart::Key;
+        if self.querylog.enabled && self.querylog.path.is_none() {
+            out.push(problem(vec![Key("querylog"), Key("path")], "is needed when the query log is enabled"));
+        }
+    }
+
+    /// `[[mysql_servers]]`.
+    fn check_servers(&self, out: &mut Vec<Problem>) {
+        use PathPart::{Index, Key};
         if self.mysql_servers.is_empty() {
             out.push(problem(vec![Key("mysql_servers")], "at least one [[mysql_servers]] row is needed"));
         }
         for (i, s) in self.mysql_servers.iter().enumerate() {
+            let at = |k| vec![Key("mysql_servers"), Index(i), Key(k)];
             if s.hostname.trim().is_empty() {
-                out.push(problem(vec![Key("mysql_servers"), Index(i), Key("hostname")], "must not be empty"));
+                out.push(problem(at("hostname"), "must not be empty"));
             }
             if s.port == 0 {
-                out.push(problem(vec![Key("mysql_servers"), Index(i), Key("port")], "must not be 0"));
+                out.push(problem(at("port"), "must not be 0"));
             }
             if s.max_connections == 0 {
-                out.push(problem(vec![Key("mysql_servers"), Index(i), Key("max_connections")], "must be at least 1"));
+                out.push(problem(at("max_connections"), "must be at least 1"));
             }
             let dup =
                 self.mysql_servers[..i].iter().any(|o| o.hostgroup_id == s.hostgroup_id && o.hostname == s.hostname && o.port == s.port);
             if dup {
-                out.push(problem(
-                    vec![Key("mysql_servers"), Index(i), Key("hostname")],
-                    format!("{}:{} is already in hostgroup {}", s.hostname, s.port, s.hostgroup_id),
-                ));
+                out.push(problem(at("hostname"), format!("{}:{} is already in hostgroup {}", s.hostname, s.port, s.hostgroup_id)));
             }
         }
+    }
+
+    /// `[[mysql_users]]`.
+    fn check_users(&self, out: &mut Vec<Problem>) {
+        use PathPart::{Index, Key};
         if self.mysql_users.is_empty() && !self.proxy.backend_users {
             out.push(problem(vec![Key("mysql_users")], "at least one [[mysql_users]] row is needed (or proxy.backend_users = true)"));
         }
@@ -526,13 +714,6 @@ impl FileConfig {
                 out.push(problem(at("backend_password"), "must be plain text: sluice logs in to the backend with it"));
             }
         }
-        if self.proxy.backend_users && !self.mysql_servers.iter().any(|s| s.hostgroup_id == self.proxy.backend_users_hostgroup) {
-            out.push(problem(
-                vec![Key("proxy"), Key("backend_users_hostgroup")],
-                format!("hostgroup {} has no [[mysql_servers]] row", self.proxy.backend_users_hostgroup),
-            ));
-        }
-        out
     }
 
     /// Validates and resolves into a `Config`. `src` (the file text) is used to locate problems.
@@ -570,6 +751,22 @@ impl FileConfig {
             rules,
             proxy: self.proxy,
         })
+    }
+
+    /// What start-up does with a configuration, `--check` and SIGHUP too: the command line put
+    /// over it, validated whole, then the files and directories it names checked (without
+    /// binding ports). A problem with a setting the command line gave is named by its flag.
+    pub fn resolve(mut self, overrides: &Overrides, file: Option<&Path>, src: Option<&str>) -> Result<Config, ConfigError> {
+        overrides.apply_to(&mut self);
+        let by_flag = |e: ConfigError| match overrides.flag_for(&e.field) {
+            Some(flag) => ConfigError { file: None, line: None, field: flag.into(), message: e.message },
+            None => e,
+        };
+        let config = self.validate(file, src).map_err(by_flag)?;
+        match config.resource_problems().first() {
+            Some(p) => Err(locate_problem(file, src, p)),
+            None => Ok(config),
+        }
     }
 
     /// The query rules, compiled: the same step the admin port's LOAD will take.
@@ -613,19 +810,20 @@ fn field_name(path: &[PathPart]) -> String {
 
 fn locate_problem(file: Option<&Path>, src: Option<&str>, p: &Problem) -> ConfigError {
     let line = src.and_then(|src| {
-        let doc = toml_edit::Document::parse(src).ok()?;
+        let root = toml::de::DeTable::parse(src).ok()?;
+        let root = toml::de::DeValue::Table(root.into_inner());
         // Walk as far down the path as the document goes; report the deepest thing found.
-        let mut item = doc.as_item();
+        let mut value = &root;
         let mut span = None;
         for part in &p.path {
             let next = match part {
-                PathPart::Key(k) => item.get(k),
-                PathPart::Index(i) => item.get(*i),
+                PathPart::Key(k) => value.get(*k),
+                PathPart::Index(i) => value.get(*i),
             };
             match next {
                 Some(n) => {
-                    item = n;
-                    span = n.span().or(span);
+                    value = n.get_ref();
+                    span = Some(n.span());
                 }
                 None => break,
             }
@@ -661,8 +859,8 @@ fn locate_parse_error(file: &Path, src: &str, e: &toml::de::Error) -> ConfigErro
     ConfigError { file: Some(file.to_path_buf()), line, field, message: e.message().trim().to_string() }
 }
 
-/// Reads and validates a config file.
-pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
+/// Reads a config file and resolves it with the command line over it (`FileConfig::resolve`).
+pub fn load_file(path: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
     let src = std::fs::read_to_string(path).map_err(|e| ConfigError {
         file: Some(path.to_path_buf()),
         line: None,
@@ -670,7 +868,7 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
         message: format!("cannot read: {e}"),
     })?;
     let parsed = FileConfig::parse(&src).map_err(|e| locate_parse_error(path, &src, &e))?;
-    parsed.validate(Some(path), Some(&src))
+    parsed.resolve(overrides, Some(path), Some(&src))
 }
 
 /// The quick-start form: one backend, one user who is both the client and the backend login.
@@ -786,5 +984,99 @@ default_hostgroup = 0
         assert_eq!((c.servers[0].hostname.as_str(), c.servers[0].port), ("127.0.0.1", 3307));
         assert_eq!(c.users[0].username, "app");
         assert!(quick_start(vec![], "127.0.0.1:x", "a", "").is_err());
+    }
+
+    fn resolve(src: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let path = Path::new("sluice.toml");
+        FileConfig::parse(src).unwrap().resolve(overrides, Some(path), Some(src))
+    }
+
+    #[test]
+    fn default_admin_credentials_are_refused_off_loopback_from_the_file_or_a_flag() {
+        let exposed = |e: ConfigError| {
+            assert_eq!(e.field, "proxy.admin_credentials", "{e}");
+            assert!(e.message.contains("admin:admin"), "{e}");
+        };
+        exposed(load(&GOOD.replace("[proxy]", "[proxy]\nadmin_listen = \"0.0.0.0:6032\"")).unwrap_err());
+        exposed(load(&GOOD.replace("[proxy]", "[proxy]\nhttp_listen = \"0.0.0.0:6070\"")).unwrap_err());
+        let flag = Overrides { admin_listen: Some("0.0.0.0:7032".into()), ..Overrides::default() };
+        exposed(resolve(GOOD, &flag).unwrap_err());
+        let flag = Overrides { http_listen: Some("[::]:7070".into()), ..Overrides::default() };
+        exposed(resolve(GOOD, &flag).unwrap_err());
+        // Credentials of one's own make both fine; so does a loopback address.
+        let own = GOOD.replace("[proxy]", "[proxy]\nadmin_credentials = \"ops:s3cret\"");
+        assert!(resolve(&own, &flag).is_ok());
+        let flag = Overrides { http_listen: Some("127.0.0.2:7070".into()), ..Overrides::default() };
+        assert!(resolve(GOOD, &flag).is_ok());
+        // The same check refuses it when it comes through the admin port (any later validate).
+        let mut fc = FileConfig::parse(GOOD).unwrap();
+        fc.proxy.http_listen = "0.0.0.0:6070".into();
+        exposed(fc.validate_after(None, None, None).unwrap_err());
+    }
+
+    #[test]
+    fn a_bad_flag_is_named_by_the_flag() {
+        let flag = Overrides { admin_listen: Some("nowhere".into()), ..Overrides::default() };
+        let e = resolve(GOOD, &flag).unwrap_err();
+        assert_eq!((e.field.as_str(), e.line, e.file.as_deref()), ("--admin-listen", None, None), "{e}");
+        assert!(e.to_string().starts_with("--admin-listen: `nowhere` is not an IP:port address"), "{e}");
+        let e = resolve(GOOD, &Overrides { workers: Some(0), ..Overrides::default() }).unwrap_err();
+        assert_eq!(e.to_string(), "--workers: must be at least 1");
+        let c = resolve(GOOD, &Overrides { workers: Some(3), http_listen: Some(String::new()), ..Overrides::default() }).unwrap();
+        assert_eq!((c.workers, c.proxy.http_listen.as_str()), (3, ""));
+    }
+
+    #[test]
+    fn files_the_config_names_are_checked_as_start_up_uses_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        let at = |field: &str, value: String| GOOD.replace("[proxy]", &format!("[proxy]\n{field} = \"{value}\""));
+        let e = resolve(&at("datadir", format!("{d}/missing")), &Overrides::default()).unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (Some(3), "proxy.datadir"), "{e}");
+        assert!(e.message.contains("does not exist"), "{e}");
+        assert!(resolve(&at("datadir", d.to_string()), &Overrides::default()).is_ok());
+        let file = dir.path().join("file");
+        std::fs::write(&file, "not a certificate").unwrap();
+        let e = resolve(&at("datadir", file.display().to_string()), &Overrides::default()).unwrap_err();
+        assert!(e.message.contains("is not a directory"), "{e}");
+
+        let tls = |cert: &str, key: &str| format!("{GOOD}[tls]\ncert = \"{cert}\"\nkey = \"{key}\"\n");
+        let e = resolve(&tls(&format!("{d}/none.pem"), &format!("{d}/none.pem")), &Overrides::default()).unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (Some(13), "tls.cert"), "{e}");
+        assert!(e.message.contains("cannot read"), "{e}");
+        let e = resolve(&tls(&file.display().to_string(), &file.display().to_string()), &Overrides::default()).unwrap_err();
+        assert_eq!(e.field, "tls.cert", "{e}");
+        assert!(e.message.contains("no certificate"), "{e}");
+        // Not checked when TLS is off, as start-up does not read them then.
+        let off = tls(&format!("{d}/none.pem"), &format!("{d}/none.pem")).replace("[tls]", "[tls]\nenabled = false");
+        assert!(resolve(&off, &Overrides::default()).is_ok());
+
+        let rsa = format!("{GOOD}[tls]\nrsa_key = \"{}\"\n", file.display());
+        let e = resolve(&rsa, &Overrides::default()).unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (Some(13), "tls.rsa_key"), "{e}");
+
+        let ca = GOOD.replace("port = 3306", &format!("port = 3306\nuse_ssl = 1\nssl_ca = \"{d}/ca.pem\""));
+        let e = resolve(&ca, &Overrides::default()).unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (Some(9), "mysql_servers[0].ssl_ca"), "{e}");
+        assert!(resolve(&ca.replace("use_ssl = 1", "use_ssl = 0"), &Overrides::default()).is_ok());
+
+        let log = |path: String| format!("{GOOD}[querylog]\npath = \"{path}\"\n");
+        let e = resolve(&log(format!("{d}/no/such/dir/q.log")), &Overrides::default()).unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (Some(13), "querylog.path"), "{e}");
+        assert!(resolve(&log(format!("{d}/q.log")), &Overrides::default()).is_ok());
+        assert!(!dir.path().join("q.log").exists(), "checking does not create the log");
+    }
+
+    #[test]
+    fn problems_deep_in_arrays_are_located() {
+        let src = GOOD.replace("listen = [\"127.0.0.1:6033\"]", "listen = [\n  \"127.0.0.1:6033\",\n  \"nowhere\",\n]");
+        let e = load(&src).unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (Some(5), "proxy.listen[1]"), "{e}");
+        let two = format!("{GOOD}[[mysql_users]]\nusername = \"app\"\n\ndefault_hostgroup = 9\n");
+        let e = load(&two).unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (Some(15), "mysql_users[1].default_hostgroup"), "{e}");
+        // A field left out: the row's own line.
+        let e = load(&GOOD.replace("hostgroup_id = 0", "hostgroup_id = 1").replace("default_hostgroup = 0\n", "")).unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (Some(8), "mysql_users[0].default_hostgroup"), "{e}");
     }
 }

@@ -13,13 +13,13 @@ struct Args {
     /// TOML configuration file.
     #[arg(long, short = 'c')]
     config: Option<PathBuf>,
-    /// Quick start: address to listen on (repeatable).
+    /// Quick start: address to listen on, IP:port (repeatable) [default: 127.0.0.1:6033].
     #[arg(long)]
     listen: Vec<String>,
-    /// Quick start: the backend server, host:port.
+    /// Quick start: the backend server, host:port (port 3306 when left out).
     #[arg(long)]
     backend: Option<String>,
-    /// Quick start: the login clients use, and sluice uses on the backend.
+    /// Quick start: the login clients use, and sluice uses on the backend [default: root].
     #[arg(long)]
     user: Option<String>,
     /// Quick start: that login's password.
@@ -28,20 +28,22 @@ struct Args {
     /// Worker threads (default: config, else the number of cores).
     #[arg(long)]
     workers: Option<usize>,
-    /// Runtime kind (default: config, else per-core).
+    /// Runtime kind (default: config, else steal).
     #[arg(long, value_enum)]
     runtime: Option<RuntimeKind>,
-    /// The admin SQL port (overrides the config; "" turns it off).
+    /// The admin SQL port, IP:port (overrides the config, default 127.0.0.1:6032; "" turns it off).
     #[arg(long)]
     admin_listen: Option<String>,
-    /// The HTTP port: metrics, health, dashboard (overrides the config; "" turns it off).
+    /// The HTTP port: metrics, health, dashboard (overrides the config, default 127.0.0.1:6070;
+    /// "" turns it off).
     #[arg(long)]
     http_listen: Option<String>,
     /// Replace the configuration saved in the datadir (SAVE … TO DISK) with the file's; without
     /// it, a saved configuration wins over the file (docs/admin.md).
     #[arg(long)]
     initial: bool,
-    /// Check the configuration and exit.
+    /// Check the configuration as start-up does (files, certificates, datadir; no ports bound)
+    /// and exit: 0 if it is good, 2 if not.
     #[arg(long)]
     check: bool,
 }
@@ -53,52 +55,63 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let loaded = match (&args.config, &args.backend) {
-        (Some(path), _) => config::load_file(path),
-        (None, Some(backend)) => config::quick_start(args.listen.clone(), backend, args.user.as_deref().unwrap_or("root"), &args.password),
-        (None, None) => {
-            eprintln!("sluice: give --config FILE, or --backend HOST:PORT --user NAME [--password PW] [--listen ADDR]");
-            return ExitCode::from(2);
-        }
-    };
-    let mut config = match loaded {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("sluice: bad configuration: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    if args.workers == Some(0) {
-        eprintln!("sluice: bad configuration: --workers must be at least 1");
-        return ExitCode::from(2);
-    }
-    for (flag, given) in [("--admin-listen", &args.admin_listen), ("--http-listen", &args.http_listen)] {
-        if let Some(addr) = given.as_deref().filter(|a| !a.is_empty() && a.parse::<std::net::SocketAddr>().is_err()) {
-            eprintln!("sluice: bad configuration: {flag}: `{addr}` is not an IP:port address (\"\" turns it off)");
-            return ExitCode::from(2);
-        }
-    }
     let overrides = config::Overrides {
         workers: args.workers,
         runtime: args.runtime,
         admin_listen: args.admin_listen.clone(),
         http_listen: args.http_listen.clone(),
     };
-    overrides.apply(&mut config);
+    // Whatever its source, the configuration is checked with the command line over it.
+    let loaded = match (&args.config, &args.backend) {
+        (Some(path), _) => config::load_file(path, &overrides),
+        (None, Some(backend)) => config::quick_start(args.listen.clone(), backend, args.user.as_deref().unwrap_or("root"), &args.password)
+            .and_then(|c| c.to_file().resolve(&overrides, None, None)),
+        (None, None) => {
+            eprintln!("sluice: give --config FILE, or --backend HOST:PORT --user NAME [--password PW] [--listen ADDR]");
+            return ExitCode::from(2);
+        }
+    };
+    let config = match loaded {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("sluice: bad configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if args.check {
+        if let Some(db) = config.proxy.datadir.as_ref().map(|d| d.join("sluice.db")).filter(|db| db.exists() && !args.initial) {
+            eprintln!(
+                "sluice: note: a configuration saved in {} (SAVE … TO DISK) wins over the file at start-up; --check does not read it",
+                db.display()
+            );
+        }
         println!("configuration OK");
         return ExitCode::SUCCESS;
     }
+    // Caught from here on: a SIGHUP while starting would otherwise end the process.
+    let signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sluice: cannot start: signal handlers: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let options =
         sluice::admin::startup::StartOptions { initial: args.initial, config_file: args.config.clone(), overrides: overrides.clone() };
     let server = match sluice::Server::start_with(config, &options) {
         Ok(s) => s,
         Err(e) => {
+            // A configuration problem found at start-up (the one saved in the datadir) exits as a
+            // bad file does; anything else (a port in use) is a failure to start.
+            if let Some(bad) = e.downcast_ref::<config::ConfigError>() {
+                eprintln!("sluice: bad configuration: {bad}");
+                return ExitCode::from(2);
+            }
             eprintln!("sluice: cannot start: {e:#}");
             return ExitCode::from(1);
         }
     };
-    wait_for_signal(|| {
+    signals.wait(|| {
         if let Some(path) = &args.config {
             reload(&server, path, &overrides);
         }
@@ -109,37 +122,47 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Waits for SIGTERM or SIGINT, calling `on_hup` at each SIGHUP meanwhile.
-fn wait_for_signal(mut on_hup: impl FnMut()) {
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(_) => return,
-    };
-    rt.block_on(async {
+/// SIGTERM, SIGINT and SIGHUP, on a small runtime of their own.
+struct Signals {
+    rt: tokio::runtime::Runtime,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
         use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
-            (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
-        else {
-            return;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let (term, int, hup) = {
+            let _in_rt = rt.enter();
+            (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?, signal(SignalKind::hangup())?)
         };
-        loop {
-            tokio::select! {
-                _ = term.recv() => return,
-                _ = int.recv() => return,
-                _ = hup.recv() => on_hup(),
+        Ok(Signals { rt, term, int, hup })
+    }
+
+    /// Waits for SIGTERM or SIGINT, calling `on_hup` at each SIGHUP meanwhile.
+    fn wait(self, mut on_hup: impl FnMut()) {
+        let Signals { rt, mut term, mut int, mut hup } = self;
+        rt.block_on(async {
+            loop {
+                tokio::select! {
+                    _ = term.recv() => return,
+                    _ = int.recv() => return,
+                    _ = hup.recv() => on_hup(),
+                }
             }
-        }
-    });
+        });
+    }
 }
 
 /// SIGHUP: the whole file goes live if it is valid and can be put in force (its ports bound);
 /// otherwise the error is logged and the running configuration stays.
 fn reload(server: &sluice::Server, path: &std::path::Path, overrides: &config::Overrides) {
-    let mut config = match config::load_file(path) {
+    let config = match config::load_file(path, overrides) {
         Ok(c) => c,
         Err(e) => return tracing::error!("reload rejected, running configuration kept: {e}"),
     };
-    overrides.apply(&mut config);
     match sluice::admin::startup::apply_file(&server.admin, config) {
         Ok(applied) => {
             tracing::info!(file = %path.display(), "reload: configuration in force");

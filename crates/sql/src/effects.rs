@@ -109,9 +109,25 @@ pub fn effects(sql: &[u8]) -> Effects {
 /// First keywords whose statement may have effects by itself. Others only through a user
 /// variable, one of the functions or a later statement, which `mentions_effects` finds.
 fn opens_effect_statement(word: &[u8]) -> bool {
-    ["SET", "CREATE", "LOCK", "UNLOCK", "FLUSH", "XA", "HANDLER", "PREPARE", "DEALLOCATE", "DROP", "USE", "BACKUP", "SAVEPOINT", "COMMIT", "ROLLBACK"]
-        .iter()
-        .any(|k| word.eq_ignore_ascii_case(k.as_bytes()))
+    [
+        "SET",
+        "CREATE",
+        "LOCK",
+        "UNLOCK",
+        "FLUSH",
+        "XA",
+        "HANDLER",
+        "PREPARE",
+        "DEALLOCATE",
+        "DROP",
+        "USE",
+        "BACKUP",
+        "SAVEPOINT",
+        "COMMIT",
+        "ROLLBACK",
+    ]
+    .iter()
+    .any(|k| word.eq_ignore_ascii_case(k.as_bytes()))
 }
 
 /// Cheap pre-check: an `@`, a `;` followed by more text, or (around an `_`) a name starting

@@ -9,7 +9,7 @@
 use super::exec::Admin;
 use super::AdminPort;
 use super::{Layer, Module, Store};
-use crate::config::{Config, Overrides};
+use crate::config::{Config, ConfigError, Overrides};
 use crate::control::{Applied, ReloadError};
 use std::path::PathBuf;
 
@@ -43,10 +43,13 @@ pub fn open(file: Config, opts: &StartOptions) -> anyhow::Result<(Admin, Config)
                 .map_err(|e| anyhow::anyhow!("the configuration saved in {}: {e}", db.as_deref().unwrap_or("")))?;
         }
         saved.proxy.datadir = datadir.clone();
-        let mut config = saved.clone().validate(None, None).map_err(|e| {
-            anyhow::anyhow!("the configuration saved in {}: {}", db.as_deref().unwrap_or(""), super::describe_config_error(&saved, &e))
+        // Checked as the file is, command line included; a problem is a configuration error.
+        let config = saved.clone().resolve(&opts.overrides, None, None).map_err(|e| ConfigError {
+            file: None,
+            line: None,
+            field: String::new(),
+            message: format!("the configuration saved in {}: {}", db.as_deref().unwrap_or(""), super::describe_config_error(&saved, &e)),
         })?;
-        opts.overrides.apply(&mut config);
         for m in Module::ALL {
             store.copy(m, Layer::Disk, Layer::Memory)?;
         }

@@ -373,8 +373,62 @@ fn auth_reply(plugin: &str, cred: &Credential, nonce: &[u8], tls: bool) -> Optio
 pub async fn connect(p: &ConnectParams<'_>) -> Result<Backend, BackendError> {
     let server = p.server.name.to_string();
     match tokio::time::timeout(p.timeout, connect_inner(p)).await {
+        Ok(Err(e)) => {
+            warn_login_failed(&server, p.username, &e);
+            Err(e)
+        }
         Ok(r) => r,
         Err(_) => Err(BackendError::Timeout { server, ms: p.timeout.as_millis() }),
+    }
+}
+
+/// How often the same failed login (server, user, error code) is logged at most.
+const LOGIN_WARNING_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Failed logins warned about, by (server, user, error code): when last, and how many since.
+type LoginWarnings = std::collections::HashMap<(String, String, u16), (Instant, u64)>;
+static LOGIN_WARNINGS: std::sync::Mutex<Option<LoginWarnings>> = std::sync::Mutex::new(None);
+
+/// Logs a login the backend refused (its error code and message) or that sluice could not
+/// complete, at warn: otherwise a client sees only the server's error and the log says nothing.
+/// The same failure is logged once per interval, with how many were left out meanwhile.
+fn warn_login_failed(server: &str, user: &str, e: &BackendError) {
+    let (code, what) = match e {
+        BackendError::Rejected { code, sqlstate, message, .. } => {
+            (*code, format!("error {code} ({}): {message}", String::from_utf8_lossy(sqlstate)))
+        }
+        BackendError::Protocol { what, .. } => (0, what.clone()),
+        _ => return,
+    };
+    let repeated = {
+        let mut warned = LOGIN_WARNINGS.lock().unwrap_or_else(|p| p.into_inner());
+        let warned = warned.get_or_insert_with(Default::default);
+        if warned.len() >= 4096 {
+            warned.retain(|_, (last, _)| last.elapsed() < LOGIN_WARNING_INTERVAL);
+            if warned.len() >= 4096 {
+                warned.clear();
+            }
+        }
+        let now = Instant::now();
+        match warned.get_mut(&(server.to_string(), user.to_string(), code)) {
+            Some((last, since)) if now.duration_since(*last) < LOGIN_WARNING_INTERVAL => {
+                *since += 1;
+                return;
+            }
+            Some((last, since)) => {
+                *last = now;
+                std::mem::take(since)
+            }
+            None => {
+                warned.insert((server.to_string(), user.to_string(), code), (now, 0));
+                0
+            }
+        }
+    };
+    if repeated > 0 {
+        tracing::warn!(server, user, "backend login failed: {what} ({repeated} more times since this was last logged)");
+    } else {
+        tracing::warn!(server, user, "backend login failed: {what}");
     }
 }
 
@@ -579,7 +633,11 @@ impl Backend {
         let server = self.server.name.to_string();
         self.conn.write_all(&out).await.map_err(|e| BackendError::Lost { server: server.clone(), source: e })?;
         let login = AuthLogin { server: &server, username, credential, is_tls };
-        auth_exchange(&mut self.conn, &login, plugin, self.greeting.nonce.clone()).await
+        let r = auth_exchange(&mut self.conn, &login, plugin, self.greeting.nonce.clone()).await;
+        if let Err(e) = &r {
+            warn_login_failed(&server, username, e);
+        }
+        r
     }
 }
 
