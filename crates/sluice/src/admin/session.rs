@@ -50,11 +50,18 @@ pub async fn run(shared: Arc<Shared>, tcp: tokio::net::TcpStream, peer: SocketAd
             Some(COM_QUIT) | None => return,
             Some(COM_QUERY) => {
                 let sql = String::from_utf8_lossy(&payload[1..]).into_owned();
-                let shared = shared.clone();
-                // SQLite work is blocking: keep it off the async workers.
-                let answer = tokio::task::spawn_blocking(move || super::exec::execute(&shared, &sql))
-                    .await
-                    .unwrap_or_else(|_| Err(AdminError::Unsupported("the admin statement failed inside sluice".into())));
+                let on_thread = shared.clone();
+                // SQLite work is blocking: keep it off the async workers. At shutdown it is
+                // interrupted, so the runtime (which waits for blocking work) can stop.
+                let mut job = tokio::task::spawn_blocking(move || super::exec::execute(&on_thread, &sql));
+                let answer = tokio::select! {
+                    done = &mut job => done,
+                    _ = shared.shutdown.cancelled() => {
+                        shared.admin.interrupt();
+                        job.await
+                    }
+                };
+                let answer = answer.unwrap_or_else(|_| Err(AdminError::Unsupported("the admin statement failed inside sluice".into())));
                 match answer {
                     Ok(output) => output.write(&mut out, &mut seq, status, deprecate_eof),
                     Err(e) => proto::packet::write_err(&mut out, &mut seq, ER_ADMIN_REFUSED, SQLSTATE_GENERAL, &e.to_string()),
