@@ -212,7 +212,9 @@ impl Store {
             return Ok(());
         }
         let _internal = self.fence.internal();
-        self.conn.query_row(&format!("PRAGMA hard_heap_limit = {bytes}"), [], |_| Ok(()))?;
+        // `PRAGMA hard_heap_limit` can only lower the limit; raising it takes the C call.
+        // SAFETY: a thread-safe SQLite function taking and returning plain integers.
+        unsafe { rusqlite::ffi::sqlite3_hard_heap_limit64(bytes as i64) };
         let page: u64 = self.conn.query_row("PRAGMA disk.page_size", [], |r| r.get::<_, i64>(0))?.max(512) as u64;
         self.conn.query_row(&format!("PRAGMA disk.max_page_count = {}", bytes / page), [], |_| Ok(()))?;
         self.memory_limit = bytes;
