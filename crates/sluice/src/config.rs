@@ -70,6 +70,13 @@ pub struct ProxySection {
     pub admin_credentials: String,
     /// HTTP: /metrics, /healthz, /readyz, JSON and the dashboard; "" turns it off.
     pub http_listen: String,
+    /// The longest one admin statement may run (0: no limit); longer ones are stopped.
+    pub admin_statement_timeout_ms: u64,
+    /// The most memory the admin store (SQLite) may use, and the largest result an admin
+    /// statement may return.
+    pub admin_memory_limit_bytes: u64,
+    /// The most rows `LOAD … TO RUNTIME` accepts in one table.
+    pub admin_max_rows_per_table: u64,
     /// Holds `sluice.db`, the admin port's saved configuration (SAVE … TO DISK). Without it the
     /// disk layer lives in memory until the process ends.
     pub datadir: Option<PathBuf>,
@@ -96,6 +103,9 @@ impl Default for ProxySection {
             admin_listen: "127.0.0.1:6032".into(),
             admin_credentials: "admin:admin".into(),
             http_listen: "127.0.0.1:6070".into(),
+            admin_statement_timeout_ms: 10_000,
+            admin_memory_limit_bytes: 512 << 20,
+            admin_max_rows_per_table: 10_000,
             datadir: None,
         }
     }

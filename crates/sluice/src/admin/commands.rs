@@ -1,9 +1,11 @@
 //! Admin statements that are not plain SQL (side path: admin port): ProxySQL's LOAD/SAVE
 //! between layers, and what MySQL clients send on connect, which ProxySQL answers itself.
-//! Everything else goes to SQLite as it is.
+//! Everything else goes to SQLite as it is. Statements are read with the SQL lexer, so comments
+//! and spacing anywhere are fine.
 
 use super::schema::StatsTable;
 use super::{Layer, Module};
+use sql::lexer::{code_tokens, Kind, Token};
 
 /// A recognised admin statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,9 +26,11 @@ pub enum AdminCommand {
     /// `SELECT DATABASE()`.
     SelectDatabase,
     ShowDatabases,
-    /// `SHOW TABLES [FROM|IN db]`.
+    /// `SHOW TABLES [FROM|IN db] [LIKE 'pattern']`: `main`'s tables unless `db` is given,
+    /// as in ProxySQL.
     ShowTables {
         from: Option<String>,
+        like: Option<String>,
     },
     /// `SHOW CREATE TABLE [db.]t`.
     ShowCreateTable {
@@ -65,36 +69,100 @@ impl AdminCommand {
     }
 }
 
-/// Recognises an admin statement (case-insensitive, spacing free, an optional trailing `;`);
-/// `None`: plain SQL for SQLite.
+/// Recognises an admin statement (case-insensitive; comments, spacing and a trailing `;`
+/// anywhere); `None`: plain SQL for SQLite (several statements in one are always SQLite's).
 pub fn parse(sql: &str) -> Option<AdminCommand> {
-    let text = sql.trim().trim_end_matches(';').trim_end();
-    let words: Vec<String> = text.split_whitespace().map(str::to_ascii_uppercase).collect();
+    let mut tokens: Vec<Token> = code_tokens(sql.as_bytes()).collect();
+    let t = Tokens { sql, tokens: &[] };
+    while tokens.last().is_some_and(|tok| t.is_punct(tok, ";")) {
+        tokens.pop();
+    }
+    if tokens.iter().any(|tok| t.is_punct(tok, ";")) {
+        return None;
+    }
+    let t = Tokens { sql, tokens: &tokens };
+    // Words upper-cased; other tokens as written.
+    let words: Vec<String> =
+        tokens.iter().map(|tok| if tok.kind == Kind::Word { t.text(tok).to_ascii_uppercase() } else { t.text(tok).to_string() }).collect();
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
     match w.as_slice() {
         ["LOAD" | "SAVE", ..] => parse_move(&w),
-        ["SELECT", ..] => parse_select(&w[1..]),
+        ["SELECT", rest @ ..] => parse_select(rest),
         ["SHOW", "DATABASES" | "SCHEMAS"] => Some(AdminCommand::ShowDatabases),
-        ["SHOW", "TABLES"] => Some(AdminCommand::ShowTables { from: None }),
-        ["SHOW", "TABLES", "FROM" | "IN", _] => Some(AdminCommand::ShowTables { from: Some(original_word(text, 3)?) }),
-        ["SHOW", "CREATE", "TABLE", _] => Some(AdminCommand::ShowCreateTable { table: unquote(&original_word(text, 3)?) }),
+        ["SHOW", "TABLES", ..] => parse_show_tables(&t, &w),
+        ["SHOW", "CREATE", "TABLE", ..] => match t.name(3)? {
+            (table, next) if next == w.len() => Some(AdminCommand::ShowCreateTable { table }),
+            _ => None,
+        },
         ["SHOW", "PROCESSLIST"] => Some(AdminCommand::ShowProcesslist { full: false }),
         ["SHOW", "FULL", "PROCESSLIST"] => Some(AdminCommand::ShowProcesslist { full: true }),
         ["SHOW", "MYSQL", "STATUS"] => Some(AdminCommand::ShowMysqlStatus),
         ["SHOW", "STATUS", "RATE"] => Some(AdminCommand::ShowStatusRate),
-        ["SHOW", rest @ ..] => parse_show_variables(text, rest),
-        ["SET", ..] => Some(parse_set(text)),
+        ["SHOW", ..] => parse_show_variables(&t, &w),
+        ["SET", ..] => Some(parse_set(&t)),
         _ => None,
     }
 }
 
-/// The `n`th whitespace-separated word of `text` as written (case kept).
-fn original_word(text: &str, n: usize) -> Option<String> {
-    text.split_whitespace().nth(n).map(str::to_string)
+/// A statement's code tokens, with the text they come from.
+struct Tokens<'a> {
+    sql: &'a str,
+    tokens: &'a [Token],
 }
 
-fn unquote(s: &str) -> String {
-    s.split('.').map(|p| p.trim_matches(|c| c == '`' || c == '"')).collect::<Vec<_>>().join(".")
+impl Tokens<'_> {
+    fn text(&self, tok: &Token) -> &str {
+        self.sql.get(tok.start..tok.end).unwrap_or("")
+    }
+
+    fn is_punct(&self, tok: &Token, p: &str) -> bool {
+        tok.kind == Kind::Punct && self.text(tok) == p
+    }
+
+    /// The identifier at `i`, bare, in backticks or in double quotes (SQLite's identifier
+    /// quotes), unquoted.
+    fn ident(&self, i: usize) -> Option<String> {
+        let tok = self.tokens.get(i)?;
+        let text = self.text(tok);
+        match tok.kind {
+            Kind::Word => Some(text.to_string()),
+            Kind::QuotedIdent => Some(unquote(text, '`')),
+            Kind::String if text.starts_with('"') => Some(unquote(text, '"')),
+            _ => None,
+        }
+    }
+
+    /// `name` or `db.name` at `i`, and the index after it.
+    fn name(&self, i: usize) -> Option<(String, usize)> {
+        let first = self.ident(i)?;
+        match self.tokens.get(i + 1) {
+            Some(dot) if self.is_punct(dot, ".") => Some((format!("{first}.{}", self.ident(i + 2)?), i + 3)),
+            _ => Some((first, i + 1)),
+        }
+    }
+
+    /// The string literal at `i`, unquoted (a doubled quote is one quote).
+    fn string(&self, i: usize) -> Option<String> {
+        let tok = self.tokens.get(i)?;
+        let text = self.text(tok);
+        (tok.kind == Kind::String).then(|| unquote(text, text.chars().next().unwrap_or('\'')))
+    }
+
+    /// The text from token `from` to the end, as written.
+    fn rest(&self, from: usize) -> &str {
+        match (self.tokens.get(from), self.tokens.last()) {
+            (Some(a), Some(b)) => self.sql.get(a.start..b.end).unwrap_or(""),
+            _ => "",
+        }
+    }
+}
+
+/// `'it''s'` → `it's`: the outer quotes off, doubled quotes single.
+fn unquote(text: &str, quote: char) -> String {
+    let inner = text.strip_prefix(quote).unwrap_or(text);
+    let inner = inner.strip_suffix(quote).unwrap_or(inner);
+    let q = quote.to_string();
+    inner.replace(&q.repeat(2), &q)
 }
 
 fn parse_move(w: &[&str]) -> Option<AdminCommand> {
@@ -119,7 +187,7 @@ fn parse_move(w: &[&str]) -> Option<AdminCommand> {
 }
 
 fn parse_select(rest: &[&str]) -> Option<AdminCommand> {
-    let expr: String = rest.concat();
+    let expr = rest.concat().to_ascii_uppercase();
     let expr = expr.strip_suffix("LIMIT1").unwrap_or(&expr);
     match expr {
         "@@VERSION_COMMENT" | "@@SESSION.VERSION_COMMENT" | "@@GLOBAL.VERSION_COMMENT" => Some(AdminCommand::VersionComment),
@@ -129,44 +197,51 @@ fn parse_select(rest: &[&str]) -> Option<AdminCommand> {
     }
 }
 
-fn parse_show_variables(text: &str, rest: &[&str]) -> Option<AdminCommand> {
-    let rest = match rest {
-        ["GLOBAL" | "SESSION", rest @ ..] => rest,
-        rest => rest,
-    };
-    match rest {
+/// `SHOW TABLES [FROM|IN db] [LIKE 'pattern']`.
+fn parse_show_tables(t: &Tokens<'_>, w: &[&str]) -> Option<AdminCommand> {
+    let (mut from, mut like, mut i) = (None, None, 2);
+    if matches!(w.get(i), Some(&("FROM" | "IN"))) {
+        let (db, next) = t.name(i + 1)?;
+        from = Some(db);
+        i = next;
+    }
+    if w.get(i) == Some(&"LIKE") {
+        like = Some(t.string(i + 1)?);
+        i += 2;
+    }
+    (i == w.len()).then_some(AdminCommand::ShowTables { from, like })
+}
+
+/// `SHOW [GLOBAL|SESSION] VARIABLES [LIKE 'pattern']`.
+fn parse_show_variables(t: &Tokens<'_>, w: &[&str]) -> Option<AdminCommand> {
+    let at = if matches!(w.get(1), Some(&("GLOBAL" | "SESSION"))) { 2 } else { 1 };
+    match &w[at..] {
         ["VARIABLES"] => Some(AdminCommand::ShowVariables { like: None }),
-        ["VARIABLES", "LIKE", ..] => {
-            // The pattern as written: everything after LIKE, quotes removed.
-            let upper = text.to_ascii_uppercase();
-            let at = upper.find(" LIKE ")? + " LIKE ".len();
-            let pattern = text[at..].trim();
-            let pattern = pattern.strip_prefix(['\'', '"']).and_then(|p| p.strip_suffix(['\'', '"'])).unwrap_or(pattern);
-            Some(AdminCommand::ShowVariables { like: Some(pattern.replace("''", "'")) })
-        }
+        ["VARIABLES", "LIKE", _] => Some(AdminCommand::ShowVariables { like: Some(t.string(at + 2)?) }),
         _ => None,
     }
 }
 
-fn parse_set(text: &str) -> AdminCommand {
-    // `SET name = value`, the name starting with a variable prefix; anything else is ignored.
-    let body = text[3..].trim();
-    if let Some((name, value)) = body.split_once('=') {
-        let name = name.trim().trim_matches('`');
-        let lower = name.to_ascii_lowercase();
-        if ["mysql-", "admin-", "sluice-"].iter().any(|p| lower.starts_with(p)) && !name.contains(char::is_whitespace) {
-            let value = value.trim();
-            let value = match value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')) {
-                Some(v) => v.replace("''", "'"),
-                None => match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
-                    Some(v) => v.to_string(),
-                    None => value.to_string(),
-                },
-            };
-            return AdminCommand::SetVariable { name: lower, value };
-        }
+/// `SET name = value`, the name starting with a variable prefix; any other SET is ignored.
+fn parse_set(t: &Tokens<'_>) -> AdminCommand {
+    let Some(eq) = t.tokens.iter().position(|tok| t.is_punct(tok, "=")) else { return AdminCommand::Set };
+    let name_tokens = &t.tokens[1..eq];
+    // `mysql-threads` is three tokens: written together, with nothing between them.
+    let together = name_tokens.windows(2).all(|p| p[0].end == p[1].start);
+    let (Some(first), Some(last), true) = (name_tokens.first(), name_tokens.last(), together) else { return AdminCommand::Set };
+    let name = match (name_tokens.len(), first.kind) {
+        (1, Kind::QuotedIdent) => unquote(t.text(first), '`'),
+        _ => t.sql.get(first.start..last.end).unwrap_or("").to_string(),
+    };
+    let lower = name.to_ascii_lowercase();
+    if !["mysql-", "admin-", "sluice-"].iter().any(|p| lower.starts_with(p)) {
+        return AdminCommand::Set;
     }
-    AdminCommand::Set
+    let value = match t.tokens.len() - eq - 1 {
+        1 => t.string(eq + 1).unwrap_or_else(|| t.rest(eq + 1).to_string()),
+        _ => t.rest(eq + 1).trim().to_string(),
+    };
+    AdminCommand::SetVariable { name: lower, value }
 }
 
 #[cfg(test)]
@@ -216,6 +291,21 @@ mod tests {
     }
 
     #[test]
+    fn comments_and_several_statements() {
+        let users = Some(Move { module: Module::MysqlUsers, from: Memory, to: Runtime });
+        assert_eq!(parse("/* deploy 42 */ LOAD MYSQL USERS TO RUNTIME"), users);
+        assert_eq!(parse("LOAD MYSQL /* users */ USERS\n-- now\nTO RUNTIME ; -- done"), users);
+        assert_eq!(parse("# from a script\nLOAD MYSQL USERS TO RUNTIME;;"), users);
+        assert_eq!(parse("SHOW /* x */ TABLES"), Some(ShowTables { from: None, like: None }));
+        assert_eq!(parse("SELECT @@version_comment /* cli */ LIMIT 1"), Some(VersionComment));
+        // Several statements are SQLite's to run (or refuse).
+        assert_eq!(parse("LOAD MYSQL USERS TO RUNTIME; SELECT 1"), None);
+        // A word inside a string or a comment is not a keyword.
+        assert_eq!(parse("SELECT 'LOAD MYSQL USERS TO RUNTIME'"), None);
+        assert_eq!(parse("-- LOAD MYSQL USERS TO RUNTIME\nSELECT 1"), None);
+    }
+
+    #[test]
     fn connect_time_and_show_forms() {
         assert_eq!(parse("select @@version_comment limit 1"), Some(VersionComment));
         assert_eq!(parse("SELECT @@version_comment LIMIT 1;"), Some(VersionComment));
@@ -224,9 +314,16 @@ mod tests {
         assert_eq!(parse("SELECT DATABASE()"), Some(SelectDatabase));
         assert_eq!(parse("SELECT * FROM mysql_servers"), None);
         assert_eq!(parse("show databases"), Some(ShowDatabases));
-        assert_eq!(parse("SHOW TABLES"), Some(ShowTables { from: None }));
-        assert_eq!(parse("SHOW TABLES FROM stats"), Some(ShowTables { from: Some("stats".into()) }));
-        assert_eq!(parse("show tables in disk;"), Some(ShowTables { from: Some("disk".into()) }));
+        assert_eq!(parse("SHOW TABLES"), Some(ShowTables { from: None, like: None }));
+        assert_eq!(parse("SHOW TABLES FROM stats"), Some(ShowTables { from: Some("stats".into()), like: None }));
+        assert_eq!(parse("show tables in disk;"), Some(ShowTables { from: Some("disk".into()), like: None }));
+        assert_eq!(
+            parse("SHOW TABLES FROM `stats` LIKE 'stats_mysql%'"),
+            Some(ShowTables { from: Some("stats".into()), like: Some("stats_mysql%".into()) })
+        );
+        assert_eq!(parse("SHOW TABLES LIKE 'runtime%'"), Some(ShowTables { from: None, like: Some("runtime%".into()) }));
+        assert_eq!(parse("SHOW TABLES FROM"), None);
+        assert_eq!(parse("SHOW TABLES FROM stats extra"), None);
         assert_eq!(parse("SHOW CREATE TABLE `mysql_servers`"), Some(ShowCreateTable { table: "mysql_servers".into() }));
         assert_eq!(parse("SHOW CREATE TABLE disk.mysql_users"), Some(ShowCreateTable { table: "disk.mysql_users".into() }));
         assert_eq!(parse("SHOW VARIABLES"), Some(ShowVariables { like: None }));
@@ -255,5 +352,14 @@ mod tests {
             parse("SET mysql-interfaces=\"0.0.0.0:6033;[::]:6033\""),
             Some(SetVariable { name: "mysql-interfaces".into(), value: "0.0.0.0:6033;[::]:6033".into() })
         );
+        assert_eq!(
+            parse("SET /* bigger */ mysql-max_connections = 2000 -- was 1000"),
+            Some(SetVariable { name: "mysql-max_connections".into(), value: "2000".into() })
+        );
+        assert_eq!(
+            parse("SET `admin-http_listen` = 127.0.0.1:0"),
+            Some(SetVariable { name: "admin-http_listen".into(), value: "127.0.0.1:0".into() })
+        );
+        assert_eq!(parse("SET mysql - threads = 4"), Some(Set));
     }
 }

@@ -3,54 +3,127 @@
 //! into a whole new configuration, validates it and swaps it in (`Control::apply`), then shows it
 //! in the runtime_* tables; the other LOAD/SAVE forms copy rows between layers.
 
+use super::fence::Fence;
 use super::AdminPort;
 use super::{AdminCommand, AdminError, Layer, Module, Output, StatsTable, Store};
-use crate::config::FileConfig;
+use crate::config::{Config, FileConfig};
 use crate::control::ReloadError;
-use crate::datapath::DataPath;
 use std::path::PathBuf;
-use std::sync::Mutex;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::time::{Duration, Instant};
 
 /// The admin port's state: the store and where `LOAD … FROM CONFIG` reads.
 pub struct Admin {
     store: Mutex<Store>,
+    /// The store's fence, reachable while a statement holds the store (to interrupt it).
+    fence: Arc<Fence>,
     config_file: Option<PathBuf>,
+    /// A reload put a configuration in force while the store was busy: the memory and runtime
+    /// tables are rewritten from the running configuration before the store is next used.
+    stale: AtomicBool,
 }
 
 impl Admin {
     pub fn new(store: Store, config_file: Option<PathBuf>) -> Admin {
-        Admin { store: Mutex::new(store), config_file }
+        Admin { fence: store.fence(), store: Mutex::new(store), config_file, stale: AtomicBool::new(false) }
     }
 
-    /// The store, for tests and start-up.
-    pub fn store(&self) -> std::sync::MutexGuard<'_, Store> {
+    /// The store as it is, for tests and start-up (admin statements go through `lock`).
+    pub fn store(&self) -> MutexGuard<'_, Store> {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The store for an admin statement: brought up to date with a reload that happened while
+    /// it was busy, with the limits in force.
+    fn lock(&self, port: &AdminPort) -> MutexGuard<'_, Store> {
+        let mut store = self.store();
+        self.refresh_if_stale(port, &mut store);
+        if let Err(e) = store.set_limits(port.control.snapshot().config.proxy.admin_memory_limit_bytes) {
+            tracing::warn!("admin: the store's memory limit could not be set: {e}");
+        }
+        store
+    }
+
+    /// Stops the running admin statement and every later one (shutdown).
+    pub fn interrupt(&self) {
+        self.fence.interrupt();
+    }
+
+    /// After a reload (SIGHUP): the memory and runtime tables show the running configuration,
+    /// now if the store is free, else before its next use. Never waits for an admin statement.
+    pub fn reloaded(&self, port: &AdminPort) {
+        self.stale.store(true, Ordering::SeqCst);
+        match self.store.try_lock() {
+            Ok(mut store) => self.refresh_if_stale(port, &mut store),
+            Err(TryLockError::Poisoned(p)) => self.refresh_if_stale(port, &mut p.into_inner()),
+            Err(TryLockError::WouldBlock) => tracing::debug!("reload: the admin tables are updated after the running admin statement"),
+        }
+    }
+
+    fn refresh_if_stale(&self, port: &AdminPort, store: &mut Store) {
+        if !self.stale.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let config = &port.control.snapshot().config;
+        let written = store
+            .seed(&Module::ALL, &in_force(config, Layer::Memory), &[Layer::Memory])
+            .and_then(|()| store.seed(&Module::ALL, &in_force(config, Layer::Runtime), &[Layer::Runtime]));
+        if let Err(e) = written {
+            tracing::warn!("reload: in force, but the admin tables could not be updated: {e}");
+        }
     }
 }
 
-/// Runs one admin statement (blocking: SQLite).
+/// The running configuration as a layer's tables show it: `mysql-threads` is the worker count
+/// in force (in memory, only where the configuration leaves it to the number of cores).
+pub(crate) fn in_force(config: &Config, layer: Layer) -> FileConfig {
+    let mut file = config.to_file();
+    match layer {
+        Layer::Runtime => file.proxy.workers = Some(config.workers),
+        _ => {
+            file.proxy.workers.get_or_insert(config.workers);
+        }
+    }
+    file
+}
+
+/// Runs one admin statement (blocking: SQLite) within `admin-statement_timeout_ms`.
 pub fn execute(port: &AdminPort, sql: &str) -> Result<Output, AdminError> {
-    let (admin, data) = (&port.tables, &*port.control.data);
-    let mut store = admin.store();
+    let admin = &port.tables;
+    let mut store = admin.lock(port);
+    if admin.fence.stopping() {
+        return Err(AdminError::Refused("sluice is shutting down".into()));
+    }
+    let timeout = port.control.snapshot().config.proxy.admin_statement_timeout_ms;
+    admin.fence.take_stopped();
+    admin.fence.set_deadline((timeout > 0).then(|| Duration::from_millis(timeout)));
+    let out = run(port, &mut store, sql).map_err(|e| store.explain(e));
+    admin.fence.clear_deadline();
+    out
+}
+
+fn run(port: &AdminPort, store: &mut Store, sql: &str) -> Result<Output, AdminError> {
+    let admin = &port.tables;
     match super::parse(sql) {
-        Some(AdminCommand::Move { module, from, to: Layer::Runtime }) => load_to_runtime(port, &mut store, module, from),
+        Some(AdminCommand::Move { module, from, to: Layer::Runtime }) => load_to_runtime(port, store, module, from),
         Some(AdminCommand::Move { module, from: Layer::Runtime, to }) => {
-            store.seed(&[module], &data.snapshot().config.to_file(), &[to]).map(|_| DONE)
+            store.seed(&[module], &in_force(&port.control.snapshot().config, to), &[to]).map(|_| DONE)
         }
         Some(AdminCommand::Move { module, from, to }) => store.copy(module, from, to).map(|_| DONE),
-        Some(AdminCommand::LoadFromConfig(module)) => load_from_config(admin, &mut store, module),
-        Some(AdminCommand::ShowProcesslist { full }) => Ok(processlist(data, full)),
+        Some(AdminCommand::LoadFromConfig(module)) => load_from_config(admin, store, module),
+        Some(AdminCommand::ShowProcesslist { full }) => Ok(processlist(port, full)),
         Some(cmd) => {
-            fill(data, &mut store, cmd.stats_needed())?;
+            fill(port, store, cmd.stats_needed())?;
             Ok(store.answer(&cmd)?.unwrap_or(DONE))
         }
         None => {
-            fill(data, &mut store, &super::stats_tables_referenced(sql))?;
-            match store.query(sql) {
+            let outputs = store.query_filling(sql, &mut |t| Some(super::stats_rows::rows(&port.control.data, t)));
+            match outputs {
+                Ok(mut outputs) => Ok(outputs.pop().unwrap_or(DONE)),
                 // Drivers end their own transactions (autocommit off): one SQLite did not open.
                 Err(AdminError::Sql(m)) if m.contains("no transaction is active") && ends_transaction(sql) => Ok(DONE),
-                other => other,
+                Err(e) => Err(e),
             }
         }
     }
@@ -68,21 +141,28 @@ fn ends_transaction(sql: &str) -> bool {
 fn load_to_runtime(port: &AdminPort, store: &mut Store, module: Module, from: Layer) -> Result<Output, AdminError> {
     let started = Instant::now();
     let running = port.control.data.live.load_full();
+    let refused = |why: String| AdminError::Unsupported(format!("LOAD {module} TO RUNTIME refused: {why}"));
+    // Bounded before anything is built from the rows.
+    let max = running.config.proxy.admin_max_rows_per_table;
+    for (table, rows) in store.count_rows(from, module)? {
+        if rows > max {
+            return Err(refused(format!("{table} holds {rows} rows, more than admin-max_rows_per_table allows ({max})")));
+        }
+    }
     let mut file = running.config.to_file();
-    store.read(from, module, &mut file).map_err(|e| AdminError::Unsupported(format!("LOAD {module} TO RUNTIME refused: {e}")))?;
-    let config = file
-        .clone()
-        .validate_after(Some(&running.config), None, None)
-        .map_err(|e| AdminError::Unsupported(format!("LOAD {module} TO RUNTIME refused: {}", super::describe_config_error(&file, &e))))?;
+    store.read(from, module, &mut file).map_err(|e| refused(e.to_string()))?;
+    let config =
+        file.clone().validate_after(Some(&running.config), None, None).map_err(|e| refused(super::describe_config_error(&file, &e)))?;
     let applied = port.control.apply(config).map_err(|e| {
-        let why = match &e {
+        refused(match &e {
             ReloadError::Invalid(c) => super::describe_config_error(&file, c),
             ReloadError::Unusable(m) => m.clone(),
-        };
-        AdminError::Unsupported(format!("LOAD {module} TO RUNTIME refused: {why}"))
+        })
     })?;
     let elapsed = started.elapsed();
-    store.write_runtime(module, &port.control.snapshot().config.to_file())?;
+    // In force now: the runtime tables must show it, whatever the statement's time limit.
+    port.tables.fence.clear_deadline();
+    store.write_runtime(module, &in_force(&port.control.snapshot().config, Layer::Runtime))?;
     tracing::info!(module = module.name(), ms = elapsed.as_secs_f64() * 1e3, "admin: LOAD TO RUNTIME");
     for setting in applied.need_restart {
         tracing::warn!("admin: LOAD {module} TO RUNTIME: {setting} changes at the next start");
@@ -101,20 +181,22 @@ fn load_from_config(admin: &Admin, store: &mut Store, module: Module) -> Result<
     Ok(DONE)
 }
 
-/// Refreshes the statistics tables a statement reads.
-fn fill(data: &DataPath, store: &mut Store, tables: &[StatsTable]) -> Result<(), AdminError> {
+/// Refreshes the statistics tables a command reads.
+fn fill(port: &AdminPort, store: &mut Store, tables: &[StatsTable]) -> Result<(), AdminError> {
     for &t in tables {
-        store.fill_stats(t, super::stats_rows::rows(data, t))?;
+        store.fill_stats(t, super::stats_rows::rows(&port.control.data, t))?;
     }
     Ok(())
 }
 
 /// SHOW [FULL] PROCESSLIST: the client sessions, what they run and where.
-fn processlist(data: &DataPath, full: bool) -> Output {
-    let snapshot = data.snapshot();
+fn processlist(port: &AdminPort, full: bool) -> Output {
+    let snapshot = port.control.snapshot();
     let columns =
         ["Id", "User", "cli_host", "cli_port", "db", "Command", "Time_ms", "hostgroup", "srv_host", "srv_port", "backend_thread", "Info"];
-    let rows = data
+    let rows = port
+        .control
+        .data
         .registry
         .sessions()
         .into_iter()

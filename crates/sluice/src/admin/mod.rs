@@ -10,7 +10,11 @@
 //! `LOAD … TO RUNTIME` is: `Store::read` (memory tables → a `FileConfig`), then
 //! `FileConfig::validate`, then the swap, then `Store::write_runtime`. Statistics tables live in
 //! an attached in-memory `stats` schema (reachable unqualified, as in ProxySQL) and are filled by
-//! the integrator just before a statement that reads them runs (`stats_tables_referenced`).
+//! the integrator just before a statement that reads them runs (SQLite's authorizer says which
+//! it reads, `fence`).
+//!
+//! The admin's SQL cannot touch files, runs at most `admin-statement_timeout_ms`, and SQLite's
+//! memory is capped (`fence`, `Store::set_limits`).
 //!
 //! Where sluice differs from ProxySQL's tables:
 //! - `mysql_users` has two extra columns at the end, `backend_username` and `backend_password`
@@ -21,6 +25,7 @@
 
 pub mod commands;
 pub mod exec;
+pub(crate) mod fence;
 mod rows;
 mod schema;
 pub mod session;
@@ -30,7 +35,7 @@ pub mod store;
 pub mod variables;
 
 pub use commands::{parse, AdminCommand};
-pub use schema::{stats_tables_referenced, StatsTable};
+pub use schema::StatsTable;
 pub use store::{Cell, Output, Store};
 
 use crate::config::{ConfigError, FileConfig};
@@ -155,11 +160,19 @@ pub enum AdminError {
     /// A request this store does not carry out (the message says why).
     #[error("{0}")]
     Unsupported(String),
+    /// Refused or stopped by the admin port's limits: file access, the statement time limit,
+    /// the memory limit, shutdown (the message says which).
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl From<rusqlite::Error> for AdminError {
     fn from(e: rusqlite::Error) -> Self {
-        AdminError::Sql(e.to_string())
+        match e.sqlite_error_code() {
+            // `Store::explain` names the limit.
+            Some(rusqlite::ErrorCode::OutOfMemory) => AdminError::Sql("out of memory".into()),
+            _ => AdminError::Sql(e.to_string()),
+        }
     }
 }
 

@@ -289,28 +289,24 @@ impl StatsTable {
     }
 }
 
-/// The statistics tables a statement names (case-insensitive, whole identifiers, quoted or
-/// not), so the integrator refreshes only those before running it. Over-approximates: a name
-/// inside a string literal counts too.
-pub fn stats_tables_referenced(sql: &str) -> Vec<StatsTable> {
+/// The statistics tables `sql` names as identifiers (not in strings or comments), except the
+/// `_reset` one. SQLite's authorizer reports the tables a statement reads, but not one joined
+/// `USING (…)` or `NATURAL` with no other column read: those are filled on this evidence.
+/// Reading `stats_mysql_query_digest_reset` clears the digests, so only the authorizer's exact
+/// word counts for it.
+pub(crate) fn stats_tables_named(sql: &str) -> Vec<StatsTable> {
     let mut out = Vec::new();
-    let b = sql.as_bytes();
-    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80;
-    let mut i = 0;
-    while i < b.len() {
-        if !ident(b[i]) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < b.len() && ident(b[i]) {
-            i += 1;
-        }
-        let word = &sql[start..i];
-        if let Some(t) = StatsTable::ALL.iter().find(|t| t.name().eq_ignore_ascii_case(word)) {
-            if !out.contains(t) {
-                out.push(*t);
-            }
+    for tok in sql::lexer::code_tokens(sql.as_bytes()) {
+        let text = sql.get(tok.start..tok.end).unwrap_or("");
+        let name = match tok.kind {
+            sql::lexer::Kind::Word => text,
+            sql::lexer::Kind::QuotedIdent => text.trim_matches('`'),
+            sql::lexer::Kind::String if text.starts_with('"') => text.trim_matches('"'),
+            _ => continue,
+        };
+        let found = StatsTable::ALL.iter().find(|t| **t != StatsTable::QueryDigestReset && t.name().eq_ignore_ascii_case(name));
+        if let Some(t) = found.filter(|t| !out.contains(*t)) {
+            out.push(*t);
         }
     }
     out
@@ -321,15 +317,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn referenced_stats_tables() {
-        assert_eq!(stats_tables_referenced("SELECT * FROM stats_mysql_query_digest"), vec![StatsTable::QueryDigest]);
-        assert_eq!(stats_tables_referenced("select * from stats.STATS_MYSQL_QUERY_DIGEST_RESET"), vec![StatsTable::QueryDigestReset]);
+    fn named_stats_tables() {
         assert_eq!(
-            stats_tables_referenced("SELECT g.* FROM `stats_mysql_global` g JOIN stats_rates r USING (Variable_Name), stats_mysql_global"),
-            vec![StatsTable::Global, StatsTable::Rates]
+            stats_tables_named("SELECT * FROM stats_mysql_global JOIN `stats_rates` USING (Variable_Name)"),
+            [StatsTable::Global, StatsTable::Rates]
         );
-        assert!(stats_tables_referenced("SELECT * FROM mysql_servers").is_empty());
-        assert!(stats_tables_referenced("SELECT * FROM stats_mysql_query_digestx").is_empty());
+        assert!(stats_tables_named("SELECT 'stats_mysql_global' /* stats_rates */ -- stats_mysql_query_rules").is_empty());
+        assert!(stats_tables_named("SELECT * FROM stats_mysql_query_digest_reset").is_empty());
     }
 
     #[test]

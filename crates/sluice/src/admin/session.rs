@@ -17,10 +17,9 @@ const ER_ADMIN_REFUSED: u16 = 1105;
 /// Serves one admin connection until it ends.
 pub async fn run(port: Arc<AdminPort>, tcp: tokio::net::TcpStream, peer: SocketAddr) {
     crate::net::tune(&tcp);
-    let data = &port.control.data;
-    let id = data.registry.next_id();
-    let timeout = std::time::Duration::from_millis(data.snapshot().config.proxy.client_connect_timeout_ms);
-    let login = match tokio::time::timeout(timeout, login(data, tcp, peer, id, Directory::Admin)).await {
+    let id = port.control.data.registry.next_id();
+    let timeout = std::time::Duration::from_millis(port.control.snapshot().config.proxy.client_connect_timeout_ms);
+    let login = match tokio::time::timeout(timeout, login(&port.control.data, tcp, peer, id, Directory::Admin)).await {
         Ok(Ok(l)) => l,
         Ok(Err(e)) => return tracing::debug!(%peer, "admin login ended: {e}"),
         Err(_) => return tracing::debug!(%peer, "admin login timed out"),
@@ -37,7 +36,7 @@ pub async fn run(port: Arc<AdminPort>, tcp: tokio::net::TcpStream, peer: SocketA
     }
     loop {
         let frame = tokio::select! {
-            _ = data.shutdown.cancelled() => return,
+            _ = port.control.data.shutdown.cancelled() => return,
             f = client.read_frame(64 << 20) => match f {
                 Ok(Some(f)) => f,
                 _ => return,
@@ -51,11 +50,18 @@ pub async fn run(port: Arc<AdminPort>, tcp: tokio::net::TcpStream, peer: SocketA
             Some(COM_QUIT) | None => return,
             Some(COM_QUERY) => {
                 let sql = String::from_utf8_lossy(&payload[1..]).into_owned();
-                let port = port.clone();
-                // SQLite work is blocking: keep it off the async workers.
-                let answer = tokio::task::spawn_blocking(move || super::exec::execute(&port, &sql))
-                    .await
-                    .unwrap_or_else(|_| Err(AdminError::Unsupported("the admin statement failed inside sluice".into())));
+                let on_thread = port.clone();
+                // SQLite work is blocking: keep it off the async workers. At shutdown it is
+                // interrupted, so the runtime (which waits for blocking work) can stop.
+                let mut job = tokio::task::spawn_blocking(move || super::exec::execute(&on_thread, &sql));
+                let answer = tokio::select! {
+                    done = &mut job => done,
+                    _ = port.control.data.shutdown.cancelled() => {
+                        port.tables.interrupt();
+                        job.await
+                    }
+                };
+                let answer = answer.unwrap_or_else(|_| Err(AdminError::Unsupported("the admin statement failed inside sluice".into())));
                 match answer {
                     Ok(output) => output.write(&mut out, &mut seq, status, deprecate_eof),
                     Err(e) => proto::packet::write_err(&mut out, &mut seq, ER_ADMIN_REFUSED, SQLSTATE_GENERAL, &e.to_string()),

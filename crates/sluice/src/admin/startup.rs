@@ -59,19 +59,20 @@ pub fn open(file: Config, opts: &StartOptions) -> anyhow::Result<(Admin, Config)
         );
         config
     };
+    let runtime = super::exec::in_force(&config, Layer::Runtime);
     for m in Module::ALL {
-        store.write_runtime(m, &config.to_file())?;
+        store.write_runtime(m, &runtime)?;
     }
+    store.show_workers(config.workers)?;
+    store.set_limits(config.proxy.admin_memory_limit_bytes)?;
     Ok((Admin::new(store, opts.config_file.clone()), config))
 }
 
 /// SIGHUP: puts the file's configuration in force (all modules, as `LOAD … FROM CONFIG` then
-/// `LOAD … TO RUNTIME` would), then shows it in the memory and runtime tables.
+/// `LOAD … TO RUNTIME` would), then shows it in the memory and runtime tables: at once if no
+/// admin statement is running, else right after it (a reload never waits for one).
 pub fn apply_file(port: &AdminPort, config: Config) -> Result<Applied, ReloadError> {
     let applied = port.control.apply(config)?;
-    let now = port.control.snapshot().config.to_file();
-    if let Err(e) = port.tables.store().seed(&Module::ALL, &now, &[Layer::Memory, Layer::Runtime]) {
-        tracing::warn!("reload: in force, but the admin tables could not be updated: {e}");
-    }
+    port.tables.reloaded(port);
     Ok(applied)
 }

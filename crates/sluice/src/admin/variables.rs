@@ -5,7 +5,7 @@
 //! 1. Where ProxySQL has the same setting (same meaning and units), its name: `mysql-threads` →
 //!    `[proxy] workers`, `mysql-interfaces` → `[proxy] listen`… (`PROXYSQL_NAMES`).
 //! 2. sluice's own settings of the admin side are `admin-<field>` (`ADMIN_OWN`):
-//!    `admin-http_listen`.
+//!    `admin-http_listen`, `admin-statement_timeout_ms` (field `admin_statement_timeout_ms`).
 //! 3. Every other field is `sluice-<section>_<field>`, generated from the sections' serde field
 //!    lists, so a new config field needs no line here (or one line in rule 1 or 2).
 //!
@@ -47,8 +47,14 @@ const PROXYSQL_NAMES: &[(&str, &str, &str)] = &[
     ("mysql-eventslog_filesize", "querylog", "max_file_bytes"),
 ];
 
-/// sluice's own settings that belong to the admin side: named `admin-<field>`.
-const ADMIN_OWN: &[(&str, &str)] = &[("proxy", "http_listen")];
+/// sluice's own settings that belong to the admin side: named `admin-<field>`, an `admin_`
+/// prefix of the field dropped (`admin_statement_timeout_ms` is `admin-statement_timeout_ms`).
+const ADMIN_OWN: &[(&str, &str)] = &[
+    ("proxy", "http_listen"),
+    ("proxy", "admin_statement_timeout_ms"),
+    ("proxy", "admin_memory_limit_bytes"),
+    ("proxy", "admin_max_rows_per_table"),
+];
 
 /// Fields that are not variables (fixed at start-up).
 const NOT_VARIABLES: &[(&str, &str)] = &[("proxy", "datadir")];
@@ -87,7 +93,9 @@ pub fn all() -> &'static [Variable] {
                 }
                 let name = match PROXYSQL_NAMES.iter().find(|(_, s, f)| s == section && f == field) {
                     Some((name, _, _)) => name.to_string(),
-                    None if ADMIN_OWN.contains(&(section, field)) => format!("admin-{field}"),
+                    None if ADMIN_OWN.contains(&(section, field)) => {
+                        format!("admin-{}", field.strip_prefix("admin_").unwrap_or(field))
+                    }
                     None => format!("sluice-{section}_{field}"),
                 };
                 let module = module_of(&name);
@@ -290,6 +298,8 @@ mod tests {
             assert!(names.contains(name), "{name}");
         }
         assert!(names.contains(&"admin-http_listen"));
+        assert!(names.contains(&"admin-statement_timeout_ms"));
+        assert_eq!(module_of("admin-max_rows_per_table"), Module::AdminVariables);
         assert!(names.contains(&"sluice-proxy_buffer_high_watermark"));
         assert!(names.contains(&"sluice-pool_min_idle"));
         assert!(!names.iter().any(|n| n.contains("datadir")));

@@ -2,6 +2,10 @@
 //! read-only JSON for the statistics and the runtime config, and the dashboard page. The
 //! listener hands each accepted connection to `serve`; every request reads the live counters
 //! (merged from the workers on demand), nothing is cached.
+//!
+//! When `http_listen` is not a loopback address, every path but `/healthz` and `/readyz` needs
+//! an admin login (HTTP Basic, one of `admin_credentials`), whatever the client's address: a
+//! local peer may be a proxy or tunnel forwarding someone else.
 
 pub mod dashboard;
 mod metrics;
@@ -9,8 +13,9 @@ pub mod prometheus;
 
 use crate::admin::stats_rows;
 use crate::datapath::DataPath;
-use axum::extract::{Query, State};
-use axum::http::{header, StatusCode};
+use axum::extract::{Query, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Json, Response};
 use axum::routing::get;
 use axum::Router;
@@ -47,7 +52,60 @@ fn router(data: Arc<DataPath>) -> Router {
         .route("/api/stats/pools", get(pools))
         .route("/api/stats/rules", get(rules))
         .route("/api/config", get(config))
+        .layer(axum::middleware::from_fn_with_state(data.clone(), require_login))
         .with_state(data)
+}
+
+/// Off loopback, everything but the health checks needs an admin login.
+async fn require_login(State(data): S, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    if path == "/healthz" || path == "/readyz" || !login_required(&data) {
+        return next.run(request).await;
+    }
+    match logged_in(&data, request.headers()) {
+        Some(true) => next.run(request).await,
+        answer => {
+            if answer == Some(false) {
+                data.stats.add(crate::stats::Counter::AdminAccessDenied, 1);
+            }
+            let challenge = [(header::WWW_AUTHENTICATE, "Basic realm=\"sluice\", charset=\"UTF-8\"")];
+            (StatusCode::UNAUTHORIZED, challenge, "an admin login is needed (HTTP Basic, one of admin_credentials)\n").into_response()
+        }
+    }
+}
+
+/// True when the HTTP port listens on an address other than loopback (one that does not parse
+/// counts as such).
+fn login_required(data: &DataPath) -> bool {
+    !data.snapshot().config.proxy.http_listen.parse::<SocketAddr>().is_ok_and(|a| a.ip().is_loopback())
+}
+
+/// Whether the request's Basic credentials are one of `admin_credentials`; `None` when it has none.
+fn logged_in(data: &DataPath, headers: &HeaderMap) -> Option<bool> {
+    use base64::Engine;
+    let value = headers.get(header::AUTHORIZATION)?;
+    let login = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("basic"))
+        .and_then(|(_, b64)| base64::engine::general_purpose::STANDARD.decode(b64.trim()).ok())
+        .and_then(|raw| String::from_utf8(raw).ok());
+    let Some((user, password)) = login.as_deref().and_then(|l| l.split_once(':')) else { return Some(false) };
+    let snapshot = data.snapshot();
+    let logins = crate::config::admin_logins(&snapshot.config.proxy.admin_credentials).unwrap_or_default();
+    // Every login is checked, and passwords compared as digests: the time taken says nothing
+    // about which part matched.
+    let matched = logins.iter().fold(false, |found, (u, p)| found | (*u == user) & password_matches(p, password));
+    Some(matched)
+}
+
+/// `given` against an admin_credentials password (plain, or a `*…` mysql_native_password hash).
+fn password_matches(configured: &str, given: &str) -> bool {
+    match proto::auth::parse_native_hash(configured) {
+        Some(stage2) => proto::auth::native_stage2(&proto::auth::native_stage1(given.as_bytes())) == stage2,
+        None => proto::auth::sha2_digest(configured.as_bytes()) == proto::auth::sha2_digest(given.as_bytes()),
+    }
 }
 
 type S = State<Arc<DataPath>>;

@@ -123,7 +123,11 @@ pub async fn login(
     match authenticate(data, &mut client, &mut seq, attempt).await? {
         Ok((user, credential)) => Ok(Login { client, hello, capabilities, user, credential, nonce, mariadb_caps, seq }),
         Err(denied) => {
-            data.stats.add(crate::stats::Counter::AccessDeniedWrongPassword, 1);
+            let counter = match directory {
+                Directory::Clients => crate::stats::Counter::AccessDeniedWrongPassword,
+                Directory::Admin => crate::stats::Counter::AdminAccessDenied,
+            };
+            data.stats.add(counter, 1);
             let mut out = Vec::new();
             proto::packet::write_err(&mut out, &mut seq, ER_ACCESS_DENIED_ERROR, SQLSTATE_ACCESS_DENIED, &denied);
             client.write_all(&out).await?;

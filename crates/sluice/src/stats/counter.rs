@@ -27,11 +27,14 @@ pub enum Counter {
     /// Digest entries evicted to stay within max_digests_per_worker. `Stats::record` counts
     /// these itself.
     DigestEvictions,
+    /// Failed logins on the admin port and the HTTP port (not in Access_Denied_Wrong_Password,
+    /// which counts clients').
+    AdminAccessDenied,
 }
 
 impl Counter {
     /// Every counter, in declaration order; `Counter as usize` indexes it.
-    pub const ALL: [Counter; 20] = [
+    pub const ALL: [Counter; 21] = [
         Counter::Questions,
         Counter::SlowQueries,
         Counter::ClientConnectionsCreated,
@@ -52,6 +55,7 @@ impl Counter {
         Counter::KilledBackendQueries,
         Counter::GeneratedErrorPackets,
         Counter::DigestEvictions,
+        Counter::AdminAccessDenied,
     ];
     pub const COUNT: usize = Counter::ALL.len();
 
@@ -78,6 +82,7 @@ impl Counter {
             Counter::KilledBackendQueries => "mysql_killed_backend_queries",
             Counter::GeneratedErrorPackets => "generated_error_packets",
             Counter::DigestEvictions => "Query_digest_evictions",
+            Counter::AdminAccessDenied => "Admin_Access_Denied_Wrong_Password",
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The admin store's tests: layers, the LOAD path's errors, ProxySQL scripts run verbatim.
 
 use super::*;
-use crate::admin::{describe_config_error, describe_row, parse, stats_tables_referenced};
+use crate::admin::{describe_config_error, describe_row, parse};
 use crate::config::{MonitorSection, QueryRuleRow};
 
 const CONFIG: &str = r#"
@@ -394,7 +394,11 @@ fn save_to_disk_survives_a_restart() {
     }
     assert_same(&read_all(&store, Layer::Memory), &from_disk);
     // A disk file from a newer sluice is refused.
-    store.query("PRAGMA disk.user_version = 99").unwrap();
+    {
+        // An admin cannot write it (the fence refuses the PRAGMA): sluice's own statement.
+        let _internal = store.fence.internal();
+        store.conn.execute_batch("PRAGMA disk.user_version = 99").unwrap();
+    }
     drop(store);
     let e = Store::open(Some(dir.path())).unwrap_err().to_string();
     assert!(e.contains("sluice.db") && e.contains("newer sluice"), "{e}");
@@ -416,7 +420,15 @@ fn copies_between_layers_move_only_their_module() {
     // Variables: the admin module's rows only.
     store.copy(Module::AdminVariables, Layer::Runtime, Layer::Memory).unwrap();
     let names = rows_of(store.query("SELECT variable_name FROM global_variables ORDER BY 1").unwrap());
-    assert_eq!(text(&names), vec![vec!["admin-admin_credentials"], vec!["admin-http_listen"], vec!["admin-mysql_ifaces"]]);
+    let want = [
+        "admin-admin_credentials",
+        "admin-http_listen",
+        "admin-max_rows_per_table",
+        "admin-memory_limit_bytes",
+        "admin-mysql_ifaces",
+        "admin-statement_timeout_ms",
+    ];
+    assert_eq!(text(&names), want.iter().map(|n| vec![*n]).collect::<Vec<_>>());
     assert!(matches!(store.copy(Module::MysqlUsers, Layer::Memory, Layer::Runtime), Err(AdminError::Unsupported(_))));
 }
 
@@ -458,7 +470,11 @@ fn query_outputs_and_client_commands() {
     assert!(create[0][1].as_deref().unwrap_or("").contains("backend_username"));
     assert!(store.answer(&parse("SHOW CREATE TABLE nope").unwrap()).unwrap_err().to_string().contains("nope"));
     let vars = rows_of(answer(&mut store, "SHOW VARIABLES LIKE 'admin-%'").unwrap());
-    assert_eq!(vars.len(), 3);
+    assert_eq!(vars.len(), 6);
+    let runtime = rows_of(answer(&mut store, "SHOW TABLES LIKE 'runtime_mysql_servers%'").unwrap());
+    assert_eq!(text(&runtime), vec![vec!["runtime_mysql_servers"], vec!["runtime_mysql_servers_ssl_params"]]);
+    let e = store.answer(&parse("SHOW TABLES FROM nowhere").unwrap()).unwrap_err();
+    assert_eq!(e.to_string(), "unknown database nowhere");
     assert_eq!(answer(&mut store, "SHOW PROCESSLIST"), None);
     assert_eq!(answer(&mut store, "LOAD MYSQL USERS TO RUNTIME"), None);
 }
@@ -467,7 +483,6 @@ fn query_outputs_and_client_commands() {
 fn stats_tables_are_filled_then_read() {
     let (mut store, _) = Store::open(None).unwrap();
     let sql = "SELECT * FROM stats_mysql_global ORDER BY Variable_Name";
-    assert_eq!(stats_tables_referenced(sql), vec![StatsTable::Global]);
     store
         .fill_stats(
             StatsTable::Global,
@@ -528,4 +543,127 @@ fn outputs_are_written_as_replies() {
     let mut out = Vec::new();
     Output::Done { affected: 3 }.write(&mut out, &mut 1, 2, false);
     assert_eq!(out, [7, 0, 0, 1, 0, 3, 0, 2, 0, 0, 0]);
+}
+
+/// The tables `sql` made `query_filling` fill, in order.
+fn filled(store: &mut Store, sql: &str) -> Vec<StatsTable> {
+    let mut asked = Vec::new();
+    store
+        .query_filling(sql, &mut |t| {
+            asked.push(t);
+            None
+        })
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    asked
+}
+
+#[test]
+fn only_the_statistics_tables_a_statement_reads_are_filled() {
+    let (mut store, _) = Store::open(None).unwrap();
+    assert_eq!(filled(&mut store, "SELECT * FROM stats_mysql_global"), [StatsTable::Global]);
+    assert_eq!(filled(&mut store, "select count(*) from STATS.Stats_Mysql_Query_Digest_Reset"), [StatsTable::QueryDigestReset]);
+    assert_eq!(filled(&mut store, "SELECT count(*) FROM stats_mysql_connection_pool"), [StatsTable::ConnectionPool]);
+    let mut both = filled(&mut store, "SELECT g.* FROM `stats_mysql_global` g JOIN stats_rates r USING (Variable_Name)");
+    both.sort_by_key(|t| t.name());
+    assert_eq!(both, [StatsTable::Global, StatsTable::Rates]);
+    // Names in strings and comments are not reads; neither is a table of the same name elsewhere.
+    assert!(filled(&mut store, "SELECT 'stats_mysql_query_digest_reset' /* stats_mysql_global */ -- stats_rates").is_empty());
+    assert!(filled(&mut store, "SELECT 1 --stats_mysql_query_digest_reset").is_empty());
+    assert!(filled(
+        &mut store,
+        "CREATE TEMP TABLE stats_mysql_query_digest_reset (a); SELECT * FROM stats_mysql_query_digest_reset; DROP TABLE temp.stats_mysql_query_digest_reset"
+    )
+    .is_empty());
+    // Through a view, once per statement that reads it.
+    store.query("CREATE TEMP VIEW pins AS SELECT * FROM stats.stats_mysql_multiplex_pins").unwrap();
+    assert_eq!(
+        filled(&mut store, "SELECT * FROM pins; SELECT 1; SELECT * FROM pins"),
+        [StatsTable::MultiplexPins, StatsTable::MultiplexPins]
+    );
+}
+
+#[test]
+fn the_admin_sql_cannot_touch_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = Store::open(Some(dir.path())).unwrap();
+    let target = dir.path().join("written.db");
+    let t = target.display();
+    for sql in [
+        format!("ATTACH '{t}' AS x"),
+        format!("ATTACH DATABASE 'file:{t}?mode=rwc' AS x"),
+        format!("VACUUM INTO '{t}'"),
+        format!("VACUUM disk INTO '{t}'"),
+        "VACUUM".to_string(),
+        "DETACH disk".to_string(),
+        "PRAGMA disk.journal_mode = WAL".to_string(),
+        "PRAGMA hard_heap_limit = 0".to_string(),
+        "PRAGMA temp_store_directory = '/tmp'".to_string(),
+        "PRAGMA writable_schema = 1".to_string(),
+        "SELECT load_extension('/tmp/x.so')".to_string(),
+        "SELECT fts3_tokenizer('simple')".to_string(),
+        "DROP TABLE mysql_servers".to_string(),
+        "DROP TABLE disk.mysql_users".to_string(),
+        "ALTER TABLE runtime_mysql_servers ADD COLUMN x".to_string(),
+        "DELETE FROM stats.stats_rates; DROP TABLE stats.stats_rates".to_string(),
+        "CREATE TRIGGER t AFTER INSERT ON mysql_servers BEGIN SELECT 1; END".to_string(),
+        "CREATE TEMP TRIGGER t AFTER INSERT ON main.mysql_users BEGIN SELECT 1; END".to_string(),
+    ] {
+        let e = store.query(&sql).map(|o| panic!("{sql}: {o:?}")).unwrap_err();
+        assert!(matches!(e, AdminError::Refused(_)), "{sql}: {e:?}");
+        assert!(e.to_string().contains("not allowed") || e.to_string().contains("sluice's own tables"), "{sql}: {e}");
+    }
+    assert!(!target.exists(), "no file was written");
+    assert!(store.query("VACUUM INTO 'x'").unwrap_err().to_string().contains("ATTACH, DETACH and VACUUM are not allowed"));
+    // What an admin does reading the schema, and with tables of their own, still works.
+    for sql in [
+        "PRAGMA table_info(mysql_servers)",
+        "PRAGMA disk.user_version",
+        "PRAGMA database_list",
+        "SELECT * FROM pragma_table_info('mysql_users')",
+        "CREATE TABLE my_notes (n TEXT)",
+        "CREATE TRIGGER note AFTER INSERT ON my_notes BEGIN SELECT 1; END",
+        "INSERT INTO my_notes VALUES ('x')",
+        "DROP TABLE my_notes",
+        "BEGIN; UPDATE mysql_servers SET weight = 2; ROLLBACK",
+    ] {
+        store.query(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    // sluice's own statements still do what they need to.
+    store.seed(&Module::ALL, &config(), &[Layer::Memory]).unwrap();
+    store.copy(Module::MysqlServers, Layer::Memory, Layer::Disk).unwrap();
+    assert_eq!(read_all(&store, Layer::Disk).mysql_servers.len(), 3);
+    assert_eq!(text(&rows_of(store.answer(&AdminCommand::ShowDatabases).unwrap().unwrap())).len(), 3);
+}
+
+#[test]
+fn a_statement_stops_at_its_deadline() {
+    let (mut store, _) = Store::open(None).unwrap();
+    let fence = store.fence();
+    fence.set_deadline(Some(std::time::Duration::from_millis(100)));
+    let started = std::time::Instant::now();
+    let e = store.query("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c").unwrap_err();
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+    assert_eq!(e.to_string(), "the admin statement ran longer than admin-statement_timeout_ms (100 ms) and was stopped");
+    fence.clear_deadline();
+    assert_eq!(text(&rows_of(store.query("SELECT 1").unwrap())), vec![vec!["1"]], "the next statement runs");
+    fence.interrupt();
+    let e = store.query("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c").unwrap_err();
+    assert!(e.to_string().contains("shutting down"), "{e}");
+}
+
+#[test]
+fn results_and_memory_are_bounded() {
+    let (mut store, _) = Store::open(None).unwrap();
+    store.set_limits(0).unwrap();
+    // A result larger than the limit is refused as it grows.
+    let e = store
+        .query("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1000000) SELECT x, printf('%.1000c', 'x') FROM c")
+        .unwrap_err();
+    assert!(e.to_string().contains("admin-memory_limit_bytes"), "{e}");
+    // (SQLite's heap limit is process-wide, and unit tests run side by side: tests/admin_memory.rs
+    // checks it in a process of its own.)
+    // And a single value beyond SQLite's length limit.
+    assert!(store.query("SELECT length(zeroblob(100000000))").is_err());
+    store.set_limits(512 << 20).unwrap();
+    assert_eq!(text(&rows_of(store.query("SELECT COUNT(*) FROM mysql_servers").unwrap())), vec![vec!["0"]]);
 }
