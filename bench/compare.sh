@@ -10,12 +10,15 @@ Usage: bench/compare.sh [options]
 
 Every option is also an environment variable (in CAPS); flags win over the environment.
 
-  --mode ab|runtime|stats MODE        ab: direct vs sluice (default).
+  --mode ab|runtime|stats|builds MODE ab: direct vs sluice (default).
                                       runtime: sluice --runtime steal vs --runtime per-core,
                                       with a direct run as reference in each round.
                                       stats: sluice with digest statistics on vs off, switched
                                       live through the admin port every WINDOW seconds within one
                                       long sysbench run per cell (see below), and a direct run.
+                                      builds: two sluice binaries, SLUICE_BIN_BEFORE and the
+                                      usual one (SLUICE_BIN or a fresh build), with a direct run
+                                      as reference in each round: a change's cost, same run.
   --duration SECONDS      DURATION    seconds per sysbench run [20]
   --threads "N ..."       THREADS     sysbench thread counts [ab: "1 4 16 64", runtime: "16 64"]
   --workloads "W ..."     WORKLOADS   sysbench workloads
@@ -37,6 +40,7 @@ Every option is also an environment variable (in CAPS); flags win over the envir
                           SLUICE_BIN  command to run instead of target/release/sluice (same flags;
                                       it must exec so that its pid is the proxy's). When unset,
                                       `cargo build --release -p sluice` is run first.
+                          SLUICE_BIN_BEFORE  builds mode: the binary to compare against
                           KEEP_TMP    1 = keep the temp dir (datadir, logs, sysbench outputs)
 
 Stats mode, why one long run: run-to-run throughput on these shared machines moves by ±10%,
@@ -53,7 +57,7 @@ PROG=compare.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # die log shq alive stop_proc run_bounded free_port cpu_ticks median ratio parse_options pick_sluice sysbench_figures cpu_per_query report_problems publish_report
 
 # --- options --------------------------------------------------------------------------
-OPT_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS WINDOW RATE SLUICE_ARGS OUT DB_PS_MODE WARMUP SLUICE_BIN)
+OPT_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS WINDOW RATE SLUICE_ARGS OUT DB_PS_MODE WARMUP SLUICE_BIN SLUICE_BIN_BEFORE)
 FLAG_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS WINDOW RATE SLUICE_ARGS OUT DB_PS_MODE WARMUP) # settable as --name too
 parse_options "$@"
 
@@ -63,7 +67,7 @@ ab)
 	THREADS=${THREADS:-1 4 16 64}
 	WORKLOADS=${WORKLOADS:-oltp_point_select oltp_read_only}
 	;;
-runtime)
+runtime | builds)
 	THREADS=${THREADS:-16 64}
 	WORKLOADS=${WORKLOADS:-oltp_point_select}
 	;;
@@ -71,7 +75,7 @@ stats)
 	THREADS=${THREADS:-16 64}
 	WORKLOADS=${WORKLOADS:-oltp_point_select oltp_read_only}
 	;;
-*) die "MODE must be ab, runtime or stats, not '$MODE'" ;;
+*) die "MODE must be ab, runtime, stats or builds, not '$MODE'" ;;
 esac
 DURATION=${DURATION:-20}
 TABLES=${TABLES:-4}
@@ -118,6 +122,7 @@ CLK_TCK=$(getconf CLK_TCK)
 case "$MODE" in
 ab) VARIANTS=(direct sluice) ;;
 runtime) VARIANTS=(direct steal per-core) ;;
+builds) VARIANTS=(direct before after) ;;
 stats) VARIANTS=(direct stats-on stats-off) ;;
 esac
 NRUNS=$((${#WORKLOAD_LIST[@]} * ${#THREAD_LIST[@]} * ROUNDS * ${#VARIANTS[@]}))
@@ -125,7 +130,7 @@ NRUNS=$((${#WORKLOAD_LIST[@]} * ${#THREAD_LIST[@]} * ROUNDS * ${#VARIANTS[@]}))
 # runtime mode), ~5 s of set-up, prepare at roughly 50k rows/s, the warm-up. Excludes the build.
 estimate() {
 	local e=$(($1 * (2 * $2 + 1) / 2 + 5 + WARMUP + TABLES * TABLE_SIZE / 50000))
-	if [ "$MODE" = runtime ]; then e=$((e + $1 / 3)); fi
+	if [ "$MODE" = runtime ] || [ "$MODE" = builds ]; then e=$((e + $1 / 3)); fi
 	echo "~$((e / 60)) min $((e % 60)) s"
 }
 CELLS=$((${#WORKLOAD_LIST[@]} * ${#THREAD_LIST[@]}))
@@ -137,12 +142,18 @@ if [ "$MODE" = stats ]; then
 	log "estimated run time: ~$((e / 60)) min $((e % 60)) s"
 else
 	log "mode $MODE: ${#WORKLOAD_LIST[@]} workload(s) × ${#THREAD_LIST[@]} thread count(s) × $ROUNDS round(s) × ${#VARIANTS[@]} variants = $NRUNS runs of ${DURATION}s"
-	case "$MODE" in ab) DEF_RUNS=32 ;; runtime) DEF_RUNS=12 ;; esac
+	case "$MODE" in ab) DEF_RUNS=32 ;; runtime | builds) DEF_RUNS=12 ;; esac
 	log "estimated run time: $(estimate "$NRUNS" "$DURATION") (with the default settings of this mode: $DEF_RUNS runs of 20 s, $(estimate "$DEF_RUNS" 20))"
 fi
 
 # --- sluice binary --------------------------------------------------------------------
 pick_sluice
+AFTER_CMD=("${SLUICE_CMD[@]}")
+if [ "$MODE" = builds ]; then
+	[ -n "${SLUICE_BIN_BEFORE:-}" ] || die "builds mode needs SLUICE_BIN_BEFORE (the binary to compare against)"
+	read -ra BEFORE_CMD <<<"$SLUICE_BIN_BEFORE"
+	[ -x "${BEFORE_CMD[0]}" ] || die "SLUICE_BIN_BEFORE: '${BEFORE_CMD[0]}' is not executable"
+fi
 
 # --- processes and teardown -----------------------------------------------------------
 WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX)
@@ -365,6 +376,23 @@ elif [ "$MODE" = stats ]; then
 	done
 	DIGESTS_SEEN=$(admin "SELECT COUNT(*) FROM stats_mysql_query_digest") || DIGESTS_SEEN="?"
 	stop_sluice
+elif [ "$MODE" = builds ]; then
+	for wl in "${WORKLOAD_LIST[@]}"; do
+		for thr in "${THREAD_LIST[@]}"; do
+			for ((r = 1; r <= ROUNDS; r++)); do
+				measure "$wl" "$thr" direct "$r"
+				# alternate which build goes first, so neither always follows the direct run
+				if ((r % 2)); then order=(before after); else order=(after before); fi
+				for b in "${order[@]}"; do
+					if [ "$b" = before ]; then SLUICE_CMD=("${BEFORE_CMD[@]}"); else SLUICE_CMD=("${AFTER_CMD[@]}"); fi
+					start_sluice
+					measure "$wl" "$thr" "$b" "$r"
+					stop_sluice
+				done
+			done
+		done
+	done
+	SLUICE_CMD=("${AFTER_CMD[@]}")
 else
 	for wl in "${WORKLOAD_LIST[@]}"; do
 		for thr in "${THREAD_LIST[@]}"; do
@@ -397,12 +425,14 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=
 	case "$MODE" in
 	ab) echo "### sluice vs direct, $START_TS" ;;
 	runtime) echo "### sluice runtimes: steal vs per-core, $START_TS" ;;
+	builds) echo "### sluice builds: before vs after, $START_TS" ;;
 	stats) echo "### statistics overhead: digests on vs off, $START_TS" ;;
 	esac
 	echo
 	echo "- machine: $(nproc) CPUs, $CPU_MODEL, Linux $(uname -r); sysbench, mariadbd and sluice share these CPUs"
 	echo "- mariadbd $DB_VERSION (private instance, buffer pool 256M); $(sysbench --version)"
 	echo "- sluice: $SLUICE_DESC, git $GIT_REV${SLUICE_ARGS:+, args \`$SLUICE_ARGS\`}"
+	[ "$MODE" != builds ] || echo "- before: \`$SLUICE_BIN_BEFORE\` ($("${BEFORE_CMD[0]}" --version 2>/dev/null || echo '?'))"
 	echo "- command: \`$INVOCATION\`"
 	echo "- parameters: \`$PARAMS bench/compare.sh\`"
 	sb_args '<workload>' '<N>' '<port>' "$DURATION"
@@ -460,6 +490,19 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=
 		done
 		echo
 		echo "Digest rows in stats_mysql_query_digest at the end: $DIGESTS_SEEN."
+	elif [ "$MODE" = builds ]; then
+		echo "| workload | threads | direct QPS | before QPS | after QPS | before/direct | after/direct | after/before | before p95 ms | after p95 ms | before CPU µs/query | after CPU µs/query |"
+		echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+		for wl in "${WORKLOAD_LIST[@]}"; do
+			for thr in "${THREAD_LIST[@]}"; do
+				d=$(median "${QPS[$wl|$thr|direct]:-}")
+				b=$(median "${QPS[$wl|$thr|before]:-}")
+				a=$(median "${QPS[$wl|$thr|after]:-}")
+				echo "| $wl | $thr | $d | $b | $a | $(ratio "$b" "$d") | $(ratio "$a" "$d") | $(ratio "$a" "$b")" \
+					"| $(median "${P95[$wl|$thr|before]:-}" %.2f) | $(median "${P95[$wl|$thr|after]:-}" %.2f)" \
+					"| $(median "${CPU[$wl|$thr|before]:-}" %.1f) | $(median "${CPU[$wl|$thr|after]:-}" %.1f) |"
+			done
+		done
 	else
 		echo "| workload | threads | direct QPS | steal QPS | per-core QPS | steal/direct | per-core/direct | steal p95 ms | per-core p95 ms | steal CPU µs/query | per-core CPU µs/query |"
 		echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
