@@ -8,8 +8,6 @@ mod common;
 
 use common::*;
 use mysql_async::prelude::*;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use testkit::MariaDb;
@@ -225,33 +223,8 @@ fn http_off_loopback_needs_an_admin_login() {
     assert_eq!(request(local.http_port(), "/api/config", None).status, 200);
 }
 
-struct Response {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Response {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
-    }
-}
-
-/// GET `path` from 127.0.0.1:`port` with an optional Authorization header (bodies read raw:
-/// the checks only look for words in them).
-fn request(port: u16, path: &str, authorization: Option<&str>) -> Response {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connects to the HTTP port");
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}Connection: close\r\n\r\n").unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).expect("reads the response");
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let mut lines = head.split("\r\n");
-    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let headers = lines.filter_map(|l| l.split_once(':')).map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string())).collect();
-    Response { status, headers, body: body.to_string() }
+fn request(port: u16, path: &str, authorization: Option<&str>) -> HttpResponse {
+    http_get(port, path, authorization)
 }
 
 /// Comments in admin commands; statistics names in strings; discoverable stats tables;

@@ -10,8 +10,6 @@ mod common;
 use common::*;
 use mysql_async::prelude::*;
 use serde_json::Value;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use testkit::{chromium, prometheus, MariaDb};
@@ -19,58 +17,8 @@ use testkit::{chromium, prometheus, MariaDb};
 /// How long anything that happens in the background (rate samples, the log writer) may take.
 const PATIENCE: Duration = Duration::from_secs(15);
 
-/// One HTTP/1.1 response.
-struct Response {
-    status: u16,
-    /// Header names lower-cased.
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Response {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
-    }
-}
-
-/// GET `path` from 127.0.0.1:`port` (`Connection: close`, chunked bodies decoded).
-fn get(port: u16, path: &str) -> Response {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connects to the HTTP port");
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n").unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).expect("reads the response");
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or_else(|| panic!("no header end: {raw:?}"));
-    let head = String::from_utf8(raw[..split].to_vec()).expect("ASCII headers");
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap();
-    let status = status_line.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("status line {status_line:?}"));
-    let headers: Vec<(String, String)> =
-        lines.filter_map(|l| l.split_once(':')).map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string())).collect();
-    let mut body = raw[split + 4..].to_vec();
-    if headers.iter().any(|(n, v)| n == "transfer-encoding" && v.eq_ignore_ascii_case("chunked")) {
-        body = dechunk(&body);
-    }
-    Response { status, headers, body: String::from_utf8(body).expect("UTF-8 body") }
-}
-
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let eol = b.windows(2).position(|w| w == b"\r\n").expect("chunk size line");
-        let size_text = std::str::from_utf8(&b[..eol]).unwrap();
-        let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16).expect("hex chunk size");
-        b = &b[eol + 2..];
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&b[..size]);
-        b = &b[size + 2..];
-    }
+fn get(port: u16, path: &str) -> HttpResponse {
+    http_get(port, path, None)
 }
 
 /// Runs `sql` on the admin port with the mariadb CLI as admin/admin; its tab-separated output.
