@@ -311,6 +311,13 @@ impl Session {
                 }
                 continue;
             }
+            if cmd == COM_PROCESS_INFO {
+                self.client.consume(frame.wire_len);
+                if !self.process_info(seq).await {
+                    return;
+                }
+                continue;
+            }
             let init_db = (cmd == COM_INIT_DB).then(|| String::from_utf8_lossy(&payload[1..]).into_owned());
             match route_command(cmd) {
                 Route::Statement => {
@@ -573,6 +580,7 @@ impl Session {
         self.login = backend_login(&user, credential, &negotiated);
         self.state = multiplex::initial_state(database.as_deref(), collation);
         self.user = user;
+        self.handle.set_user(&self.user.name);
         self.negotiated = negotiated;
         match self.acquire(self.user.default_hostgroup, 0, Needs::default()).await {
             Ok(held) => {

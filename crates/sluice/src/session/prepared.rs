@@ -196,6 +196,10 @@ impl Session {
                 return true;
             }
         }
+        if let Some(why) = self.refuse_prepared(&text) {
+            self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, why).await;
+            return true;
+        }
         let sql = sql::classify::rewrite_connection_id(&text, self.id).unwrap_or(text);
         let mut held = match self.acquire(self.user.default_hostgroup, 1, Needs::default()).await {
             Ok(h) => h,

@@ -72,12 +72,13 @@ impl Session {
                 None => std::borrow::Cow::Borrowed(frame.first_chunk(&self.client.rbuf)),
             };
             let text = payload.get(1..).unwrap_or_default();
-            let kill = sql::classify::parse_kill(text);
+            let kill = self.intercept(&frame, text);
+            let answered = kill.as_ref().is_some_and(sql::classify::Intercept::answered_by_sluice);
             let who = self.origin.who(&self.user.name, self.state.schema.as_deref());
             let rules = &self.snap.config.rules;
-            let digest = if kill.is_some() { 0 } else { self.rules.digest(rules, text, digests_on) };
+            let digest = if answered { 0 } else { self.rules.digest(rules, text, digests_on) };
             let command = crate::stats::Command::from_sql(text);
-            let decision = if kill.is_some() { None } else { self.rules.decide(rules, &who, text, digest) };
+            let decision = if answered { None } else { self.rules.decide(rules, &who, text, digest) };
             let text = decision.as_ref().and_then(|d| d.rewritten.as_deref()).unwrap_or(text);
             let use_db = sql::classify::parse_use(text);
             let effects = sql::effects::effects(text);
@@ -97,13 +98,10 @@ impl Session {
             (decision, kill, use_db, effects, request, digest, command)
         };
         if let Some(k) = kill {
-            self.client.consume(frame.wire_len);
-            if !k.alone {
-                let msg = "KILL <id> must be sent on its own through sluice (the id is sluice's session id)";
-                self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, msg).await;
-                return true;
+            if let Some(go_on) = self.intercepted(k, seq).await {
+                self.client.consume(frame.wire_len);
+                return go_on;
             }
-            return self.kill(k.id, k.scope, k.hard, seq).await;
         }
         let decision = decision.unwrap_or_default();
         let hostgroup = decision.actions.destination_hostgroup.unwrap_or(self.user.default_hostgroup);
