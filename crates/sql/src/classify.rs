@@ -102,14 +102,23 @@ fn is_word(t: &Token, sql: &[u8], k: &str) -> bool {
     t.kind == Kind::Word && eq_ignore_case(t.text(sql), k)
 }
 
-/// Is "kill" anywhere, in any case? A KILL keyword cannot be spelled otherwise (quoted, it is
-/// an identifier), so a text without it holds none; one memchr pass.
-fn mentions_kill(sql: &[u8]) -> bool {
-    memchr::memchr2_iter(b'k', b'K', sql).any(|i| sql.get(i + 1..i + 4).is_some_and(|r| r.eq_ignore_ascii_case(b"ill")))
+/// Is one of `words` (lower case, sharing their first letter) anywhere in `sql`, in any case?
+/// One memchr pass over that letter.
+fn mentions(sql: &[u8], words: &[&[u8]]) -> bool {
+    let Some(&first) = words.first().and_then(|w| w.first()) else { return false };
+    memchr::memchr2_iter(first, first.to_ascii_uppercase(), sql)
+        .any(|i| words.iter().any(|w| sql.get(i + 1..i + w.len()).is_some_and(|r| r.eq_ignore_ascii_case(&w[1..]))))
+}
+
+/// Could the text hold anything `intercept` acts on? Each needs a keyword spelled out in code
+/// (a keyword cannot be escaped, and quoted it is an identifier): KILL, PREPARE or IMMEDIATE
+/// (dynamic SQL), PROCESSLIST. Text without them is passed on without being lexed.
+fn mentions_keywords(sql: &[u8]) -> bool {
+    mentions(sql, &[b"kill"]) || mentions(sql, &[b"prepare", b"processlist"]) || mentions(sql, &[b"immediate"])
 }
 
 /// What sluice must do about a COM_QUERY (or COM_STMT_PREPARE) text before any backend sees
-/// it; `None` for nearly every statement, found without lexing it.
+/// it; `None` for nearly every statement, found without lexing it (`mentions_keywords`).
 ///
 /// Every KILL keyword counts, wherever it is: KILL is a reserved word, so outside quotes and
 /// after no `.` it is a statement. A KILL alone is sluice's to resolve; one among several
@@ -125,17 +134,10 @@ fn mentions_kill(sql: &[u8]) -> bool {
 /// refused when the readings disagree; except a single SELECT, INSERT… (where a KILL could
 /// only be a syntax error), which carry most quoted data.
 pub fn intercept(sql: &[u8]) -> Option<Intercept> {
-    let several = memchr::memchr(b';', sql).is_some();
-    if !several && !mentions_kill(sql) {
-        // One statement without KILL: only its first keyword can make it interesting.
-        let mut toks = code(sql);
-        let first = toks.next().filter(|t| t.kind == Kind::Word)?;
-        let special = ["PREPARE", "EXECUTE", "CREATE", "ALTER", "SHOW"].iter().any(|k| is_word(&first, sql, k))
-            || (is_word(&first, sql, "SET") && toks.next().is_some_and(|t| is_word(&t, sql, "STATEMENT")));
-        if !special {
-            return None;
-        }
+    if !mentions_keywords(sql) {
+        return None;
     }
+    let several = memchr::memchr(b';', sql).is_some();
     let found = scan(sql, 0);
     if memchr::memchr(b'\\', sql).is_some() && (several || !plain_dml(sql)) {
         // Also read with backslashes as plain characters: a KILL or quote boundary that only
@@ -778,6 +780,16 @@ mod tests {
         assert_eq!(intercept(br"SELECT 'a\' KILL 5 '"), None, "a KILL cannot hide in a single SELECT");
         assert_eq!(intercept(br"INSERT INTO t VALUES ('don\'t kill')"), None);
         assert_eq!(intercept(br"DESCRIBE 'it\'s'"), None);
+    }
+
+    #[test]
+    fn pre_check_needs_a_keyword() {
+        assert!(mentions_keywords(b"select 1; KilL 5"));
+        assert!(mentions_keywords(b"x PREPARE"));
+        assert!(mentions_keywords(b"show processList"));
+        assert!(mentions_keywords(b"execute Immediate"));
+        assert!(!mentions_keywords(b"SELECT 1; SELECT 'kil', 'prep', 'immediat'"));
+        assert!(!mentions_keywords(b"k"));
     }
 
     #[test]
