@@ -1,10 +1,11 @@
-//! Statement classification: `first_keyword`, `parse_kill` and `rewrite_connection_id` on
-//! arbitrary bytes. A parsed KILL must re-parse from its canonical text; a rewrite must never
-//! panic, and when it returns a new text, that text must lex cleanly and keep its first keyword.
+//! Statement classification: `first_keyword`, `intercept` and `rewrite_connection_id` on
+//! arbitrary bytes. A KILL sluice resolves must re-parse from its canonical text; a rewrite must
+//! never panic, and when it returns a new text, that text must lex cleanly and keep its first
+//! keyword.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice_sql::classify::{first_keyword, parse_kill, rewrite_connection_id, KillScope};
+use sluice_sql::classify::{first_keyword, intercept, rewrite_connection_id, Intercept, KillScope, KillTarget};
 use sluice_sql::lexer::{code_tokens, Kind, Lexer};
 
 /// Lexes all of `sql`, checking order and bounds.
@@ -24,22 +25,33 @@ fuzz_target!(|sql: &[u8]| {
         _ => assert!(first.is_empty()),
     }
 
-    if let Some(k) = parse_kill(sql) {
-        assert!(first.eq_ignore_ascii_case(b"KILL"));
-        let canonical = format!(
-            "KILL {}{} {}",
-            match k.hard {
-                Some(true) => "HARD ",
-                Some(false) => "SOFT ",
-                None => "",
-            },
-            match k.scope {
-                KillScope::Connection => "CONNECTION",
-                KillScope::Query => "QUERY",
-            },
-            k.id
-        );
-        assert_eq!(parse_kill(canonical.as_bytes()), Some(k), "{canonical}");
+    match intercept(sql) {
+        Some(Intercept::Kill(k)) => {
+            assert!(first.eq_ignore_ascii_case(b"KILL"));
+            // Numeric targets re-parse from their canonical text.
+            let target = match &k.target {
+                KillTarget::Id(id) => Some(id.to_string()),
+                KillTarget::QueryId(id) => Some(format!("ID {id}")),
+                _ => None,
+            };
+            if let Some(target) = target {
+                let canonical = format!(
+                    "KILL {}{} {target}",
+                    match k.hard {
+                        Some(true) => "HARD ",
+                        Some(false) => "SOFT ",
+                        None => "",
+                    },
+                    match k.scope {
+                        KillScope::Connection => "CONNECTION",
+                        KillScope::Query => "QUERY",
+                    },
+                );
+                assert_eq!(intercept(canonical.as_bytes()), Some(Intercept::Kill(k)), "{canonical}");
+            }
+        }
+        Some(Intercept::Processlist { .. }) => assert!(first.eq_ignore_ascii_case(b"SHOW")),
+        _ => {}
     }
 
     for id in [0u32, 42, u32::MAX] {
@@ -48,7 +60,7 @@ fuzz_target!(|sql: &[u8]| {
             assert!(out.windows(id.to_string().len()).any(|w| w == id.to_string().as_bytes()));
             lex_checked(&out);
             assert_eq!(first_keyword(&out), first, "rewrite changed the first keyword");
-            let _ = parse_kill(&out);
+            let _ = intercept(&out);
         }
     }
 });

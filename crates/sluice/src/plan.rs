@@ -10,14 +10,13 @@ use crate::rules::{Decision, Query, RuleSet, Scratch, Who};
 use crate::stats::Command;
 use proto::command::COM_QUERY;
 use proto::errors::*;
-use sql::classify::Kill;
+use sql::classify::Intercept;
 use sql::effects::Effects;
 use std::time::Duration;
 
 /// One COM_QUERY, as the planner sees it.
 pub struct Statement<'a> {
-    /// The statement text: all of it, or only its first 16 MiB chunk when no rule must read
-    /// the rest (`whole == false`).
+    /// The statement text, all of it (KILL must be found anywhere in it, and rules read it).
     pub text: &'a [u8],
     /// The number of 16 MiB packets the client sent it in, and the first one's sequence id.
     pub chunks: usize,
@@ -41,8 +40,9 @@ pub struct Facts<'a> {
 pub enum Action {
     /// Send it to the plan's targets.
     Forward,
-    /// KILL: sluice carries it out on its own sessions.
-    Kill(Kill),
+    /// KILL, SHOW PROCESSLIST, or text that could run a KILL sluice cannot resolve: sluice
+    /// answers it from its own sessions, or refuses it (`sql::classify::intercept`).
+    Intercept(Intercept),
     /// A rule answers it with no backend: `error_msg` (an error) or `OK_msg`.
     Answer { error: bool, message: Box<str> },
     /// sluice refuses it with this error.
@@ -69,6 +69,9 @@ pub struct Plan {
     pub use_db: Option<String>,
     /// Where it goes, and which router decided.
     pub routed: Routed,
+    /// `PREPARE s FROM @v` / `EXECUTE IMMEDIATE @v`: the user variable whose text must be
+    /// checked for a KILL before the statement is sent.
+    pub dynamic_sql: Option<String>,
 }
 
 impl Plan {
@@ -147,16 +150,14 @@ impl PlanScratch {
 pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut PlanScratch) -> Plan {
     let text = stmt.text;
     let command = Command::from_sql(text);
-    if let Some(kill) = sql::classify::parse_kill(text) {
-        let action = if kill.alone {
-            Action::Kill(kill)
-        } else {
-            let message = "KILL <id> must be sent on its own through sluice (the id is sluice's session id)".into();
-            Action::Refuse { code: ER_NOT_SUPPORTED_YET, message }
-        };
-        scratch.digest_text.clear();
-        return Plan::answered(command, action, facts);
-    }
+    let dynamic_sql = match sql::classify::intercept(text) {
+        Some(Intercept::Variable(name)) => Some(name),
+        Some(answered) => {
+            scratch.digest_text.clear();
+            return Plan::answered(command, Action::Intercept(answered), facts);
+        }
+        None => None,
+    };
     let digest = scratch.digest(rules, text, facts.digests_on);
     let decision = scratch.decide(rules, &facts.who, text, digest);
     let sent = decision.rewritten.as_deref().unwrap_or(text);
@@ -187,7 +188,7 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
     } else {
         None
     };
-    Plan { command, digest, decision, action, rewrite, effects, use_db, routed }
+    Plan { command, digest, decision, action, rewrite, effects, use_db, routed, dynamic_sql }
 }
 
 impl Plan {
@@ -202,6 +203,7 @@ impl Plan {
             effects: Effects::default(),
             use_db: None,
             routed: route::route(&route::Facts { decision: &Decision::default(), default_hostgroup: facts.default_hostgroup }),
+            dynamic_sql: None,
         }
     }
 }

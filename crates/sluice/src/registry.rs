@@ -1,15 +1,18 @@
 //! Live client sessions by the id sluice gave them, so `KILL <id>` from one session can reach
-//! another. Touched at connect, disconnect and KILL; the backend connection serving a session
-//! is one atomic store per change, in the session's own handle.
+//! another and SHOW PROCESSLIST can list them. Touched at connect, disconnect and KILL; the
+//! backend connection serving a session is one atomic store per change, in the session's own
+//! handle. Ids are sluice's only: a backend thread id names no session (with multiplexing,
+//! that thread serves whichever client runs a statement on it).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
 pub struct SessionHandle {
     pub id: u32,
-    pub user: String,
+    /// The session's user (COM_CHANGE_USER changes it).
+    user: Mutex<Arc<str>>,
     pub peer: std::net::SocketAddr,
     /// What the session is doing, for SHOW PROCESSLIST: written by the session at each
     /// statement's start and end (its own lock; readers are rare).
@@ -19,8 +22,8 @@ pub struct SessionHandle {
     backend: AtomicU64,
     killed: AtomicBool,
     kill: Notify,
-    /// A KILL QUERY for the statement running now: 0 none, else `KillQuery` + 1.
-    kill_query: AtomicU8,
+    /// A KILL QUERY for the statement running now (`KillQuery::encode`; 0: none).
+    kill_query: AtomicU64,
     kill_query_notify: Notify,
     /// Set once the session has closed its client connection.
     closed: AtomicBool,
@@ -35,6 +38,8 @@ pub struct Activity {
     pub hostgroup: u32,
     /// When the running statement began; `None` between statements.
     pub started: Option<std::time::Instant>,
+    /// When the last statement ended (or the session began), for an idle session's Time.
+    pub idle_since: Option<std::time::Instant>,
     /// The running statement's text (the first `INFO_MAX` bytes).
     pub info: String,
 }
@@ -57,8 +62,19 @@ impl SessionHandle {
 
     /// The statement ended.
     pub fn end(&self) {
+        let now = std::time::Instant::now();
         let mut a = self.activity.lock().unwrap_or_else(|p| p.into_inner());
         a.started = None;
+        a.idle_since = Some(now);
+    }
+
+    pub fn user(&self) -> Arc<str> {
+        self.user.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// COM_CHANGE_USER: KILL's ownership rule and SHOW PROCESSLIST see the new user.
+    pub fn set_user(&self, user: &str) {
+        *self.user.lock().unwrap_or_else(|p| p.into_inner()) = user.into();
     }
 
     pub fn activity(&self) -> Activity {
@@ -83,24 +99,17 @@ impl SessionHandle {
 
     /// Asks the session to kill the statement it is running (it does so itself, so the KILL
     /// reaches that statement's connection and no other's).
-    pub fn request_kill_query(&self, hard: Option<bool>) {
-        let v = match hard {
-            None => 1,
-            Some(false) => 2,
-            Some(true) => 3,
-        };
-        self.kill_query.store(v, Ordering::Release);
+    pub fn request_kill_query(&self, request: KillQuery) {
+        self.kill_query.store(request.encode(), Ordering::Release);
         self.kill_query_notify.notify_one();
     }
 
-    /// Resolves when a KILL QUERY was asked for; returns its HARD/SOFT modifier.
-    pub async fn kill_query_requested(&self) -> Option<bool> {
+    /// Resolves when a KILL QUERY was asked for.
+    pub async fn kill_query_requested(&self) -> KillQuery {
         loop {
-            match self.kill_query.swap(0, Ordering::AcqRel) {
-                0 => self.kill_query_notify.notified().await,
-                1 => return None,
-                2 => return Some(false),
-                _ => return Some(true),
+            match KillQuery::decode(self.kill_query.swap(0, Ordering::AcqRel)) {
+                Some(request) => return request,
+                None => self.kill_query_notify.notified().await,
             }
         }
     }
@@ -146,6 +155,44 @@ impl SessionHandle {
     }
 }
 
+/// A KILL QUERY a session carries out on the backend connection running its statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KillQuery {
+    /// `Some(true)` for HARD, `Some(false)` for SOFT.
+    pub hard: Option<bool>,
+    /// `KILL QUERY ID n`: only the statement with this server query id (0: whatever runs).
+    pub query_id: u64,
+}
+
+impl From<Option<bool>> for KillQuery {
+    fn from(hard: Option<bool>) -> Self {
+        KillQuery { hard, query_id: 0 }
+    }
+}
+
+impl KillQuery {
+    /// One word, so a request is stored and taken whole: the modifier in the low two bits
+    /// (never 0), the query id above them.
+    fn encode(self) -> u64 {
+        let modifier = match self.hard {
+            None => 1,
+            Some(false) => 2,
+            Some(true) => 3,
+        };
+        (self.query_id << 2) | modifier
+    }
+
+    fn decode(v: u64) -> Option<KillQuery> {
+        let hard = match v & 3 {
+            0 => return None,
+            1 => None,
+            2 => Some(false),
+            _ => Some(true),
+        };
+        Some(KillQuery { hard, query_id: v >> 2 })
+    }
+}
+
 pub struct Registry {
     next_id: AtomicU32,
     sessions: Mutex<HashMap<u32, Arc<SessionHandle>>>,
@@ -171,13 +218,13 @@ impl Registry {
     pub fn register(&self, id: u32, user: &str, peer: std::net::SocketAddr) -> Arc<SessionHandle> {
         let h = Arc::new(SessionHandle {
             id,
-            user: user.to_string(),
+            user: Mutex::new(user.into()),
             peer,
-            activity: Mutex::new(Activity::default()),
+            activity: Mutex::new(Activity { idle_since: Some(std::time::Instant::now()), ..Activity::default() }),
             backend: AtomicU64::new(0),
             killed: AtomicBool::new(false),
             kill: Notify::new(),
-            kill_query: AtomicU8::new(0),
+            kill_query: AtomicU64::new(0),
             kill_query_notify: Notify::new(),
             closed: AtomicBool::new(false),
             closed_notify: Notify::new(),
@@ -194,14 +241,11 @@ impl Registry {
         }
     }
 
-    /// A session by the id sluice announced, or else by its backend thread id (what
-    /// CONNECTION_ID() returns on a backend that was asked directly).
+    /// A session by the id sluice announced. Never by a backend thread id: that thread may be
+    /// serving any client at this moment.
     pub fn find(&self, id: u64) -> Option<Arc<SessionHandle>> {
-        let sessions = self.sessions.lock().ok()?;
-        if let Some(h) = u32::try_from(id).ok().and_then(|id| sessions.get(&id)) {
-            return Some(h.clone());
-        }
-        sessions.values().find(|h| h.backend().is_some_and(|(_, t)| t as u64 == id)).cloned()
+        let id = u32::try_from(id).ok()?;
+        self.sessions.lock().ok()?.get(&id).cloned()
     }
 
     /// Asks every session to end (shutdown): idle ones at once, busy ones after their statement.
@@ -226,5 +270,37 @@ impl Registry {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kill_query_requests_round_trip() {
+        for hard in [None, Some(false), Some(true)] {
+            for query_id in [0, 1, 12345, u64::MAX >> 2] {
+                let k = KillQuery { hard, query_id };
+                assert_eq!(KillQuery::decode(k.encode()), Some(k));
+            }
+        }
+        assert_eq!(KillQuery::decode(0), None);
+    }
+
+    #[test]
+    fn sessions_are_found_by_their_own_id_only() {
+        let r = Registry::default();
+        let peer = "127.0.0.1:5000".parse().unwrap();
+        let a = r.register(r.next_id(), "alice", peer);
+        let b = r.register(r.next_id(), "bob", peer);
+        // b runs on backend thread `a.id`: KILL a.id still means a, and thread 77 means no one.
+        b.set_backend(1, a.id);
+        a.set_backend(1, 77);
+        assert_eq!(r.find(a.id as u64).map(|h| h.id), Some(a.id));
+        assert!(r.find(77).is_none());
+        assert!(r.find(u64::from(u32::MAX) + 1 + a.id as u64).is_none());
+        b.set_user("carol");
+        assert_eq!(&*r.find(b.id as u64).unwrap().user(), "carol");
     }
 }

@@ -1,8 +1,10 @@
-//! Statement facts the session acts on before forwarding: KILL statements (sluice maps the
-//! session id the client knows to the backend's thread) and CONNECTION_ID() calls (answered
-//! with the session id sluice announced, so the id stays stable whatever backend serves it).
+//! Statement facts the session acts on before forwarding: statements that name sessions
+//! (KILL, SHOW PROCESSLIST), which sluice answers from its own sessions, and any text that could
+//! run a KILL sluice cannot resolve, which it refuses (`intercept`); CONNECTION_ID() calls
+//! (answered with the session id sluice announced, so the id stays stable whatever backend
+//! serves it); USE.
 
-use crate::lexer::{code_tokens, Kind};
+use crate::lexer::{code_tokens, Kind, Lexer, Token};
 
 fn eq_ignore_case(a: &[u8], b: &str) -> bool {
     a.eq_ignore_ascii_case(b.as_bytes())
@@ -19,50 +21,468 @@ pub enum KillScope {
     Query,
 }
 
-/// `KILL [HARD | SOFT] [CONNECTION | QUERY] <id>` with a numeric id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Whom a KILL names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KillTarget {
+    /// A thread id written as a plain number: to sluice, a session id.
+    Id(u64),
+    /// `CONNECTION_ID()`: the killer's own session.
+    Own,
+    /// `USER name[@host]`: `name` is `None` for `CURRENT_USER`; `host` is `None` when not
+    /// given (or `%`).
+    User { name: Option<String>, host: Option<String> },
+    /// `QUERY ID n`: a statement by the server's query id.
+    QueryId(u64),
+}
+
+/// `KILL [HARD | SOFT] [CONNECTION | QUERY [ID]] <target>`, alone in its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Kill {
     pub scope: KillScope,
     /// `Some(true)` for HARD, `Some(false)` for SOFT.
     pub hard: Option<bool>,
-    pub id: u64,
-    /// False when other statements follow in the same COM_QUERY: the id is sluice's, so the
-    /// text must not reach the backend (it would kill whatever backend thread has that number).
-    pub alone: bool,
+    pub target: KillTarget,
 }
 
-/// Parses a KILL of a thread id, alone or first of several statements. Other forms (`KILL
-/// USER u`, `KILL QUERY ID n`) return `None` and go to the backend unchanged.
-pub fn parse_kill(sql: &[u8]) -> Option<Kill> {
-    let mut toks = code_tokens(sql).peekable();
-    let t = toks.next()?;
-    if !eq_ignore_case(t.text(sql), "KILL") {
+/// A statement sluice answers itself, checks further, or refuses: through a pooling proxy a
+/// KILL's number must name one of sluice's sessions, never whatever backend thread has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Intercept {
+    Kill(Kill),
+    /// `SHOW [FULL] PROCESSLIST`, alone.
+    Processlist {
+        full: bool,
+    },
+    /// `PREPARE s FROM @v` or `EXECUTE IMMEDIATE @v`, alone: the statement it runs is the
+    /// value of the user variable `v` (name unquoted), to be read and checked first.
+    Variable(String),
+    /// Must not reach the backend; why, for the client's error message.
+    Refuse(&'static str),
+}
+
+impl Intercept {
+    /// Sluice answers the statement itself (it never reaches rules or a backend); `Variable`
+    /// goes on once its text is checked.
+    pub fn answered_by_sluice(&self) -> bool {
+        !matches!(self, Intercept::Variable(_))
+    }
+}
+
+/// Why a text is refused (the client's error message).
+pub mod refusal {
+    pub const KILL_FORM: &str = "KILL through sluice takes a session id as a plain number, CONNECTION_ID() or USER name \
+         (sluice resolves it to its own sessions; an expression cannot be resolved)";
+    pub const KILL_IN_TEXT: &str = "KILL must be a statement of its own through sluice, not one of several statements \
+         or part of a compound statement (sluice resolves its id to its own sessions)";
+    pub const KILL_IN_PROGRAM: &str = "KILL inside a stored procedure, function, trigger or event is refused by sluice: \
+         its id would name a backend thread, which serves many clients";
+    pub const DYNAMIC_KILL: &str = "PREPARE or EXECUTE IMMEDIATE of KILL or SHOW PROCESSLIST is refused by sluice: \
+         send the statement itself, so sluice can resolve it to its own sessions";
+    pub const DYNAMIC_UNSEEN: &str = "sluice cannot see the statement this PREPARE or EXECUTE IMMEDIATE would run, \
+         so it cannot rule out a KILL: use a string literal, or a user variable in a statement of its own";
+    pub const AMBIGUOUS: &str = "sluice cannot tell whether this text runs KILL: backslashes in its quoted text \
+         read differently under NO_BACKSLASH_ESCAPES, ANSI_QUOTES or multi-byte character sets";
+    pub const PROCESSLIST_IN_TEXT: &str = "SHOW PROCESSLIST must be a statement of its own through sluice, which answers it \
+         from its own sessions";
+    pub const PREPARED: &str = "KILL and SHOW PROCESSLIST cannot be prepared through sluice (COM_STMT_PREPARE): \
+         send them as text, so sluice can resolve them to its own sessions";
+}
+
+/// The tokens the server acts on (comments dropped), cloneable for look-ahead.
+type Code<'a> = std::iter::Filter<Lexer<'a>, fn(&Token) -> bool>;
+
+fn code(sql: &[u8]) -> Code<'_> {
+    fn is_code(t: &Token) -> bool {
+        t.kind != Kind::Comment
+    }
+    Lexer::new(sql).filter(is_code as fn(&Token) -> bool)
+}
+
+fn is_word(t: &Token, sql: &[u8], k: &str) -> bool {
+    t.kind == Kind::Word && eq_ignore_case(t.text(sql), k)
+}
+
+/// Is one of `words` (lower case, sharing their first letter) anywhere in `sql`, in any case?
+/// One memchr pass over that letter.
+fn mentions(sql: &[u8], words: &[&[u8]]) -> bool {
+    let Some(&first) = words.first().and_then(|w| w.first()) else { return false };
+    memchr::memchr2_iter(first, first.to_ascii_uppercase(), sql)
+        .any(|i| words.iter().any(|w| sql.get(i + 1..i + w.len()).is_some_and(|r| r.eq_ignore_ascii_case(&w[1..]))))
+}
+
+/// Could the text hold anything `intercept` acts on? Each needs a keyword spelled out in code
+/// (a keyword cannot be escaped, and quoted it is an identifier): KILL, PREPARE or IMMEDIATE
+/// (dynamic SQL), PROCESSLIST. Text without them is passed on without being lexed.
+fn mentions_keywords(sql: &[u8]) -> bool {
+    mentions(sql, &[b"kill"]) || mentions(sql, &[b"prepare", b"processlist"]) || mentions(sql, &[b"immediate"])
+}
+
+/// What sluice must do about a COM_QUERY (or COM_STMT_PREPARE) text before any backend sees
+/// it; `None` for nearly every statement, found without lexing it (`mentions_keywords`).
+///
+/// Every KILL keyword counts, wherever it is: KILL is a reserved word, so outside quotes and
+/// after no `.` it is a statement. A KILL alone is sluice's to resolve; one among several
+/// statements, in a compound statement or in a stored program's body is refused. Dynamic SQL
+/// (PREPARE … FROM, EXECUTE IMMEDIATE) is refused unless its text can be seen: a string
+/// literal (checked here), or a user variable in a statement of its own (checked by the
+/// session). Inside a stored program's definition only literals can be checked; other
+/// dynamic SQL there runs later, out of sluice's sight (README, "What differs").
+///
+/// Quotes hide text, and where a quote ends depends on the session: under
+/// NO_BACKSLASH_ESCAPES or ANSI_QUOTES, or in a character set whose characters may end in a
+/// backslash byte, `\'` ends a string. So a text with backslashes is read both ways, and
+/// refused when the readings disagree; except a single SELECT, INSERT… (where a KILL could
+/// only be a syntax error), which carry most quoted data.
+pub fn intercept(sql: &[u8]) -> Option<Intercept> {
+    if !mentions_keywords(sql) {
         return None;
     }
-    let mut hard = None;
-    let mut scope = KillScope::Connection;
-    let mut t = toks.next()?;
-    if t.kind == Kind::Word && (eq_ignore_case(t.text(sql), "HARD") || eq_ignore_case(t.text(sql), "SOFT")) {
-        hard = Some(eq_ignore_case(t.text(sql), "HARD"));
-        t = toks.next()?;
+    let several = memchr::memchr(b';', sql).is_some();
+    let found = scan(sql, 0);
+    if memchr::memchr(b'\\', sql).is_some() && (several || !plain_dml(sql)) {
+        // Also read with backslashes as plain characters: a KILL or quote boundary that only
+        // one reading sees must not slip through.
+        let plain: Vec<u8> = sql.iter().map(|&b| if b == b'\\' { b' ' } else { b }).collect();
+        let other = scan(&plain, 0);
+        if other.is_some() && other != found {
+            return Some(Intercept::Refuse(refusal::AMBIGUOUS));
+        }
     }
-    if t.kind == Kind::Word && eq_ignore_case(t.text(sql), "CONNECTION") {
-        t = toks.next()?;
-    } else if t.kind == Kind::Word && eq_ignore_case(t.text(sql), "QUERY") {
-        scope = KillScope::Query;
-        t = toks.next()?;
+    found
+}
+
+/// A single statement of a kind that cannot carry a KILL (a KILL inside it would be a syntax
+/// error): quotes it holds need no second reading. Such statements carry most quoted data.
+fn plain_dml(sql: &[u8]) -> bool {
+    code(sql).next().is_some_and(|t| {
+        ["SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE", "WITH", "VALUES", "CALL", "DO", "LOAD"].iter().any(|k| is_word(&t, sql, k))
+    })
+}
+
+/// Where dynamic SQL takes its text from.
+enum Source {
+    /// String literals (adjacent ones concatenate), unescaped; `whole` when nothing but the
+    /// end of the statement or `USING` follows.
+    Literal { text: Vec<u8>, whole: bool },
+    /// A user variable (name unquoted).
+    Variable { name: String, whole: bool },
+    /// Anything else: an expression sluice cannot evaluate.
+    Other,
+}
+
+/// Words after which a statement begins inside a compound statement (`BEGIN NOT ATOMIC`,
+/// `IF … THEN`, `SET STATEMENT … FOR`…), besides the start of the text and `;`.
+const STATEMENT_AFTER: [&str; 8] = ["BEGIN", "ATOMIC", "THEN", "ELSE", "DO", "LOOP", "REPEAT", "FOR"];
+
+fn scan(sql: &[u8], depth: u8) -> Option<Intercept> {
+    use refusal::*;
+    let definition = defines_program(sql);
+    let mut toks = code(sql);
+    let mut first: Option<Token> = None;
+    let mut prev: Option<Token> = None;
+    let mut statements = 0usize;
+    let mut at_start = true;
+    let mut kill = false;
+    let mut processlist = false;
+    let mut variable: Option<String> = None;
+    while let Some(t) = toks.next() {
+        if t.kind == Kind::Punct && t.text(sql) == b";" {
+            at_start = true;
+            prev = Some(t);
+            continue;
+        }
+        let starts = std::mem::take(&mut at_start);
+        statements += starts as usize;
+        first.get_or_insert(t);
+        let before = prev.replace(t);
+        let after_dot = before.is_some_and(|p| p.text(sql) == b".");
+        if t.kind != Kind::Word || after_dot {
+            continue;
+        }
+        if is_word(&t, sql, "KILL") {
+            kill = true;
+            continue;
+        }
+        if starts && is_word(&t, sql, "SHOW") {
+            let mut ahead = toks.clone().skip_while(|n| is_word(n, sql, "FULL"));
+            processlist |= ahead.next().is_some_and(|n| is_word(&n, sql, "PROCESSLIST"));
+            continue;
+        }
+        let source = if is_word(&t, sql, "EXECUTE") && toks.clone().next().is_some_and(|n| is_word(&n, sql, "IMMEDIATE")) {
+            let mut ahead = toks.clone();
+            ahead.next();
+            source(sql, ahead)
+        } else if is_word(&t, sql, "PREPARE") {
+            let statement_start = starts || definition || before.is_some_and(|b| STATEMENT_AFTER.iter().any(|k| is_word(&b, sql, k)));
+            let mut ahead = toks.clone();
+            let named = ahead.next().is_some_and(|n| matches!(n.kind, Kind::Word | Kind::QuotedIdent));
+            if !(statement_start && named && ahead.next().is_some_and(|n| is_word(&n, sql, "FROM"))) {
+                continue;
+            }
+            source(sql, ahead)
+        } else {
+            continue;
+        };
+        match source {
+            Source::Literal { text, whole } => {
+                if depth >= 2 {
+                    return Some(Intercept::Refuse(DYNAMIC_UNSEEN));
+                }
+                if let Some(inner) = runs_something(&text, depth + 1) {
+                    return Some(Intercept::Refuse(inner));
+                }
+                if !whole && !definition {
+                    return Some(Intercept::Refuse(DYNAMIC_UNSEEN));
+                }
+            }
+            Source::Variable { name, whole } if !definition => {
+                if !whole || variable.is_some() {
+                    return Some(Intercept::Refuse(DYNAMIC_UNSEEN));
+                }
+                variable = Some(name);
+            }
+            Source::Other if !definition => return Some(Intercept::Refuse(DYNAMIC_UNSEEN)),
+            // Run later by a stored program, with values sluice cannot see.
+            Source::Variable { .. } | Source::Other => {}
+        }
     }
-    if t.kind != Kind::Number {
-        return None;
+    let first = first?;
+    if kill {
+        return Some(match () {
+            _ if statements == 1 && is_word(&first, sql, "KILL") => parse_kill(sql),
+            _ if definition => Intercept::Refuse(KILL_IN_PROGRAM),
+            _ => Intercept::Refuse(KILL_IN_TEXT),
+        });
     }
-    let id = std::str::from_utf8(t.text(sql)).ok()?.parse().ok()?;
-    // Alone, or followed by more statements (which sluice must not pass on: see `alone`).
-    let alone = match toks.next() {
-        None => true,
-        Some(s) if s.kind == Kind::Punct && s.text(sql) == b";" => toks.next().is_none(),
-        Some(_) => return None,
+    if let Some(name) = variable {
+        return Some(if statements == 1 { Intercept::Variable(name) } else { Intercept::Refuse(DYNAMIC_UNSEEN) });
+    }
+    if processlist {
+        return if statements == 1 { parse_processlist(sql) } else { Some(Intercept::Refuse(PROCESSLIST_IN_TEXT)) };
+    }
+    None
+}
+
+/// The refusal for dynamic SQL whose text is `sql` (read both ways, as `intercept` does), if
+/// that text would run something sluice must answer or cannot see.
+fn runs_something(sql: &[u8], depth: u8) -> Option<&'static str> {
+    let reason = |i: Option<Intercept>| {
+        i.map(|i| match i {
+            Intercept::Refuse(why) => why,
+            _ => refusal::DYNAMIC_KILL,
+        })
     };
-    Some(Kill { scope, hard, id, alone })
+    reason(scan(sql, depth)).or_else(|| {
+        memchr::memchr(b'\\', sql)?;
+        let plain: Vec<u8> = sql.iter().map(|&b| if b == b'\\' { b' ' } else { b }).collect();
+        reason(scan(&plain, depth))
+    })
+}
+
+/// The text dynamic SQL runs, from the tokens after `FROM` or `IMMEDIATE`.
+fn source(sql: &[u8], mut ahead: Code) -> Source {
+    let ends = |n: Option<Token>| n.is_none_or(|n| n.text(sql) == b";" || is_word(&n, sql, "USING"));
+    let mut t = ahead.next();
+    // A character set introducer: _utf8mb4'…', N'…'.
+    if t.is_some_and(|w| w.kind == Kind::Word && (w.text(sql).starts_with(b"_") || is_word(&w, sql, "N")))
+        && ahead.clone().next().is_some_and(|s| s.kind == Kind::String)
+    {
+        t = ahead.next();
+    }
+    match t {
+        Some(s) if s.kind == Kind::String => {
+            let mut text = unquote(s.text(sql));
+            let mut next = ahead.next();
+            while let Some(more) = next.filter(|n| n.kind == Kind::String) {
+                text.extend_from_slice(&unquote(more.text(sql)));
+                next = ahead.next();
+            }
+            Source::Literal { text, whole: ends(next) }
+        }
+        Some(v) if v.kind == Kind::Variable && !v.text(sql).starts_with(b"@@") => match variable_name(v.text(sql)) {
+            Some(name) => Source::Variable { name, whole: ends(ahead.next()) },
+            None => Source::Other,
+        },
+        _ => Source::Other,
+    }
+}
+
+/// A `@name` token's name, unquoted; `None` when empty or not UTF-8.
+fn variable_name(token: &[u8]) -> Option<String> {
+    let raw = token.strip_prefix(b"@")?;
+    let name = match raw.first() {
+        Some(b'\'' | b'"' | b'`') => unquote(raw),
+        _ => raw.to_vec(),
+    };
+    String::from_utf8(name).ok().filter(|n| !n.is_empty())
+}
+
+/// A quoted token's content: doubled quotes and (outside backticks) backslash escapes undone,
+/// as the server reads them by default. Unterminated: up to the end.
+fn unquote(quoted: &[u8]) -> Vec<u8> {
+    let Some((&quote, rest)) = quoted.split_first() else { return Vec::new() };
+    let body = rest.strip_suffix(&[quote]).unwrap_or(rest);
+    let mut out = Vec::with_capacity(body.len());
+    let mut i = 0;
+    while let Some(&c) = body.get(i) {
+        match (c, body.get(i + 1)) {
+            (b'\\', Some(&e)) if quote != b'`' => {
+                match e {
+                    b'0' => out.push(0),
+                    b'b' => out.push(8),
+                    b'n' => out.push(b'\n'),
+                    b'r' => out.push(b'\r'),
+                    b't' => out.push(b'\t'),
+                    b'Z' => out.push(26),
+                    b'%' | b'_' => out.extend_from_slice(&[b'\\', e]),
+                    _ => out.push(e),
+                }
+                i += 2;
+            }
+            (q, Some(&n)) if q == quote && n == quote => {
+                out.push(quote);
+                i += 2;
+            }
+            _ => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// An identifier or string token's name (`bob`, `'bob'`, `` `bob` ``); `None` for other tokens
+/// or names that are not UTF-8.
+fn name_of(t: &Token, sql: &[u8]) -> Option<String> {
+    let text = t.text(sql);
+    let raw = match t.kind {
+        Kind::Word => text.to_vec(),
+        Kind::String | Kind::QuotedIdent => unquote(text),
+        _ => return None,
+    };
+    String::from_utf8(raw).ok()
+}
+
+/// Does the text define a stored program (CREATE/ALTER … PROCEDURE, FUNCTION, TRIGGER,
+/// EVENT, PACKAGE)? Its body runs later, not now.
+fn defines_program(sql: &[u8]) -> bool {
+    if !code(sql).next().is_some_and(|t| is_word(&t, sql, "CREATE") || is_word(&t, sql, "ALTER")) {
+        return false;
+    }
+    let toks: Vec<Token> = code(sql).take(24).collect();
+    let w = |i: usize, k: &str| toks.get(i).is_some_and(|t| is_word(t, sql, k));
+    let text = |i: usize| toks.get(i).map_or(&b""[..], |t| t.text(sql));
+    let mut i = 1;
+    while i < toks.len() {
+        if ["OR", "REPLACE", "AGGREGATE", "EDITIONABLE", "NONEDITIONABLE"].iter().any(|k| w(i, k)) {
+            i += 1;
+        } else if w(i, "DEFINER") {
+            // DEFINER = user[@host] | CURRENT_USER[()]
+            i += 1;
+            if text(i) == b"=" {
+                i += 1;
+            }
+            i += 1;
+            if text(i) == b"(" && text(i + 1) == b")" {
+                i += 2;
+            }
+            if toks.get(i).is_some_and(|t| t.kind == Kind::Variable) {
+                i += if text(i) == b"@" { 2 } else { 1 };
+            }
+        } else {
+            return ["PROCEDURE", "FUNCTION", "TRIGGER", "EVENT", "PACKAGE"].iter().any(|k| w(i, k));
+        }
+    }
+    false
+}
+
+/// A KILL statement alone in its text (with an optional `;`): what it names, or why sluice
+/// refuses it.
+fn parse_kill(sql: &[u8]) -> Intercept {
+    let mut toks: Vec<Token> = code(sql).take(16).collect();
+    if toks.last().is_some_and(|t| t.text(sql) == b";") {
+        toks.pop();
+    }
+    let w = |i: usize, k: &str| toks.get(i).is_some_and(|t| is_word(t, sql, k));
+    let mut i = 1;
+    let hard = match () {
+        _ if w(i, "HARD") => Some(true),
+        _ if w(i, "SOFT") => Some(false),
+        _ => None,
+    };
+    i += hard.is_some() as usize;
+    let mut scope = KillScope::Connection;
+    let mut by_query_id = false;
+    if w(i, "CONNECTION") {
+        i += 1;
+    } else if w(i, "QUERY") {
+        scope = KillScope::Query;
+        i += 1;
+        if w(i, "ID") {
+            by_query_id = true;
+            i += 1;
+        }
+    }
+    let rest = toks.get(i..).unwrap_or_default();
+    let target = if !by_query_id && w(i, "USER") {
+        parse_user(sql, &rest[1..])
+    } else {
+        match rest {
+            [n] if n.kind == Kind::Number && n.text(sql).iter().all(u8::is_ascii_digit) => std::str::from_utf8(n.text(sql))
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .map(|id| if by_query_id { KillTarget::QueryId(id) } else { KillTarget::Id(id) }),
+            [f, open, close] if !by_query_id && is_word(f, sql, "CONNECTION_ID") && open.text(sql) == b"(" && close.text(sql) == b")" => {
+                Some(KillTarget::Own)
+            }
+            _ => None,
+        }
+    };
+    match target {
+        Some(target) => Intercept::Kill(Kill { scope, hard, target }),
+        None => Intercept::Refuse(refusal::KILL_FORM),
+    }
+}
+
+/// `user`, `user@host`, `'user'@'host'`, `user @ host`, `CURRENT_USER[()]`.
+fn parse_user(sql: &[u8], t: &[Token]) -> Option<KillTarget> {
+    let host_of = |v: &Token| {
+        let host = variable_name(v.text(sql))?;
+        Some((host != "%").then_some(host))
+    };
+    let (name, host) = match t {
+        [c] if is_word(c, sql, "CURRENT_USER") => (None, None),
+        [c, open, close] if is_word(c, sql, "CURRENT_USER") && open.text(sql) == b"(" && close.text(sql) == b")" => (None, None),
+        [u] => (Some(name_of(u, sql)?), None),
+        [u, at, h] if at.kind == Kind::Variable && at.text(sql) == b"@" => {
+            let host = name_of(h, sql)?;
+            (Some(name_of(u, sql)?), (host != "%").then_some(host))
+        }
+        [u, v] if v.kind == Kind::Variable && !v.text(sql).starts_with(b"@@") => (Some(name_of(u, sql)?), host_of(v)?),
+        _ => return None,
+    };
+    Some(KillTarget::User { name, host })
+}
+
+/// `SHOW [FULL] PROCESSLIST` alone (with an optional `;`).
+fn parse_processlist(sql: &[u8]) -> Option<Intercept> {
+    let mut toks = code(sql);
+    toks.next().filter(|t| is_word(t, sql, "SHOW"))?;
+    let mut t = toks.next()?;
+    let full = is_word(&t, sql, "FULL");
+    if full {
+        t = toks.next()?;
+    }
+    if !is_word(&t, sql, "PROCESSLIST") {
+        return None;
+    }
+    match toks.next() {
+        None => {}
+        Some(semi) if semi.text(sql) == b";" && toks.next().is_none() => {}
+        Some(_) => return None,
+    }
+    Some(Intercept::Processlist { full })
 }
 
 /// Statement kinds whose text may be rewritten: not DDL that stores the text (a procedure or
@@ -105,7 +525,9 @@ pub fn rewrite_connection_id(sql: &[u8], id: u32) -> Option<Vec<u8>> {
     if !mentions_connection_id(sql) {
         return None;
     }
-    if !rewritable(first_keyword(sql)) {
+    // `(SELECT …) UNION (SELECT …)`: the statement's kind is its first word.
+    let first = code_tokens(sql).find(|t| t.text(sql) != b"(").filter(|t| t.kind == Kind::Word).map_or(&b""[..], |t| t.text(sql));
+    if !rewritable(first) {
         return None;
     }
     let toks: Vec<_> = code_tokens(sql).collect();
@@ -141,10 +563,15 @@ pub fn rewrite_connection_id(sql: &[u8], id: u32) -> Option<Vec<u8>> {
         let close = toks[i + 2];
         let prev = i.checked_sub(1).map(|p| toks[p].text(sql));
         let next = toks.get(i + 3).map(|n| n.text(sql));
-        let select_item = prev.is_some_and(|p| eq_ignore_case(p, "SELECT") || p == b",")
-            && next.is_none_or(|n| {
-                n == b"," || n == b";" || eq_ignore_case(n, "FROM") || eq_ignore_case(n, "INTO") || eq_ignore_case(n, "UNION")
-            });
+        let ends_item =
+            |n: &[u8]| n == b"," || n == b";" || eq_ignore_case(n, "FROM") || eq_ignore_case(n, "INTO") || eq_ignore_case(n, "UNION");
+        // `(SELECT CONNECTION_ID())`: a `)` ends the item only right after SELECT (after a
+        // comma it may close a function's arguments).
+        let select_item = match prev {
+            Some(p) if eq_ignore_case(p, "SELECT") => next.is_none_or(|n| ends_item(n) || n == b")"),
+            Some(b",") => next.is_none_or(ends_item),
+            _ => false,
+        };
         out.extend_from_slice(&sql[copied..t.start]);
         out.extend_from_slice(id.to_string().as_bytes());
         if select_item {
@@ -223,21 +650,155 @@ mod tests {
     }
     use super::*;
 
+    fn kill(scope: KillScope, hard: Option<bool>, target: KillTarget) -> Option<Intercept> {
+        Some(Intercept::Kill(Kill { scope, hard, target }))
+    }
+
+    fn i(sql: &str) -> Option<Intercept> {
+        intercept(sql.as_bytes())
+    }
+
+    fn user(name: Option<&str>, host: Option<&str>) -> KillTarget {
+        KillTarget::User { name: name.map(Into::into), host: host.map(Into::into) }
+    }
+
+    const REFUSE_FORM: Option<Intercept> = Some(Intercept::Refuse(refusal::KILL_FORM));
+    const REFUSE_TEXT: Option<Intercept> = Some(Intercept::Refuse(refusal::KILL_IN_TEXT));
+    const REFUSE_PROGRAM: Option<Intercept> = Some(Intercept::Refuse(refusal::KILL_IN_PROGRAM));
+    const REFUSE_DYNAMIC: Option<Intercept> = Some(Intercept::Refuse(refusal::DYNAMIC_KILL));
+    const REFUSE_UNSEEN: Option<Intercept> = Some(Intercept::Refuse(refusal::DYNAMIC_UNSEEN));
+
     #[test]
-    fn kill_forms() {
-        let k = |s: &str| parse_kill(s.as_bytes());
-        let kill = |scope, hard, id| Some(Kill { scope, hard, id, alone: true });
-        assert_eq!(k("KILL 5"), kill(KillScope::Connection, None, 5));
-        assert_eq!(k("kill connection 7;"), kill(KillScope::Connection, None, 7));
-        assert_eq!(k("/* x */ KILL QUERY 9"), kill(KillScope::Query, None, 9));
-        assert_eq!(k("KILL HARD QUERY 9"), kill(KillScope::Query, Some(true), 9));
-        assert_eq!(k("KILL SOFT 3"), kill(KillScope::Connection, Some(false), 3));
-        assert_eq!(k("KILL 5; SELECT 1"), Some(Kill { scope: KillScope::Connection, hard: None, id: 5, alone: false }));
-        assert_eq!(k("KILL USER bob"), None);
-        assert_eq!(k("KILL QUERY ID 4"), None);
-        assert_eq!(k("KILL 5 6"), None);
-        assert_eq!(k("SELECT 5"), None);
-        assert_eq!(k("KILL"), None);
+    fn kill_forms_sluice_resolves() {
+        use KillScope::*;
+        assert_eq!(i("KILL 5"), kill(Connection, None, KillTarget::Id(5)));
+        assert_eq!(i("kill connection 7;"), kill(Connection, None, KillTarget::Id(7)));
+        assert_eq!(i("/* x */ KILL QUERY 9"), kill(Query, None, KillTarget::Id(9)));
+        assert_eq!(i("KILL HARD QUERY 9"), kill(Query, Some(true), KillTarget::Id(9)));
+        assert_eq!(i("KILL SOFT 3"), kill(Connection, Some(false), KillTarget::Id(3)));
+        assert_eq!(i("/*!KILL*/ 3"), kill(Connection, None, KillTarget::Id(3)));
+        assert_eq!(i("KILL QUERY ID 4"), kill(Query, None, KillTarget::QueryId(4)));
+        assert_eq!(i("KILL QUERY CONNECTION_ID()"), kill(Query, None, KillTarget::Own));
+        assert_eq!(i("KILL USER bob"), kill(Connection, None, user(Some("bob"), None)));
+        assert_eq!(i("KILL QUERY USER 'bob'@'10.0.0.1'"), kill(Query, None, user(Some("bob"), Some("10.0.0.1"))));
+        assert_eq!(i("KILL HARD CONNECTION USER `b``ob`@localhost;"), kill(Connection, Some(true), user(Some("b`ob"), Some("localhost"))));
+        assert_eq!(i("KILL USER bob @ '%'"), kill(Connection, None, user(Some("bob"), None)));
+        assert_eq!(i("KILL USER CURRENT_USER()"), kill(Connection, None, user(None, None)));
+    }
+
+    #[test]
+    fn kill_forms_sluice_refuses() {
+        for sql in [
+            "KILL QUERY 37+0",
+            "KILL (37)",
+            "KILL '37'",
+            "KILL 0x25",
+            "KILL 5 6",
+            "KILL",
+            "KILL QUERY",
+            "KILL -5",
+            "KILL @id",
+            "KILL 5.0",
+            "KILL 5;;",
+        ] {
+            assert_eq!(i(sql), REFUSE_FORM, "{sql}");
+        }
+        assert_eq!(i("KILL 99999999999999999999999"), REFUSE_FORM, "beyond u64");
+        assert_eq!(i("KILL USER"), REFUSE_FORM);
+        assert_eq!(i("KILL QUERY ID CONNECTION_ID()"), REFUSE_FORM);
+        for sql in [
+            "SELECT 1; KILL QUERY 37",
+            "KILL 5; SELECT 1",
+            "BEGIN NOT ATOMIC KILL 5; END",
+            "IF 1 THEN KILL 5; END IF",
+            "SET STATEMENT max_statement_time=1 FOR KILL 5",
+            "SELECT 1 /*! ; KILL 5 */",
+        ] {
+            assert_eq!(i(sql), REFUSE_TEXT, "{sql}");
+        }
+        for sql in [
+            "CREATE PROCEDURE p() KILL 5",
+            "CREATE DEFINER = `root`@`%` PROCEDURE p() BEGIN KILL 5; END",
+            "CREATE OR REPLACE DEFINER=CURRENT_USER() EVENT e ON SCHEDULE EVERY 1 DAY DO KILL 5",
+            "create trigger t before insert on x for each row kill 5",
+            "ALTER EVENT e DO KILL 5",
+        ] {
+            assert_eq!(i(sql), REFUSE_PROGRAM, "{sql}");
+        }
+    }
+
+    #[test]
+    fn dynamic_sql_is_seen_or_refused() {
+        assert_eq!(i("EXECUTE IMMEDIATE 'KILL 5'"), REFUSE_DYNAMIC);
+        assert_eq!(i("EXECUTE IMMEDIATE 'KI' 'LL 5'"), REFUSE_DYNAMIC, "adjacent literals concatenate");
+        assert_eq!(i(r"EXECUTE IMMEDIATE 'K\ILL 5'"), REFUSE_DYNAMIC, "escapes undone");
+        assert_eq!(i("PREPARE s FROM _utf8mb4'kill 5'"), REFUSE_DYNAMIC);
+        assert_eq!(i("PREPARE s FROM 'SHOW PROCESSLIST'"), REFUSE_DYNAMIC);
+        assert_eq!(i("EXECUTE IMMEDIATE 'EXECUTE IMMEDIATE ''KILL 5'''"), REFUSE_DYNAMIC);
+        assert_eq!(i("EXECUTE IMMEDIATE 'SELECT 1; KILL 5'"), REFUSE_TEXT);
+        assert_eq!(i("EXECUTE IMMEDIATE CONCAT('KI', 'LL 5')"), REFUSE_UNSEEN);
+        assert_eq!(i("PREPARE s FROM @a; EXECUTE s"), REFUSE_UNSEEN, "the variable may change within the text");
+        assert_eq!(i("SELECT 1; EXECUTE IMMEDIATE @@init_connect"), REFUSE_UNSEEN);
+        assert_eq!(i("SET STATEMENT sql_mode='' FOR EXECUTE IMMEDIATE @x"), Some(Intercept::Variable("x".into())));
+        assert_eq!(i("PREPARE s FROM @sql"), Some(Intercept::Variable("sql".into())));
+        assert_eq!(i("EXECUTE IMMEDIATE @`my var` USING 1"), Some(Intercept::Variable("my var".into())));
+        assert_eq!(i("EXECUTE IMMEDIATE 'SELECT ?' USING 1"), None);
+        assert_eq!(i("PREPARE s FROM 'SELECT 1'; EXECUTE s; DEALLOCATE PREPARE s"), None);
+        assert_eq!(i("BEGIN NOT ATOMIC PREPARE s FROM CONCAT('KI','LL 5'); EXECUTE s; END"), REFUSE_UNSEEN);
+        // A stored program's dynamic SQL runs later: literals are checked, the rest cannot be.
+        assert_eq!(i("CREATE PROCEDURE p(q TEXT) BEGIN PREPARE s FROM q; EXECUTE s; END"), None);
+        assert_eq!(i("CREATE PROCEDURE p() BEGIN EXECUTE IMMEDIATE 'KILL 5'; END"), REFUSE_DYNAMIC);
+        // Not dynamic SQL: a column named prepare, and `execute` of a prepared statement.
+        assert_eq!(i("SELECT prepare x FROM t"), None);
+        assert_eq!(i("EXECUTE s USING @a"), None);
+    }
+
+    #[test]
+    fn the_word_kill_elsewhere_is_not_a_kill() {
+        for sql in [
+            "SELECT 'kill 5'",
+            "SELECT `kill` FROM t",
+            "SELECT t.kill FROM t",
+            "SELECT @kill",
+            "INSERT INTO skills VALUES ('a;b')",
+            "SELECT 1 -- KILL 5",
+            "SELECT 1 /* ; KILL 5 */",
+            "SELECT 1;",
+        ] {
+            assert_eq!(i(sql), None, "{sql}");
+        }
+    }
+
+    #[test]
+    fn backslash_readings_that_disagree_are_refused() {
+        // Under NO_BACKSLASH_ESCAPES (or a GBK-style character set) the string ends at the
+        // second quote and the KILL is code.
+        let ambiguous = Some(Intercept::Refuse(refusal::AMBIGUOUS));
+        assert_eq!(i(r"SELECT 'a\'; KILL 5; -- '"), ambiguous);
+        assert_eq!(intercept(br"DESCRIBE 'a\' KILL 5 '"), ambiguous);
+        assert_eq!(intercept(br"CREATE PROCEDURE p() COMMENT 'a\' KILL 5 -- '"), ambiguous);
+        assert_eq!(intercept(br"SELECT 'a\' KILL 5 '"), None, "a KILL cannot hide in a single SELECT");
+        assert_eq!(intercept(br"INSERT INTO t VALUES ('don\'t kill')"), None);
+        assert_eq!(intercept(br"DESCRIBE 'it\'s'"), None);
+    }
+
+    #[test]
+    fn pre_check_needs_a_keyword() {
+        assert!(mentions_keywords(b"select 1; KilL 5"));
+        assert!(mentions_keywords(b"x PREPARE"));
+        assert!(mentions_keywords(b"show processList"));
+        assert!(mentions_keywords(b"execute Immediate"));
+        assert!(!mentions_keywords(b"SELECT 1; SELECT 'kil', 'prep', 'immediat'"));
+        assert!(!mentions_keywords(b"k"));
+    }
+
+    #[test]
+    fn processlist() {
+        assert_eq!(i("SHOW PROCESSLIST"), Some(Intercept::Processlist { full: false }));
+        assert_eq!(i("show full processlist;"), Some(Intercept::Processlist { full: true }));
+        assert_eq!(i("SHOW PROCESSLIST; SELECT 1"), Some(Intercept::Refuse(refusal::PROCESSLIST_IN_TEXT)));
+        assert_eq!(i("SELECT 1; SHOW FULL PROCESSLIST"), Some(Intercept::Refuse(refusal::PROCESSLIST_IN_TEXT)));
+        assert_eq!(i("SHOW TABLES"), None);
     }
 
     #[test]
@@ -247,6 +808,9 @@ mod tests {
         assert_eq!(r("select connection_id(), 1").as_deref(), Some("select 42 AS `connection_id()`, 1"));
         assert_eq!(r("SELECT * FROM t WHERE id = CONNECTION_ID()").as_deref(), Some("SELECT * FROM t WHERE id = 42"));
         assert_eq!(r("SELECT CONNECTION_ID() AS me").as_deref(), Some("SELECT 42 AS me"));
+        assert_eq!(r("((SELECT CONNECTION_ID()))").as_deref(), Some("((SELECT 42 AS `CONNECTION_ID()`))"));
+        assert_eq!(r("(CREATE PROCEDURE p() SELECT CONNECTION_ID())"), None);
+        assert_eq!(r("SELECT f(1, CONNECTION_ID())").as_deref(), Some("SELECT f(1, 42)"));
         assert_eq!(r("KILL CONNECTION_ID()").as_deref(), Some("KILL 42"));
         assert_eq!(r("SELECT CONNECTION_ID()e5").as_deref(), Some("SELECT 42 e5"));
         assert_eq!(r("SELECT CONNECTION_ID()abc, 1").as_deref(), Some("SELECT 42 abc, 1"));

@@ -212,7 +212,7 @@ fn processlist(port: &AdminPort, full: bool) -> Output {
             };
             vec![
                 Some(h.id.to_string()),
-                Some(h.user.clone()),
+                Some(h.user().to_string()),
                 Some(h.peer.ip().to_string()),
                 Some(h.peer.port().to_string()),
                 a.state.as_ref().and_then(|s| s.schema.as_deref().map(str::to_string)),

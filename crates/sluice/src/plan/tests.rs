@@ -83,11 +83,13 @@ fn rules_answer_without_a_backend() {
 #[test]
 fn kill_is_carried_out_by_sluice_and_never_digested() {
     let p = plan_of("KILL QUERY 17", &RuleSet::default());
-    let Action::Kill(k) = &p.action else { panic!("{:?}", p.action) };
-    assert_eq!((k.id, k.scope), (17, sql::classify::KillScope::Query));
+    let Action::Intercept(Intercept::Kill(k)) = &p.action else { panic!("{:?}", p.action) };
+    assert_eq!(k.scope, sql::classify::KillScope::Query);
     assert_eq!(p.digest, 0);
     let p = plan_of("KILL 17; SELECT 1", &RuleSet::default());
-    assert!(matches!(p.action, Action::Refuse { code: ER_NOT_SUPPORTED_YET, .. }), "{:?}", p.action);
+    assert!(matches!(p.action, Action::Intercept(Intercept::Refuse(_))), "{:?}", p.action);
+    let p = plan_of("EXECUTE IMMEDIATE @stmt", &RuleSet::default());
+    assert_eq!((&p.action, p.dynamic_sql.as_deref()), (&Action::Forward, Some("stmt")));
 }
 
 #[test]

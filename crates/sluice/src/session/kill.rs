@@ -1,93 +1,585 @@
-//! KILL [HARD|SOFT] [QUERY|CONNECTION] <id> and COM_PROCESS_KILL: the id is the one sluice
-//! announced to the target client (or the backend thread serving it now). Privileges follow
-//! the server's rule — your own sessions, or any with SUPER / CONNECTION ADMIN, which the
-//! server itself is asked about. The target session kills its own running statement, so the
-//! KILL QUERY reaches exactly that statement's backend connection, whichever it is.
+//! Statements that name sessions, answered by sluice from its own sessions: KILL [HARD|SOFT]
+//! [CONNECTION|QUERY] <id | CONNECTION_ID() | USER name>, KILL QUERY ID n, COM_PROCESS_KILL,
+//! SHOW [FULL] PROCESSLIST and COM_PROCESS_INFO. The ids a client sees (greeting,
+//! CONNECTION_ID(), SHOW PROCESSLIST) are sluice's session ids, and KILL takes only those: with
+//! multiplexing, a backend thread serves whichever client runs a statement on it, so no KILL
+//! text may reach a backend. Text that could run a KILL sluice cannot resolve (an expression id,
+//! KILL among other statements, dynamic SQL sluice cannot read, a prepared KILL) is refused
+//! (`sql::classify::intercept`).
+//!
+//! Privileges follow the server's rules, asked of the server with the killer's own login
+//! (SHOW GRANTS): a user may kill its own sessions, others need SUPER or CONNECTION ADMIN;
+//! SHOW PROCESSLIST lists other users' sessions only with PROCESS. The target session kills
+//! its own running statement, so the KILL QUERY reaches exactly that statement's backend
+//! connection, whichever it is.
 
 use super::multiplex::Needs;
 use super::{Flow, Session};
 use crate::pool::Server;
-use crate::pool::{self, BackendError, Login};
+use crate::pool::{self, Backend, BackendError, Login};
+use crate::registry::{KillQuery, SessionHandle};
 use proto::errors::*;
-use sql::classify::KillScope;
+use sql::classify::{refusal, Intercept, Kill, KillScope, KillTarget};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Does the server let this session's user kill other users' threads?
-const MAY_KILL_OTHERS: &str = "SELECT COUNT(*) FROM information_schema.USER_PRIVILEGES \
-     WHERE PRIVILEGE_TYPE IN ('SUPER', 'CONNECTION ADMIN') \
-     AND GRANTEE = CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''')";
+const ER_QUERY_INTERRUPTED: u16 = 1317;
+const ER_CONNECTION_KILLED: u16 = 1927;
+const ER_NO_SUCH_QUERY: u16 = 1957;
+const ER_KILL_QUERY_DENIED_ERROR: u16 = 1979;
+const SQLSTATE_INTERRUPTED: &[u8; 5] = b"70100";
+
+/// How long a KILL CONNECTION waits for its targets' client connections to close before it
+/// answers (the server answers once they are; a target stuck writing to a slow client must
+/// not hold the killer).
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// The server privileges that change what KILL and SHOW PROCESSLIST may reach.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Privileges {
+    /// SUPER or CONNECTION ADMIN: kill other users' sessions.
+    kill_others: bool,
+    /// PROCESS: see other users' sessions.
+    process: bool,
+}
+
+impl Privileges {
+    /// From SHOW GRANTS (which includes the current role's): global grants only (`ON *.*`).
+    fn from_grants<'a>(lines: impl IntoIterator<Item = &'a str>) -> Privileges {
+        let mut p = Privileges::default();
+        for line in lines {
+            let Some(rest) = line.strip_prefix("GRANT ") else { continue };
+            let Some(end) = rest.find(" ON *.* TO ") else { continue };
+            for privilege in rest[..end].split(',').map(str::trim) {
+                let all = privilege.eq_ignore_ascii_case("ALL PRIVILEGES") || privilege.eq_ignore_ascii_case("ALL");
+                p.kill_others |= all || ["SUPER", "CONNECTION ADMIN", "CONNECTION_ADMIN"].iter().any(|k| privilege.eq_ignore_ascii_case(k));
+                p.process |= all || privilege.eq_ignore_ascii_case("PROCESS");
+            }
+        }
+        p
+    }
+}
+
+fn decode_hex(hex: &[u8]) -> Option<Vec<u8>> {
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    hex.chunks(2)
+        .map(|pair| match pair {
+            [h, l] => Some(digit(*h)? << 4 | digit(*l)?),
+            _ => None,
+        })
+        .collect()
+}
 
 impl Session {
-    /// Answers a KILL. False when the session must end (it killed itself).
+    /// Carries out a statement sluice answers itself (`Intercept::answered_by_sluice`).
+    pub(super) async fn intercepted(&mut self, intercept: Intercept, seq: u8) -> Flow {
+        match intercept {
+            Intercept::Kill(k) => self.kill_statement(k, seq).await,
+            Intercept::Processlist { full } => self.processlist(full, seq).await,
+            Intercept::Refuse(why) => self.refuse(seq, why).await,
+            // Checked before forwarding (`check_dynamic_sql`).
+            Intercept::Variable(_) => Flow::Continue,
+        }
+    }
+
+    /// `PREPARE s FROM @v` / `EXECUTE IMMEDIATE @v`: whether the variable's text may run.
+    /// `None` when it may (the statement goes on to the backend); otherwise the session was
+    /// answered.
+    pub(super) async fn check_dynamic_sql(&mut self, variable: &str, seq: u8) -> Option<Flow> {
+        match self.variable_runs(variable).await {
+            Ok(None) => None,
+            Ok(Some(why)) => Some(self.refuse(seq, why).await),
+            Err(e) => Some(self.reply_backend_error(seq, &e).await),
+        }
+    }
+
+    /// COM_STMT_PREPARE of a text sluice would intercept: the refusal, if it must not be
+    /// prepared. KILL and SHOW PROCESSLIST would run on whichever connection executes them;
+    /// dynamic SQL cannot be prepared at all (the server says so itself).
+    pub(super) fn refuse_prepared(&self, text: &[u8]) -> Option<&'static str> {
+        match sql::classify::intercept(text)? {
+            Intercept::Kill(_) | Intercept::Processlist { .. } => Some(refusal::PREPARED),
+            Intercept::Refuse(why) => Some(why),
+            Intercept::Variable(_) => None,
+        }
+    }
+
+    async fn refuse(&mut self, seq: u8, why: &str) -> Flow {
+        self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, why).await;
+        Flow::Continue
+    }
+
+    async fn kill_statement(&mut self, k: Kill, seq: u8) -> Flow {
+        match k.target {
+            KillTarget::Id(id) => self.kill(id, k.scope, k.hard, seq).await,
+            KillTarget::Own => self.kill(self.id.into(), k.scope, k.hard, seq).await,
+            KillTarget::User { name, host } => self.kill_user(name, host, k.scope, k.hard, seq).await,
+            KillTarget::QueryId(id) => self.kill_query_id(id, k.hard, seq).await,
+        }
+    }
+
+    /// KILL [HARD|SOFT] [CONNECTION|QUERY] <session id>, and COM_PROCESS_KILL. False when the
+    /// session must end (it killed itself).
     pub(super) async fn kill(&mut self, target: u64, scope: KillScope, hard: Option<bool>, seq: u8) -> Flow {
         let Some(handle) = self.data.registry.find(target) else {
             self.reply_err(seq, ER_NO_SUCH_THREAD, SQLSTATE_GENERAL, &format!("Unknown thread id: {target}")).await;
             return Flow::Continue;
         };
-        if handle.user != self.user.name {
-            match self.may_kill_others().await {
-                Ok(true) => {}
-                Ok(false) => {
+        if *handle.user() != *self.user.name {
+            match self.privileges().await {
+                Ok(p) if p.kill_others => {}
+                Ok(_) => {
                     self.reply_err(seq, ER_KILL_DENIED_ERROR, SQLSTATE_GENERAL, &format!("You are not owner of thread {target}")).await;
                     return Flow::Continue;
                 }
                 Err(e) => return self.reply_backend_error(seq, &e).await,
             }
         }
-        handle.request_kill_query(hard);
+        if handle.id == self.id {
+            // As on the server: the running statement is the KILL itself.
+            return match scope {
+                KillScope::Query => {
+                    self.reply_err(seq, ER_QUERY_INTERRUPTED, SQLSTATE_INTERRUPTED, "Query execution was interrupted").await;
+                    Flow::Continue
+                }
+                KillScope::Connection => {
+                    handle.kill();
+                    self.reply_err(seq, ER_CONNECTION_KILLED, SQLSTATE_INTERRUPTED, "Connection was killed").await;
+                    Flow::End
+                }
+            };
+        }
+        handle.request_kill_query(hard.into());
         if scope == KillScope::Connection {
             handle.kill();
-            if handle.id == self.id {
-                self.reply_err(seq, 1927, b"70100", "Connection was killed").await;
-                return Flow::End;
-            }
-            // Answer once the target's client connection is closed, as the server does
-            // (bounded: a target stuck writing to a slow client must not hold us).
-            let _ = tokio::time::timeout(Duration::from_secs(2), handle.closed()).await;
+            let _ = tokio::time::timeout(CLOSE_WAIT, handle.closed()).await;
         }
         self.reply_ok(seq, "").await
     }
 
-    async fn may_kill_others(&mut self) -> Result<bool, BackendError> {
+    /// KILL [HARD|SOFT] [CONNECTION|QUERY] USER name[@host]: every session of that user (from
+    /// that client host), the killer's own included; the OK counts them. Another user's
+    /// sessions need the privilege, or nothing is killed.
+    async fn kill_user(&mut self, name: Option<String>, host: Option<String>, scope: KillScope, hard: Option<bool>, seq: u8) -> Flow {
+        let name = name.unwrap_or_else(|| self.user.name.clone());
+        let from_host = |h: &SessionHandle| {
+            host.as_deref().is_none_or(|host| {
+                host.eq_ignore_ascii_case(&h.peer.ip().to_string()) || (h.peer.ip().is_loopback() && host.eq_ignore_ascii_case("localhost"))
+            })
+        };
+        let targets: Vec<_> = self.data.registry.sessions().into_iter().filter(|h| *h.user() == *name && from_host(h)).collect();
+        if !targets.is_empty() && name != self.user.name {
+            match self.privileges().await {
+                Ok(p) if p.kill_others => {}
+                Ok(_) => {
+                    let msg = format!("Operation KILL USER failed for {name}@{}", host.as_deref().unwrap_or("%"));
+                    self.reply_err(seq, ER_KILL_DENIED_ERROR, SQLSTATE_GENERAL, &msg).await;
+                    return Flow::Continue;
+                }
+                Err(e) => return self.reply_backend_error(seq, &e).await,
+            }
+        }
+        let mut killed_self = false;
+        for h in &targets {
+            if h.id == self.id {
+                killed_self = scope == KillScope::Connection;
+                continue;
+            }
+            h.request_kill_query(hard.into());
+            if scope == KillScope::Connection {
+                h.kill();
+            }
+        }
+        if scope == KillScope::Connection {
+            let others = targets.iter().filter(|h| h.id != self.id);
+            let _ = tokio::time::timeout(CLOSE_WAIT, async {
+                for h in others {
+                    h.closed().await;
+                }
+            })
+            .await;
+        }
+        let written = self.reply_ok_rows(seq, targets.len() as u64).await;
+        if killed_self {
+            // The server answers, then ends the killer's own connection.
+            self.handle.kill();
+            return Flow::End;
+        }
+        Flow::written(written)
+    }
+
+    /// KILL [HARD|SOFT] QUERY ID n: query ids are the backends' (information_schema.PROCESSLIST
+    /// shows them). The servers running sluice's sessions' statements are asked, with the
+    /// killer's login, which thread runs query n; the session running there kills that query,
+    /// and only it (`KILL QUERY ID n` on that server), so a statement that ended meanwhile
+    /// takes no other with it.
+    async fn kill_query_id(&mut self, query_id: u64, hard: Option<bool>, seq: u8) -> Flow {
+        let unknown = format!("Unknown query id: {query_id}");
+        // Ids beyond what a kill request carries name no query a server has run.
+        if query_id == 0 || query_id > u64::MAX >> 2 {
+            self.reply_err(seq, ER_NO_SUCH_QUERY, SQLSTATE_GENERAL, &unknown).await;
+            return Flow::Continue;
+        }
+        let running: Vec<(Arc<SessionHandle>, u32, u32)> = self
+            .data
+            .registry
+            .sessions()
+            .into_iter()
+            .filter(|h| h.id != self.id && h.activity().started.is_some())
+            .filter_map(|h| h.backend().map(|(pool, thread)| (h, pool, thread)))
+            .collect();
+        let mut pools: Vec<u32> = running.iter().map(|r| r.1).collect();
+        pools.sort_unstable();
+        pools.dedup();
+        let timeout = self.snap.config.connect_timeout();
+        let mut target = None;
+        for pool_id in pools {
+            let Some(server) = self.snap.hostgroups.servers().iter().find(|s| s.pool.id == pool_id).cloned() else { continue };
+            let sql = format!("SELECT ID FROM information_schema.PROCESSLIST WHERE QUERY_ID = {query_id}");
+            let threads = match rows_on(&server, &self.login, &sql, timeout).await {
+                Ok(rows) => rows,
+                Err(e) => {
+                    tracing::warn!("finding query id {query_id} on {} failed: {e}", server.name);
+                    continue;
+                }
+            };
+            let thread = threads.first().and_then(|r| r.first().cloned().flatten()).and_then(|t| t.parse::<u32>().ok());
+            if let Some(found) = thread.and_then(|t| running.iter().find(|r| r.1 == pool_id && r.2 == t)) {
+                target = Some(found.0.clone());
+                break;
+            }
+        }
+        let Some(handle) = target else {
+            self.reply_err(seq, ER_NO_SUCH_QUERY, SQLSTATE_GENERAL, &unknown).await;
+            return Flow::Continue;
+        };
+        if *handle.user() != *self.user.name {
+            match self.privileges().await {
+                Ok(p) if p.kill_others => {}
+                Ok(_) => {
+                    let msg = format!("You are not owner of query {query_id}");
+                    self.reply_err(seq, ER_KILL_QUERY_DENIED_ERROR, SQLSTATE_GENERAL, &msg).await;
+                    return Flow::Continue;
+                }
+                Err(e) => return self.reply_backend_error(seq, &e).await,
+            }
+        }
+        handle.request_kill_query(KillQuery { hard, query_id });
+        self.reply_ok(seq, "").await
+    }
+
+    /// The killer's global privileges, asked of the server on the session's own connection
+    /// (so a role it enabled counts). Not cached: KILL and SHOW PROCESSLIST are rare, and the
+    /// answer then follows SET ROLE and COM_CHANGE_USER.
+    async fn privileges(&mut self) -> Result<Privileges, BackendError> {
         let mut held = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await?;
-        let rows = held.backend.query(MAY_KILL_OTHERS).await;
+        let rows = held.backend.query("SHOW GRANTS").await;
         if let Err(e) = &rows {
             held.backend.note_failure(e);
         }
         self.settle(held);
-        Ok(rows?.first().and_then(|r| r.first().cloned().flatten()).is_some_and(|n| n != "0"))
+        let rows = rows?;
+        Ok(Privileges::from_grants(rows.iter().filter_map(|r| r.first()?.as_deref())))
+    }
+
+    /// PREPARE … FROM @v / EXECUTE IMMEDIATE @v alone: the variable's value, read on a
+    /// connection in the session's state, is the statement that would run. The refusal if it
+    /// is one sluice must not pass on.
+    async fn variable_runs(&mut self, name: &str) -> Result<Option<&'static str>, BackendError> {
+        let sql = format!("SELECT HEX(CONVERT(@`{}` USING utf8mb4))", name.replace('`', "``"));
+        let mut held = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await?;
+        let rows = held.backend.query(&sql).await;
+        if let Err(e) = &rows {
+            held.backend.note_failure(e);
+        }
+        self.settle(held);
+        let hex = rows?.into_iter().next().and_then(|r| r.into_iter().next().flatten());
+        // NULL: the server refuses to prepare it.
+        let Some(text) = hex.and_then(|h| decode_hex(h.as_bytes())) else { return Ok(None) };
+        Ok(match sql::classify::intercept(&text) {
+            None => None,
+            Some(Intercept::Refuse(why)) => Some(why),
+            Some(_) => Some(refusal::DYNAMIC_KILL),
+        })
+    }
+
+    /// An OK carrying an affected-row count, with the session's status flags.
+    async fn reply_ok_rows(&mut self, mut seq: u8, rows: u64) -> bool {
+        use proto::StatusFlags as S;
+        let session_flags = S::SERVER_STATUS_IN_TRANS
+            | S::SERVER_STATUS_AUTOCOMMIT
+            | S::SERVER_STATUS_NO_BACKSLASH_ESCAPES
+            | S::SERVER_STATUS_IN_TRANS_READONLY;
+        let ok = proto::packet::Ok { affected_rows: rows, status: self.status & session_flags.bits(), ..Default::default() };
+        self.out.clear();
+        proto::packet::write_ok(&mut self.out, &mut seq, proto::packet::OK_HEADER, &ok, b"");
+        self.client.write_all(&self.out).await.is_ok()
+    }
+
+    /// COM_PROCESS_INFO: SHOW PROCESSLIST by command. False when the session must end.
+    pub(super) async fn process_info(&mut self, seq: u8) -> Flow {
+        self.handle.begin(b"SHOW PROCESSLIST", &self.state, self.unrouted_hostgroup());
+        self.processlist(false, seq).await
+    }
+
+    /// SHOW [FULL] PROCESSLIST from sluice's sessions: Id is the session id KILL takes, Host
+    /// the client's address, Info the statement it runs. The column definitions are the
+    /// server's own (asked with the same statement on the session's connection), and so are
+    /// State and Progress of statements running on that server. Without PROCESS, only the
+    /// user's own sessions are listed, as the server does.
+    async fn processlist(&mut self, full: bool, seq: u8) -> Flow {
+        let answered = self.answer_processlist(full, seq).await;
+        self.handle.end();
+        match answered {
+            Ok(written) => Flow::written(written),
+            Err(e) => self.reply_backend_error(seq, &e).await,
+        }
+    }
+
+    async fn answer_processlist(&mut self, full: bool, mut seq: u8) -> Result<bool, BackendError> {
+        let privileges = self.privileges().await?;
+        let mut held = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await?;
+        let sql = if full { "SHOW FULL PROCESSLIST" } else { "SHOW PROCESSLIST" };
+        let server = read_raw_result(&mut held.backend, sql).await;
+        if let Err(e) = &server {
+            held.backend.note_failure(e);
+        }
+        let pool_id = held.backend.server.pool.id;
+        let deprecate_eof = held.backend.deprecate_eof();
+        self.settle(held);
+        let server = server?;
+        self.status = server.status;
+        let names: Vec<String> = server.columns.iter().map(|c| column_name(c).unwrap_or_default()).collect();
+        let column = |name: &str| names.iter().position(|n| n.eq_ignore_ascii_case(name));
+        let (id_col, state_col, progress_col) = (column("Id"), column("State"), column("Progress"));
+        // State and Progress of the threads this server showed, by thread id.
+        let server_row = |thread: u32| {
+            server.rows.iter().find(|r| id_col.and_then(|i| r.get(i)?.as_deref()).is_some_and(|id| id == thread.to_string().as_bytes()))
+        };
+        let me = self.user.name.clone();
+        let mut rows: Vec<Vec<Option<Vec<u8>>>> = Vec::new();
+        for h in self.data.registry.sessions() {
+            let user = h.user();
+            if !privileges.process && *user != *me {
+                continue;
+            }
+            let a = h.activity();
+            let running = a.started.is_some();
+            let on_this_server = h.backend().filter(|&(pool, _)| running && pool == pool_id).and_then(|(_, thread)| server_row(thread));
+            let from_server = |col: Option<usize>| on_this_server.and_then(|r| r.get(col?).cloned().flatten());
+            let since = a.started.or(a.idle_since);
+            let schema = if h.id == self.id { self.state.schema.clone() } else { a.state.as_ref().and_then(|s| s.schema.clone()) };
+            let host = match h.peer.ip() {
+                ip if ip.is_loopback() => format!("localhost:{}", h.peer.port()),
+                ip => format!("{ip}:{}", h.peer.port()),
+            };
+            let info = running.then(|| {
+                let mut end = if full { a.info.len() } else { a.info.len().min(100) };
+                while !a.info.is_char_boundary(end) {
+                    end -= 1;
+                }
+                a.info.as_bytes()[..end].to_vec()
+            });
+            let row = names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| match name.to_ascii_lowercase().as_str() {
+                    "id" => Some(h.id.to_string().into_bytes()),
+                    "user" => Some(user.as_bytes().to_vec()),
+                    "host" => Some(host.clone().into_bytes()),
+                    "db" => schema.as_deref().map(|s| s.as_bytes().to_vec()),
+                    "command" => Some(
+                        if h.is_killed() {
+                            "Killed"
+                        } else if running {
+                            "Query"
+                        } else {
+                            "Sleep"
+                        }
+                        .as_bytes()
+                        .to_vec(),
+                    ),
+                    "time" => Some(since.map_or(0, |t| t.elapsed().as_secs()).to_string().into_bytes()),
+                    "state" => Some(from_server(state_col).unwrap_or_default()),
+                    "info" => info.clone(),
+                    "progress" => Some(from_server(progress_col).unwrap_or_else(|| b"0.000".to_vec())),
+                    // A column sluice does not know: as the server showed it for that thread.
+                    _ => from_server(Some(i)),
+                })
+                .collect();
+            rows.push(row);
+        }
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
+        let b = proto::frame::PacketBuilder::begin(&mut out);
+        proto::codec::write_lenenc(&mut out, server.columns.len() as u64);
+        b.finish(&mut out, &mut seq);
+        for c in &server.columns {
+            proto::frame::write_packet(&mut out, &mut seq, c);
+        }
+        if !deprecate_eof {
+            proto::packet::write_eof(&mut out, &mut seq, 0, server.status);
+        }
+        for row in &rows {
+            proto::resultset::write_text_row(&mut out, &mut seq, row.iter().map(|v| v.as_deref()));
+        }
+        if deprecate_eof {
+            let ok = proto::packet::Ok { status: server.status, ..Default::default() };
+            proto::packet::write_ok(&mut out, &mut seq, proto::packet::EOF_HEADER, &ok, b"");
+        } else {
+            proto::packet::write_eof(&mut out, &mut seq, 0, server.status);
+        }
+        let written = self.client.write_all(&out).await.is_ok();
+        self.out = out;
+        Ok(written)
     }
 }
 
+/// A text result set as the server sent it: column definition packets untouched, rows as
+/// values (NULL as `None`).
+struct RawResult {
+    columns: Vec<Vec<u8>>,
+    rows: Vec<Vec<Option<Vec<u8>>>>,
+    status: u16,
+}
+
+/// Runs one of sluice's own statements that returns one result set, keeping the server's
+/// column definitions as they are (they are in the format the client negotiated: its backend
+/// connections repeat its capabilities).
+async fn read_raw_result(backend: &mut Backend, sql: &str) -> Result<RawResult, BackendError> {
+    let server = backend.server.name.to_string();
+    let lost = |e: std::io::Error| BackendError::Lost { server: server.clone(), source: e };
+    let protocol = |what: &str| BackendError::Protocol { server: server.clone(), what: what.into() };
+    let mut out = Vec::with_capacity(sql.len() + 5);
+    proto::frame::write_command(&mut out, 0, proto::command::COM_QUERY, sql.as_bytes());
+    backend.conn.write_all(&out).await.map_err(lost)?;
+    let max = 1 << 30;
+    let (_, first) = backend.conn.read_packet(max).await.map_err(lost)?;
+    match first.first() {
+        Some(0xFF) => {
+            let e = proto::packet::parse_err(&first).map_err(|_| protocol("malformed error packet"))?;
+            let message = String::from_utf8_lossy(e.message).into_owned();
+            return Err(BackendError::Rejected { server: server.clone(), code: e.code, sqlstate: e.sqlstate, message });
+        }
+        Some(0x00) | None => return Err(protocol("no result set")),
+        _ => {}
+    }
+    let (count, _) = proto::codec::read_lenenc(&first).ok_or_else(|| protocol("bad column count"))?;
+    let mut columns = Vec::new();
+    for _ in 0..count {
+        columns.push(backend.conn.read_packet(max).await.map_err(lost)?.1);
+    }
+    if !backend.deprecate_eof() {
+        backend.conn.read_packet(max).await.map_err(lost)?;
+    }
+    let mut rows = Vec::new();
+    loop {
+        let (_, r) = backend.conn.read_packet(max).await.map_err(lost)?;
+        if r.first() == Some(&0xFE) && r.len() < proto::frame::MAX_CHUNK {
+            let status = proto::packet::terminator_status(&r, backend.deprecate_eof()).map_err(|_| protocol("bad EOF"))?;
+            backend.status = status;
+            return Ok(RawResult { columns, rows, status });
+        }
+        if r.first() == Some(&0xFF) {
+            return Err(protocol("error inside a result set"));
+        }
+        let mut row = Vec::with_capacity(columns.len());
+        let mut rest = &r[..];
+        for _ in 0..columns.len() {
+            if rest.first() == Some(&proto::resultset::NULL_VALUE) {
+                row.push(None);
+                rest = &rest[1..];
+            } else {
+                let (v, n) = proto::codec::read_lenenc_str(rest).ok_or_else(|| protocol("bad row"))?;
+                row.push(Some(v.to_vec()));
+                rest = &rest[n..];
+            }
+        }
+        rows.push(row);
+    }
+}
+
+/// A column definition's name (Protocol::ColumnDefinition41: catalog, schema, table,
+/// org_table, name…).
+fn column_name(def: &[u8]) -> Option<String> {
+    let mut rest = def;
+    for _ in 0..4 {
+        let (_, n) = proto::codec::read_lenenc_str(rest)?;
+        rest = rest.get(n..)?;
+    }
+    let (name, _) = proto::codec::read_lenenc_str(rest)?;
+    Some(String::from_utf8_lossy(name).into_owned())
+}
+
 /// Kills the statement running on `thread` of `server` with the session's own `login`, from a
-/// short-lived side connection; the session awaits it before its connection serves anyone else.
+/// short-lived side connection; the session awaits it before its connection serves anyone
+/// else. With a query id, only that statement (`KILL QUERY ID`).
 pub(super) fn kill_query(
     server: &Server,
     thread: u32,
     login: &Arc<Login>,
-    hard: Option<bool>,
+    request: impl Into<KillQuery>,
     timeout: Duration,
 ) -> tokio::task::JoinHandle<()> {
+    let request = request.into();
     let (server, login) = (server.clone(), login.clone());
-    let modifier = match hard {
+    let modifier = match request.hard {
         Some(true) => "HARD ",
         Some(false) => "SOFT ",
         None => "",
     };
-    let sql = format!("KILL {modifier}QUERY {thread}");
+    let sql = match request.query_id {
+        0 => format!("KILL {modifier}QUERY {thread}"),
+        id => format!("KILL {modifier}QUERY ID {id}"),
+    };
     tokio::spawn(async move {
-        if let Err(e) = run_on(&server, &login, &sql, timeout).await {
+        if let Err(e) = rows_on(&server, &login, &sql, timeout).await {
             tracing::warn!("{sql} on {} failed: {e}", server.name);
         }
     })
 }
 
-/// Runs one statement on `server` over a short-lived connection with `login`.
-async fn run_on(server: &Server, login: &Login, sql: &str, timeout: Duration) -> Result<(), BackendError> {
+/// Runs one statement on `server` over a short-lived connection with `login`; its rows.
+async fn rows_on(server: &Server, login: &Login, sql: &str, timeout: Duration) -> Result<Vec<Vec<Option<String>>>, BackendError> {
     let params = pool::ConnectParams::internal(server, &login.username, &login.credential, timeout);
     let mut conn = pool::connect(&params).await?;
     let r = conn.query(sql).await;
     conn.quit().await;
-    r.map(|_| ())
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn privileges_from_show_grants() {
+        let p = |lines: &[&str]| Privileges::from_grants(lines.iter().copied());
+        assert_eq!(
+            p(&["GRANT ALL PRIVILEGES ON *.* TO `root`@`localhost` WITH GRANT OPTION"]),
+            Privileges { kill_others: true, process: true }
+        );
+        assert_eq!(p(&["GRANT USAGE ON *.* TO `pb`@`%`", "GRANT SELECT ON `test`.* TO `pb`@`%`"]), Privileges::default());
+        assert_eq!(
+            p(&["GRANT `r` TO `pb`@`%`", "GRANT SELECT, PROCESS ON *.* TO `r`", "GRANT PROCESS ON `x`.* TO `pb`@`%`"]),
+            Privileges { kill_others: false, process: true }
+        );
+        assert_eq!(p(&["GRANT RELOAD, CONNECTION ADMIN ON *.* TO `a`@`%`"]), Privileges { kill_others: true, process: false });
+        assert_eq!(p(&["GRANT SUPER ON *.* TO `a`@`%` IDENTIFIED BY PASSWORD '*AB'"]), Privileges { kill_others: true, process: false });
+    }
+
+    #[test]
+    fn hex_decodes() {
+        assert_eq!(decode_hex(b"4B494C4C"), Some(b"KILL".to_vec()));
+        assert_eq!(decode_hex(b"4"), None);
+        assert_eq!(decode_hex(b"ZZ"), None);
+    }
+
+    #[test]
+    fn column_names_from_definitions() {
+        let mut def = Vec::new();
+        proto::resultset::write_column_definition(&mut def, &mut 0, &proto::resultset::Column::text("Progress"));
+        assert_eq!(column_name(&def[4..]).as_deref(), Some("Progress"));
+        assert_eq!(column_name(&[1, b'd']), None);
+    }
 }

@@ -245,13 +245,16 @@ enum Route {
     Statement,
     Quit,
     Kill,
+    /// SHOW PROCESSLIST by command: answered from sluice's sessions (`kill`).
+    ProcessInfo,
     ChangeUser,
     Unsupported,
 }
 
 fn route_command(cmd: u8) -> Route {
     match cmd {
-        COM_QUERY | COM_PROCESS_INFO => Route::Forward(Reply::Query),
+        COM_QUERY => Route::Forward(Reply::Query),
+        COM_PROCESS_INFO => Route::ProcessInfo,
         COM_STMT_PREPARE
         | COM_STMT_EXECUTE
         | COM_STMT_BULK_EXECUTE
@@ -364,6 +367,12 @@ impl Session {
                     self.settle(held);
                 }
                 Route::Quit => return,
+                Route::ProcessInfo => {
+                    self.client.consume(frame.wire_len);
+                    if self.process_info(seq).await == Flow::End {
+                        return;
+                    }
+                }
                 Route::Kill => {
                     let id = payload.get(1..5).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
                     self.client.consume(frame.wire_len);
@@ -600,6 +609,7 @@ impl Session {
         self.login = backend_login(&user, credential, &negotiated);
         self.state = multiplex::initial_state(database.as_deref(), collation);
         self.user = user;
+        self.handle.set_user(&self.user.name);
         self.negotiated = negotiated;
         match self.acquire(self.unrouted_hostgroup(), 0, Needs::default()).await {
             Ok(held) => {

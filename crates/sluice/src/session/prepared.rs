@@ -196,6 +196,10 @@ impl Session {
                 return Flow::Continue;
             }
         }
+        if let Some(why) = self.refuse_prepared(&text) {
+            self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, why).await;
+            return Flow::Continue;
+        }
         let sql = sql::classify::rewrite_connection_id(&text, self.id).unwrap_or(text);
         let mut held = match self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await {
             Ok(h) => h,

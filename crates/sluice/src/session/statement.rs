@@ -27,12 +27,11 @@ impl Origin {
 impl Session {
     /// The plan for a COM_QUERY in `frame`: no socket is touched.
     fn plan(&mut self, frame: &Frame) -> Plan {
-        // A statement split over 16 MiB packets is joined only when rules must read it all;
-        // otherwise its first chunk tells all sluice needs (KILL, USE).
+        // A statement split over 16 MiB packets is joined: a KILL may hide past the first
+        // packet, and rules read it all.
         let payload = match frame.single_payload(&self.client.rbuf) {
             Some(p) => std::borrow::Cow::Borrowed(p),
-            None if !self.snap.config.rules.is_empty() => frame.payload(&self.client.rbuf),
-            None => std::borrow::Cow::Borrowed(frame.first_chunk(&self.client.rbuf)),
+            None => frame.payload(&self.client.rbuf),
         };
         let stmt = plan::Statement { text: payload.get(1..).unwrap_or_default(), chunks: frame.chunks, first_seq: frame.first_seq };
         let facts = plan::Facts {
@@ -47,11 +46,17 @@ impl Session {
     /// A COM_QUERY: planned, then carried out.
     pub(super) async fn query(&mut self, frame: Frame, seq: u8) -> Flow {
         let plan = self.plan(&frame);
+        let hostgroup = plan.hostgroup();
         match plan.action {
             Action::Forward => self.forward_query(plan, frame, seq).await,
-            Action::Kill(k) => {
+            Action::Intercept(intercept) => {
+                if matches!(intercept, sql::classify::Intercept::Processlist { .. }) {
+                    // The session's own row shows the statement, as on the server.
+                    let text = frame.first_chunk(&self.client.rbuf);
+                    self.handle.begin(text.get(1..).unwrap_or_default(), &self.state, hostgroup);
+                }
                 self.client.consume(frame.wire_len);
-                self.kill(k.id, k.scope, k.hard, seq).await
+                self.intercepted(intercept, seq).await
             }
             Action::Refuse { code, ref message } => {
                 self.client.consume(frame.wire_len);
@@ -75,7 +80,13 @@ impl Session {
     }
 
     /// Sends a planned statement to its target and streams the reply.
-    async fn forward_query(&mut self, plan: Plan, frame: Frame, seq: u8) -> Flow {
+    async fn forward_query(&mut self, mut plan: Plan, frame: Frame, seq: u8) -> Flow {
+        if let Some(variable) = plan.dynamic_sql.take() {
+            if let Some(answered) = self.check_dynamic_sql(&variable, seq).await {
+                self.client.consume(frame.wire_len);
+                return answered;
+            }
+        }
         let watch = self.watch_query(&frame, &plan);
         let needs = Needs { last_insert_id: plan.reads_last_insert_id() };
         let mut held = match self.acquire(plan.hostgroup(), plan.retries(), needs).await {

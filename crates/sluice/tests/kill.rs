@@ -1,0 +1,326 @@
+//! KILL, SHOW PROCESSLIST and CONNECTION_ID() through a pooling, multiplexing sluice in front
+//! of a real MariaDB: the ids a client sees are sluice's session ids, KILL takes only those
+//! (with the server's permission rules), and no form of KILL reaches a backend, where its
+//! number would name a thread serving whichever client is on it.
+
+mod common;
+
+use common::*;
+use mysql_async::prelude::*;
+use mysql_async::{Conn, Row};
+use std::time::{Duration, Instant};
+use testkit::{shared, MariaDb};
+
+/// sluice users on one backend login without privileges (`alice`, `bob`), and root.
+struct Setup {
+    proxy: Proxy,
+    backend_user: String,
+}
+
+impl Setup {
+    fn start(db: &MariaDb) -> Setup {
+        let backend_user = unique("kl_app");
+        db.sql(&format!("CREATE USER '{backend_user}'@'%' IDENTIFIED BY 'apppw'; GRANT SELECT ON test.* TO '{backend_user}'@'%';"))
+            .unwrap();
+        let text = format!(
+            r#"
+[proxy]
+listen = ["127.0.0.1:0"]
+workers = 2
+[[mysql_servers]]
+hostgroup_id = 0
+hostname = "127.0.0.1"
+port = {{BACKEND_PORT}}
+[[mysql_users]]
+username = "root"
+password = ""
+[[mysql_users]]
+username = "alice"
+password = "a"
+backend_username = "{backend_user}"
+backend_password = "apppw"
+[[mysql_users]]
+username = "bob"
+password = "b"
+backend_username = "{backend_user}"
+backend_password = "apppw"
+"#
+        );
+        Setup { proxy: Proxy::start(toml_config(&text, db)), backend_user }
+    }
+
+    async fn connect(&self, user: &str) -> Conn {
+        let pw = match user {
+            "alice" => "a",
+            "bob" => "b",
+            _ => "",
+        };
+        Conn::new(opts(self.proxy.port, user, pw)).await.unwrap_or_else(|e| panic!("{user} logs in: {e}"))
+    }
+}
+
+/// Runs `sql` (a SLEEP) on `c` in the background: (the connection, its result, how long it took).
+fn sleep_in_background(mut c: Conn, sql: String) -> tokio::task::JoinHandle<(Conn, Result<Option<i64>, mysql_async::Error>, Duration)> {
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let r = c.query_first(sql).await;
+        (c, r, started.elapsed())
+    })
+}
+
+/// The backend thread running the statement with `marker` in its text, asked of the server.
+async fn backend_thread_running(db: &MariaDb, marker: &str) -> u64 {
+    let mut direct = connect(db.port()).await;
+    for _ in 0..100 {
+        let sql = format!("SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE '%{marker}%' AND ID <> CONNECTION_ID()");
+        if let Some(id) = direct.query_first::<u64, _>(sql).await.unwrap() {
+            return id;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no backend thread runs {marker}");
+}
+
+fn code(r: Result<(), mysql_async::Error>) -> Option<u16> {
+    r.err().and_then(|e| server_code(&e))
+}
+
+/// A backend thread id is no session id: KILL with it, or any form sluice used to pass on
+/// (an expression, KILL among other statements, dynamic SQL, a prepared KILL, KILL USER of the
+/// backend login), must not reach the statement another client runs on that thread.
+#[tokio::test]
+async fn kill_never_reaches_a_backend_thread_of_another_client() {
+    let db = shared();
+    let s = Setup::start(db);
+    let victim = s.connect("bob").await;
+    // Same sluice user as the victim (may kill its sessions), and another user on the same
+    // backend login (may not).
+    let mut same_user = s.connect("bob").await;
+    let mut other_user = s.connect("alice").await;
+    let marker = unique("victim");
+    let sleeper = sleep_in_background(victim, format!("SELECT SLEEP(6) /* {marker} */"));
+    let thread = backend_thread_running(db, &marker).await;
+    assert!(s.proxy.server().data.registry.find(thread).is_none(), "the test needs a thread id that is no session id ({thread})");
+
+    // The thread id names no session: 1094, as on a server without that thread.
+    for killer in [&mut same_user, &mut other_user] {
+        for form in [format!("KILL QUERY {thread}"), format!("KILL {thread}"), format!("KILL HARD QUERY {thread}")] {
+            assert_eq!(code(killer.query_drop(&form).await), Some(1094), "{form}");
+        }
+    }
+    // Forms sluice cannot resolve are refused, never passed on.
+    let refused = [
+        format!("KILL QUERY {thread}+0"),
+        format!("KILL QUERY ({thread})"),
+        format!("KILL QUERY '{thread}'"),
+        format!("SELECT 1; KILL QUERY {thread}"),
+        format!("EXECUTE IMMEDIATE 'KILL QUERY {thread}'"),
+        format!("EXECUTE IMMEDIATE CONCAT('KILL QUERY ', {thread})"),
+        format!("PREPARE s FROM 'KILL QUERY {thread}'"),
+        format!("BEGIN NOT ATOMIC KILL QUERY {thread}; END"),
+        format!("SET STATEMENT max_statement_time = 10 FOR KILL QUERY {thread}"),
+    ];
+    for killer in [&mut same_user, &mut other_user] {
+        for form in &refused {
+            assert_eq!(code(killer.query_drop(form).await), Some(proto::errors::ER_NOT_SUPPORTED_YET), "{form}");
+        }
+        // Dynamic SQL from a user variable: its value is read and checked first.
+        killer.query_drop(format!("SET @k = 'KILL QUERY {thread}'")).await.unwrap();
+        assert_eq!(code(killer.query_drop("PREPARE s FROM @k").await), Some(proto::errors::ER_NOT_SUPPORTED_YET));
+        assert_eq!(code(killer.query_drop("EXECUTE IMMEDIATE @k").await), Some(proto::errors::ER_NOT_SUPPORTED_YET));
+        // A prepared KILL (COM_STMT_PREPARE) would run on whichever connection executes it.
+        let e = killer.exec_drop("KILL QUERY ?", (thread,)).await.unwrap_err();
+        assert_eq!(server_code(&e), Some(proto::errors::ER_NOT_SUPPORTED_YET));
+    }
+    // A KILL past the first 16 MiB packet of a statement is seen too.
+    let big = format!("SELECT '{}'; KILL QUERY {thread}", "x".repeat(17 << 20));
+    assert_eq!(code(same_user.query_drop(big).await), Some(proto::errors::ER_NOT_SUPPORTED_YET));
+    // KILL USER names sluice's users: the backend login is none of them.
+    other_user.query_drop(format!("KILL QUERY USER {}", s.backend_user)).await.unwrap();
+    assert_eq!(other_user.affected_rows(), 0);
+
+    let (mut victim, r, took) = sleeper.await.unwrap();
+    assert_eq!(r.unwrap(), Some(0), "the victim's statement ran to its end");
+    assert!(took >= Duration::from_secs(6), "{took:?}");
+    victim.ping().await.unwrap();
+    // Dynamic SQL sluice can read and that holds no KILL goes through as before.
+    same_user.query_drop("SET @q = 'SELECT 1'").await.unwrap();
+    same_user.query_drop("PREPARE s FROM @q").await.unwrap();
+    let one: Option<i64> = same_user.query_first("EXECUTE s").await.unwrap();
+    assert_eq!(one, Some(1));
+    same_user.query_drop("EXECUTE IMMEDIATE 'SELECT 1'").await.unwrap();
+    // Text that merely mentions kill is left alone.
+    let s2: Option<String> = same_user.query_first("SELECT 'KILL QUERY 1; kill 2' AS `kill`").await.unwrap();
+    assert_eq!(s2.as_deref(), Some("KILL QUERY 1; kill 2"));
+}
+
+/// The server's permission rules: a user kills its own sessions; another user's need SUPER or
+/// CONNECTION ADMIN (1095 otherwise, for KILL and KILL USER alike).
+#[tokio::test]
+async fn kill_permissions_follow_the_server() {
+    let db = shared();
+    let s = Setup::start(db);
+    let mut alice = s.connect("alice").await;
+    let bob = s.connect("bob").await;
+    let bob_id = bob.id();
+    let e = alice.query_drop(format!("KILL QUERY {bob_id}")).await.unwrap_err();
+    assert_eq!(server_code(&e), Some(1095));
+    assert!(e.to_string().contains(&format!("You are not owner of thread {bob_id}")), "{e}");
+    let e = alice.query_drop("KILL USER bob").await.unwrap_err();
+    assert_eq!(server_code(&e), Some(1095));
+    assert!(e.to_string().contains("Operation KILL USER failed for bob@%"), "{e}");
+    let mut bob = bob;
+    bob.ping().await.unwrap();
+
+    // Its own sessions: yes, by id and by KILL USER (which counts them).
+    let mut alice2 = s.connect("alice").await;
+    let alice2_id = alice2.id();
+    let marker = unique("own");
+    let sleeper = sleep_in_background(s.connect("alice").await, format!("SELECT SLEEP(20) /* {marker} */"));
+    backend_thread_running(db, &marker).await;
+    alice.query_drop("KILL QUERY USER alice").await.unwrap();
+    assert_eq!(alice.affected_rows(), 3, "alice's three sessions, the killer's own included");
+    let (_, r, took) = sleeper.await.unwrap();
+    assert!(took < Duration::from_secs(15), "KILL QUERY USER interrupted the sleep");
+    match r {
+        Ok(v) => assert_eq!(v, Some(1)),
+        Err(e) => assert_eq!(server_code(&e), Some(1317)),
+    }
+    alice.query_drop(format!("KILL {alice2_id}")).await.unwrap();
+    assert!(alice2.ping().await.is_err());
+    // The killer's own statement: as on the server.
+    let me = alice.id();
+    assert_eq!(code(alice.query_drop(format!("KILL QUERY {me}")).await), Some(1317));
+    assert_eq!(code(alice.query_drop("KILL QUERY CONNECTION_ID()").await), Some(1317));
+    alice.ping().await.unwrap();
+    // root has the privilege.
+    let mut root = s.connect("root").await;
+    root.query_drop(format!("KILL {bob_id}")).await.unwrap();
+    assert!(bob.ping().await.is_err());
+    assert_eq!(code(root.query_drop("KILL QUERY ID 1").await), Some(1957), "no sluice session runs query 1");
+    // KILL QUERY ID takes the server's query id (information_schema.PROCESSLIST shows it):
+    // another user's statement needs the privilege.
+    let marker = unique("by_query_id");
+    let sleeper = sleep_in_background(s.connect("bob").await, format!("SELECT SLEEP(20) /* {marker} */"));
+    let thread = backend_thread_running(db, &marker).await;
+    let mut direct = connect(db.port()).await;
+    let query_id: u64 =
+        direct.query_first(format!("SELECT QUERY_ID FROM information_schema.PROCESSLIST WHERE ID = {thread}")).await.unwrap().unwrap();
+    let e = alice.query_drop(format!("KILL QUERY ID {query_id}")).await.unwrap_err();
+    assert_eq!(server_code(&e), Some(1979), "{e}");
+    root.query_drop(format!("KILL QUERY ID {query_id}")).await.unwrap();
+    let (_, r, took) = sleeper.await.unwrap();
+    assert!(took < Duration::from_secs(15), "KILL QUERY ID interrupted the sleep");
+    match r {
+        Ok(v) => assert_eq!(v, Some(1)),
+        Err(e) => assert_eq!(server_code(&e), Some(1317)),
+    }
+    // KILL USER of one's own user ends one's own connection too, after the OK.
+    alice.query_drop("KILL USER alice").await.unwrap();
+    assert!(alice.ping().await.is_err());
+}
+
+/// SHOW PROCESSLIST lists sluice's sessions with sluice's ids (the ids KILL takes), with the
+/// server's own column definitions; without PROCESS, only the user's own sessions.
+#[tokio::test]
+async fn processlist_shows_the_ids_kill_takes() {
+    let db = shared();
+    let s = Setup::start(db);
+    let mut alice = s.connect("alice").await;
+    let bob = s.connect("bob").await;
+    let bob_id = bob.id();
+    let marker = unique("listed");
+    let sleeper = sleep_in_background(bob, format!("SELECT SLEEP(20) /* {marker} */"));
+    backend_thread_running(db, &marker).await;
+
+    let mut root = s.connect("root").await;
+    let rows: Vec<Row> = root.query("SHOW FULL PROCESSLIST").await.unwrap();
+    let mut direct = connect(db.port()).await;
+    let server_rows: Vec<Row> = direct.query("SHOW FULL PROCESSLIST").await.unwrap();
+    let columns = |r: &Row| {
+        r.columns_ref()
+            .iter()
+            .map(|c| format!("{}:{:?}:{:?}:{}", c.name_str(), c.column_type(), c.flags(), c.column_length()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(columns(&rows[0]), columns(&server_rows[0]), "the server's column definitions");
+    let ids: Vec<u32> = rows.iter().map(|r| r.get::<u32, _>("Id").unwrap()).collect();
+    assert_eq!(ids, {
+        let mut v = vec![alice.id(), bob_id, root.id()];
+        v.sort();
+        v
+    });
+    let bob_row = rows.iter().find(|r| r.get::<u32, _>("Id") == Some(bob_id)).unwrap();
+    assert_eq!(bob_row.get::<String, _>("User").as_deref(), Some("bob"));
+    assert_eq!(bob_row.get::<String, _>("Command").as_deref(), Some("Query"));
+    assert_eq!(bob_row.get::<String, _>("db").as_deref(), Some("test"));
+    assert!(bob_row.get::<String, _>("Info").unwrap().contains(&marker));
+    assert!(bob_row.get::<String, _>("Host").unwrap().starts_with("localhost:"));
+    assert_eq!(bob_row.get::<String, _>("State").as_deref(), Some("User sleep"), "the server's state for the statement");
+    let root_row = rows.iter().find(|r| r.get::<u32, _>("Id") == Some(root.id())).unwrap();
+    assert_eq!(root_row.get::<String, _>("Info").as_deref(), Some("SHOW FULL PROCESSLIST"));
+    let alice_row = rows.iter().find(|r| r.get::<u32, _>("Id") == Some(alice.id())).unwrap();
+    assert_eq!(alice_row.get::<String, _>("Command").as_deref(), Some("Sleep"));
+    assert_eq!(alice_row.get::<Option<String>, _>("Info"), Some(None));
+
+    // Without PROCESS: only alice's own sessions (bob's statement stays hidden).
+    let rows: Vec<(u32, String)> = alice.query_map("SHOW PROCESSLIST", |r: Row| (r.get(0).unwrap(), r.get(1).unwrap())).await.unwrap();
+    assert_eq!(rows, vec![(alice.id(), "alice".to_string())]);
+    // COM_PROCESS_INFO answers the same way.
+    let mut raw = RawClient::connect(s.proxy.port, "root", "");
+    raw.send(&[proto::command::COM_PROCESS_INFO]);
+    let reply = raw.read_reply(proto::response::Reply::Query).unwrap();
+    assert!(reply.windows(marker.len()).any(|w| w == marker.as_bytes()), "bob's statement listed");
+
+    // The Id shown is the one KILL takes.
+    root.query_drop(format!("KILL QUERY {bob_id}")).await.unwrap();
+    let (mut bob, r, took) = sleeper.await.unwrap();
+    assert!(took < Duration::from_secs(15));
+    match r {
+        Ok(v) => assert_eq!(v, Some(1)),
+        Err(e) => assert_eq!(server_code(&e), Some(1317)),
+    }
+    bob.ping().await.unwrap();
+}
+
+/// CONNECTION_ID() through COM_STMT_PREPARE/EXECUTE is the session id the greeting gave, as in
+/// the text protocol, for every session preparing the same text; KILL QUERY of it stops the
+/// session's running statement.
+#[tokio::test]
+async fn connection_id_in_prepared_statements_is_the_session_id() {
+    let db = shared();
+    let s = Setup::start(db);
+    let mut conns = Vec::new();
+    for _ in 0..3 {
+        conns.push(s.connect("bob").await);
+    }
+    for c in &mut conns {
+        let text: Option<u32> = c.query_first("SELECT CONNECTION_ID()").await.unwrap();
+        let binary: Option<u32> = c.exec_first("SELECT CONNECTION_ID()", ()).await.unwrap();
+        let with_param: Option<(u32, i64)> = c.exec_first("SELECT CONNECTION_ID(), ?", (7,)).await.unwrap();
+        assert_eq!(text, Some(c.id()));
+        assert_eq!(binary, Some(c.id()));
+        assert_eq!(with_param, Some((c.id(), 7)));
+        // A statement in parentheses, in both protocols.
+        let text: Option<u32> = c.query_first("(SELECT CONNECTION_ID())").await.unwrap();
+        let binary: Option<u32> = c.exec_first("(SELECT CONNECTION_ID())", ()).await.unwrap();
+        assert_eq!((text, binary), (Some(c.id()), Some(c.id())));
+    }
+    let mut runner = conns.pop().unwrap();
+    let id: u32 = runner.exec_first("SELECT CONNECTION_ID()", ()).await.unwrap().unwrap();
+    let killer = &mut conns[0];
+    let task = tokio::spawn(async move {
+        let started = Instant::now();
+        let r: Result<Option<i64>, _> = runner.exec_first("SELECT SLEEP(?)", (20,)).await;
+        (runner, r, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    killer.query_drop(format!("KILL QUERY {id}")).await.unwrap();
+    let (mut runner, r, took) = task.await.unwrap();
+    assert!(took < Duration::from_secs(15), "KILL QUERY stopped the prepared statement's SLEEP");
+    match r {
+        Ok(v) => assert_eq!(v, Some(1)),
+        Err(e) => assert_eq!(server_code(&e), Some(1317)),
+    }
+    runner.ping().await.unwrap();
+}
