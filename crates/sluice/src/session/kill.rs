@@ -6,8 +6,9 @@
 
 use super::multiplex::Needs;
 use super::{Flow, Session};
+use crate::config::MonitorSection;
 use crate::pool::Server;
-use crate::pool::{self, BackendError, Login};
+use crate::pool::{self, BackendError, Credential, Login};
 use proto::errors::*;
 use sql::classify::KillScope;
 use std::sync::Arc;
@@ -62,14 +63,19 @@ impl Session {
 
 /// Kills the statement running on `thread` of `server` with the session's own `login`, from a
 /// short-lived side connection; the session awaits it before its connection serves anyone else.
+/// A login may always kill its own threads, but it may be unable to open that side connection
+/// (its max_user_connections, the server's max_connections, a credential sluice cannot replay):
+/// then the `[monitor]` login, when there is one, tries (it needs CONNECTION ADMIN or SUPER).
 pub(super) fn kill_query(
     server: &Server,
     thread: u32,
     login: &Arc<Login>,
+    monitor: Option<&MonitorSection>,
     hard: Option<bool>,
     timeout: Duration,
 ) -> tokio::task::JoinHandle<()> {
     let (server, login) = (server.clone(), login.clone());
+    let monitor = monitor.filter(|m| !m.username.is_empty()).map(monitor_login);
     let modifier = match hard {
         Some(true) => "HARD ",
         Some(false) => "SOFT ",
@@ -77,10 +83,28 @@ pub(super) fn kill_query(
     };
     let sql = format!("KILL {modifier}QUERY {thread}");
     tokio::spawn(async move {
-        if let Err(e) = run_on(&server, &login, &sql, timeout).await {
-            tracing::warn!("{sql} on {} failed: {e}", server.name);
+        let Err(e) = run_on(&server, &login, &sql, timeout).await else { return };
+        match monitor {
+            Some(monitor) => match run_on(&server, &monitor, &sql, timeout).await {
+                Ok(()) => tracing::debug!("{sql} on {} as {} failed ({e}); the [monitor] login did it", server.name, login.username),
+                Err(e2) => tracing::warn!("{sql} on {} failed as {} ({e}) and as the [monitor] login ({e2})", server.name, login.username),
+            },
+            None => tracing::warn!("{sql} on {} failed: {e}", server.name),
         }
     })
+}
+
+/// The `[monitor]` credentials as a login for `run_on`.
+fn monitor_login(m: &MonitorSection) -> Login {
+    let credential = if m.password.is_empty() { Credential::Empty } else { Credential::Plain(m.password.clone()) };
+    Login {
+        username: m.username.clone(),
+        credential,
+        capabilities: proto::CapabilityFlags::empty(),
+        mariadb_caps: 0,
+        collation: 45,
+        attrs: Vec::new(),
+    }
 }
 
 /// Runs one statement on `server` over a short-lived connection with `login`.
