@@ -515,14 +515,14 @@ impl Session {
             }
             Err(e @ (ExecError::BackendLost { .. } | ExecError::BackendProtocol(_))) if !self.handle.is_killed() => {
                 backend.broken = true;
-                let reply_seq = match e {
-                    ExecError::BackendLost { reply_seq } => reply_seq,
-                    _ => None,
+                let (lost, reply_seq) = match e {
+                    ExecError::BackendLost { reply_seq } => (true, reply_seq),
+                    _ => (false, None),
                 };
                 debug!(id = self.id, backend = %backend.server.name, "backend lost during a reply");
                 // The server is done with this connection: its slot is free now, though the
                 // client may take its time reading what is left.
-                if backend.pooled {
+                if lost && backend.pooled {
                     backend.pooled = false;
                     backend.server.pool.released_slot();
                 }
@@ -538,7 +538,10 @@ impl Session {
                         self.client.write_all(&self.out).await
                     };
                     if tokio::time::timeout(stall, write).await.is_err() {
-                        debug!(id = self.id, "client took nothing for {stall:?} after its backend was lost; closing");
+                        debug!(
+                            id = self.id,
+                            "the client did not take the rest of its reply within {stall:?} after its backend was lost; closing"
+                        );
                     }
                 }
                 None
