@@ -194,6 +194,23 @@ impl Scanner {
         self.header_len == 0 && !self.continuation
     }
 
+    /// Where the reply can be cut short cleanly, now that the bytes fed so far are all there
+    /// will be: how many of them (at their end) belong to a packet not yet complete, which the
+    /// client must not get, and the sequence id of an ERR packet put in their place.
+    /// `request_seq` is the request's last sequence id. `None` inside a packet split into 16 MiB
+    /// chunks (its first chunks may be with the client already).
+    pub fn cut(&self, request_seq: u8) -> Option<(usize, u8)> {
+        if self.continuation {
+            return None;
+        }
+        let after_last = if self.packets == 0 { request_seq } else { self.last_seq }.wrapping_add(1);
+        Some(match self.header_len {
+            n if n < HEADER_LEN => (n, after_last),
+            // The packet in progress's header is complete: the ERR takes its sequence id.
+            _ => (HEADER_LEN + self.first_len - self.remaining, self.last_seq),
+        })
+    }
+
     pub fn is_done(&self) -> bool {
         self.state == State::Finished
     }
@@ -633,6 +650,39 @@ mod tests {
         result_set(&mut out, &mut seq, 1, &[row], true, 2);
         let mut s = Scanner::new(Reply::Query, true);
         assert_eq!(s.feed(&out).unwrap(), (out.len(), Event::Done { error: false }));
+    }
+
+    #[test]
+    fn cut_points() {
+        let mut out = Vec::new();
+        let mut seq = 1;
+        result_set(&mut out, &mut seq, 1, &[b"\x03abc".to_vec(), b"\x03def".to_vec()], true, 2);
+        // Column count (5 bytes), definition (4 + 23), rows of 8 bytes each (seq 3 and 4).
+        let rows_at = 5 + 4 + 23;
+        let cases = [
+            (0, (0, 1)),
+            (5, (0, 2)),
+            (rows_at, (0, 3)),
+            (rows_at + 2, (2, 3)),
+            (rows_at + 4, (4, 3)),
+            (rows_at + 6, (6, 3)),
+            (rows_at + 8, (0, 4)),
+            (rows_at + 11, (3, 4)),
+        ];
+        for (fed, want) in cases {
+            let mut s = Scanner::new(Reply::Query, true);
+            assert_eq!(s.feed(&out[..fed]).unwrap().1, Event::More);
+            assert_eq!(s.cut(0), Some(want), "after {fed} bytes");
+        }
+        // Inside a packet split into chunks there is no clean cut.
+        let mut big = vec![0x03];
+        big.resize(MAX_CHUNK + 10, b'x');
+        let mut out = Vec::new();
+        let mut seq = 1;
+        result_set(&mut out, &mut seq, 1, &[big], true, 2);
+        let mut s = Scanner::new(Reply::Query, true);
+        s.feed(&out[..rows_at + 4 + MAX_CHUNK + 6]).unwrap();
+        assert_eq!(s.cut(0), None);
     }
 
     #[test]

@@ -112,13 +112,24 @@ impl Server {
     }
 
     /// Stops accepting, lets in-flight statements finish (up to the shutdown timeout), then
-    /// closes every session and returns.
+    /// kills the statements still running on the backends, closes every session and returns:
+    /// within the shutdown timeout plus a few seconds, whatever a task is doing.
     pub fn shutdown(self) {
         self.control.listeners.close_all();
         self.data.begin_shutdown();
+        let deadline = std::time::Instant::now() + self.data.snapshot().config.shutdown_timeout() + KILL_GRACE + RUNTIME_STOP + JOIN_SLACK;
         let later: Vec<JoinHandle<()>> = std::mem::take(&mut *self.runtime.generations.lock().unwrap_or_else(|p| p.into_inner()));
         for t in self.threads.into_iter().chain(later) {
-            let _ = t.join();
+            // Each runtime stops itself within its bounds; this one is the last resort, so
+            // that a thread stuck outside tokio cannot keep the process alive.
+            while !t.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            } else {
+                tracing::warn!(thread = ?t.thread().name(), "a runtime thread did not stop in time; leaving it");
+            }
         }
     }
 }
@@ -127,10 +138,35 @@ fn runtime_thread(name: String, f: impl FnOnce() + Send + 'static) -> anyhow::Re
     Ok(std::thread::Builder::new().name(name).spawn(f)?)
 }
 
-/// Waits for a worker's sessions after shutdown was asked, at most the shutdown timeout.
-async fn drain(tracker: TaskTracker, data: &DataPath) {
+/// How long sessions get, once the shutdown timeout has passed, to kill the statements they
+/// still run on the backends (a side connection and a KILL QUERY each).
+const KILL_GRACE: Duration = Duration::from_secs(2);
+/// How long a runtime waits for its blocking tasks (admin statements) when it is dropped.
+const RUNTIME_STOP: Duration = Duration::from_millis(500);
+/// Margin for `Server::shutdown` on top of the bounds above.
+const JOIN_SLACK: Duration = Duration::from_secs(1);
+
+/// Waits for a worker's sessions after shutdown was asked, at most the shutdown timeout; then
+/// each session still in a statement kills it on its backend (with its own login, else the
+/// monitor's) and ends, for at most `KILL_GRACE`. The caller then drops the runtime with
+/// `stop_runtime`, which closes whatever is left.
+async fn drain(tracker: TaskTracker, data: &DataPath, sessions: bool) {
     tracker.close();
-    let _ = tokio::time::timeout(data.snapshot().config.shutdown_timeout(), tracker.wait()).await;
+    if tokio::time::timeout(data.snapshot().config.shutdown_timeout(), tracker.wait()).await.is_ok() || !sessions {
+        return;
+    }
+    tracing::warn!(sessions = tracker.len(), "shutdown timeout reached: killing the statements still running and closing every session");
+    // A session between statements forgets the request; one in a statement kills it.
+    for h in data.registry.sessions() {
+        h.request_kill_query(None::<bool>.into());
+    }
+    let _ = tokio::time::timeout(KILL_GRACE, tracker.wait()).await;
+}
+
+/// Drops a runtime that ran sessions: its tasks are dropped (their sockets closed) and its
+/// blocking tasks get `RUNTIME_STOP`, so a stuck task cannot hold the process.
+fn stop_runtime(rt: tokio::runtime::Runtime) {
+    rt.shutdown_timeout(RUNTIME_STOP);
 }
 
 /// One current-thread runtime per worker; the acceptor thread hands each connection to the
@@ -163,8 +199,9 @@ fn start_per_core(rt: &Arc<Runtime>) -> anyhow::Result<Vec<JoinHandle<()>>> {
                         }
                     }
                 }
-                drain(tracker, &data).await;
+                drain(tracker, &data, true).await;
             });
+            stop_runtime(tokio_rt);
         })?);
     }
     let rt = rt.clone();
@@ -186,8 +223,9 @@ fn start_per_core(rt: &Arc<Runtime>) -> anyhow::Result<Vec<JoinHandle<()>>> {
         tokio_rt.block_on(async {
             tokio::spawn(sample_rates(data.clone(), data.shutdown.clone()));
             data.shutdown.cancelled().await;
-            drain(side, &data).await;
+            drain(side, &data, false).await;
         });
+        stop_runtime(tokio_rt);
     })?);
     Ok(threads)
 }
@@ -235,11 +273,11 @@ fn start_generation(rt: &Arc<Runtime>, workers: usize) -> anyhow::Result<JoinHan
             }
             tokio::spawn(sample_rates(data.clone(), retire.clone()));
             tokio::select! {
-                _ = data.shutdown.cancelled() => drain(tracker, &data).await,
+                _ = data.shutdown.cancelled() => drain(tracker, &data, true).await,
                 _ = retire.cancelled() => {
                     tracker.close();
                     tokio::select! {
-                        _ = data.shutdown.cancelled() => drain(tracker, &data).await,
+                        _ = data.shutdown.cancelled() => drain(tracker, &data, true).await,
                         _ = async {
                             tracker.wait().await;
                             while tag.open.load(std::sync::atomic::Ordering::Acquire) > 0 {
@@ -250,6 +288,7 @@ fn start_generation(rt: &Arc<Runtime>, workers: usize) -> anyhow::Result<JoinHan
                 }
             }
         });
+        stop_runtime(tokio_rt);
     })
 }
 

@@ -4,13 +4,21 @@
 //! find the reply's end. A bounded buffer with high/low watermarks sits between the two sockets:
 //! above the high watermark sluice stops reading the backend until the client has drained it
 //! below the low one, so a slow client costs at most the high watermark in memory.
+//!
+//! Both ends are watched while a reply is awaited, without a system call of their own on the
+//! normal path (the reactor's readiness is enough): a client that closes its connection ends the
+//! exchange at once (the session then kills the statement); while the backend is not read (the
+//! client is slow) a reset from the server still ends it at once, so its connection's slot is
+//! freed; and a client that accepts nothing for `Limits::stall` is given up, as the server gives
+//! up on it after `net_write_timeout`.
 
 use crate::net::{Conn, Stream, READ_CHUNK};
 use bytes::Buf;
 use proto::response::{Event, Reply, Scanner};
 use std::future::poll_fn;
 use std::pin::Pin;
-use std::task::Poll;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// Packet-format facts of a backend connection that decide how its replies are scanned.
@@ -34,13 +42,24 @@ pub struct Limits {
     pub watermarks: Watermarks,
     /// The largest client packet (LOCAL INFILE data).
     pub max_packet: usize,
+    /// How long a client may accept none of the reply bytes sluice holds for it before it is
+    /// given up (the server's `net_write_timeout`).
+    pub stall: Duration,
 }
+
+/// MariaDB's default `net_write_timeout`: the stall bound unless the session set its own.
+pub const DEFAULT_STALL: Duration = Duration::from_secs(60);
+
+/// Bytes a client may send ahead (its next command) while a reply is awaited that sluice reads
+/// early to tell them from a closed connection; past this, it stops watching that client.
+const PIPELINED_MAX: usize = 64 << 10;
 
 impl Limits {
     pub fn from_config(proxy: &crate::config::ProxySection) -> Limits {
         Limits {
             watermarks: Watermarks { high: proxy.buffer_high_watermark, low: proxy.buffer_low_watermark },
             max_packet: proxy.max_allowed_packet,
+            stall: DEFAULT_STALL,
         }
     }
 }
@@ -77,15 +96,22 @@ pub struct Outcome {
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
     /// The backend closed or failed before its reply ended. `reply_seq` is the sequence id an
-    /// ERR packet must carry to end the reply cleanly, when the stream stopped between packets.
+    /// ERR packet must carry to end the reply cleanly, when the stream stopped between packets;
+    /// then the whole packets received and not yet written are left in the backend's read
+    /// buffer, for the caller to pass on after an error packet once it has let the backend go
+    /// (the client may be slow to take them).
     #[error("lost the backend connection during the reply")]
     BackendLost { reply_seq: Option<u8> },
     /// The backend sent something that is not a valid reply.
     #[error("backend protocol error: {0}")]
     BackendProtocol(proto::ProtoError),
-    /// The client closed or failed.
+    /// The client closed or failed. `running`: the reply had not ended, so the statement may
+    /// still be running on the backend.
     #[error("client connection lost")]
-    ClientLost,
+    ClientLost { running: bool },
+    /// The client accepted none of the reply for `Limits::stall`.
+    #[error("the client read nothing of the reply for {0:?}")]
+    ClientStalled(Duration),
     #[error("client protocol error: {0}")]
     ClientProtocol(String),
 }
@@ -104,7 +130,7 @@ pub async fn forward(client: &mut Conn, backend: &mut Conn, request: Request<'_>
     let mut scanner = Scanner::new(reply, format.deprecate_eof).with_mariadb_capabilities(format.mariadb_caps);
     let mut reply_bytes = 0;
     loop {
-        match stream_reply(&mut client.stream, backend, &mut scanner, limits.watermarks, request_seq, &mut reply_bytes).await? {
+        match stream_reply(client, backend, &mut scanner, limits, request_seq, &mut reply_bytes).await? {
             Event::Done { error } => {
                 return Ok(Outcome {
                     error,
@@ -133,7 +159,7 @@ async fn relay_infile(client: &mut Conn, backend: &mut Conn, max_packet: usize) 
     loop {
         let frame = match client.read_frame(max_packet).await {
             Ok(Some(f)) => f,
-            Ok(None) | Err(_) => return Err(ExecError::ClientLost),
+            Ok(None) | Err(_) => return Err(ExecError::ClientLost { running: true }),
         };
         let res = backend.write_all(&client.rbuf[..frame.wire_len]).await;
         client.consume(frame.wire_len);
@@ -146,97 +172,235 @@ async fn relay_infile(client: &mut Conn, backend: &mut Conn, max_packet: usize) 
     }
 }
 
+/// What `stream_reply`'s read-and-write step stopped for.
+enum Step {
+    /// The reply ended (or asks for a local file) and all of it reached the client.
+    Done(Event),
+    /// Only the client's side can move: the buffer is at the high watermark, or the reply has
+    /// ended and its tail waits for the client (`drain`).
+    Drain,
+}
+
 /// Streams reply bytes from `backend` to `client` until the scanner reports the end of the
 /// reply or a LOCAL INFILE request. Reading and writing overlap; the buffer is bounded.
 async fn stream_reply(
-    client: &mut Stream,
+    client: &mut Conn,
     backend: &mut Conn,
     scanner: &mut Scanner,
-    wm: Watermarks,
+    limits: &Limits,
     request_seq: u8,
     reply_bytes: &mut u64,
 ) -> Result<Event, ExecError> {
     let Conn { stream: bstream, rbuf: buf } = backend;
+    let wm = limits.watermarks;
     // buf[..scanned] belongs to this reply and waits to be written; buf[scanned..] is unscanned.
     let mut scanned = 0usize;
     let mut event = Event::More;
-    let mut reading = true;
-    let result = poll_fn(|cx| loop {
-        if event == Event::More && scanned < buf.len() {
-            match scanner.feed(&buf[scanned..]) {
-                Ok((used, ev)) => {
-                    scanned += used;
-                    *reply_bytes += used as u64;
-                    event = ev;
-                    if ev != Event::More && scanned < buf.len() {
-                        return Poll::Ready(Err(ExecError::BackendProtocol(proto::ProtoError::Unexpected(
-                            "bytes after the end of a reply",
-                        ))));
+    let mut watch_client = true;
+    let result = loop {
+        let step = poll_fn(|cx| {
+            // Once per wake, not per chunk: the client's readiness (no system call while it
+            // sends nothing).
+            if watch_client && event == Event::More {
+                match watch_client_side(client, cx) {
+                    Watch::Quiet => {}
+                    Watch::Gone => return Poll::Ready(Err(Failed(ExecError::ClientLost { running: true }))),
+                    Watch::Stop => watch_client = false,
+                }
+            }
+            loop {
+                if event == Event::More && scanned < buf.len() {
+                    match scanner.feed(&buf[scanned..]) {
+                        Ok((used, ev)) => {
+                            scanned += used;
+                            *reply_bytes += used as u64;
+                            event = ev;
+                            if ev != Event::More && scanned < buf.len() {
+                                return Poll::Ready(Err(Failed(ExecError::BackendProtocol(proto::ProtoError::Unexpected(
+                                    "bytes after the end of a reply",
+                                )))));
+                            }
+                        }
+                        Err(e) => return Poll::Ready(Err(Failed(ExecError::BackendProtocol(e)))),
                     }
                 }
-                Err(e) => return Poll::Ready(Err(ExecError::BackendProtocol(e))),
-            }
-        }
-        let mut progress = false;
-        if scanned > 0 {
-            match Pin::new(&mut *client).poll_write(cx, &buf[..scanned]) {
-                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Err(ExecError::ClientLost)),
-                Poll::Ready(Ok(n)) => {
-                    buf.advance(n);
-                    scanned -= n;
-                    progress = true;
-                }
-                Poll::Pending => {}
-            }
-        }
-        if event != Event::More && scanned == 0 {
-            return match Pin::new(&mut *client).poll_flush(cx) {
-                Poll::Ready(Ok(())) => Poll::Ready(Ok(event)),
-                Poll::Ready(Err(_)) => Poll::Ready(Err(ExecError::ClientLost)),
-                Poll::Pending => Poll::Pending,
-            };
-        }
-        if event == Event::More {
-            if buf.len() >= wm.high {
-                reading = false;
-            } else if buf.len() <= wm.low {
-                reading = true;
-            }
-            if reading {
-                let spare = buf.capacity() - buf.len();
-                if spare < READ_CHUNK / 4 {
-                    buf.reserve((wm.high - buf.len()).clamp(READ_CHUNK / 4, 4 * READ_CHUNK));
-                }
-                match tokio_util::io::poll_read_buf(Pin::new(&mut *bstream), cx, buf) {
-                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
-                        // Everything scanned up to a packet boundary may still go to the client.
-                        let reply_seq = if scanner.at_packet_boundary() {
-                            Some(if scanner.packets() == 0 { request_seq } else { scanner.last_seq() }.wrapping_add(1))
-                        } else {
-                            None
-                        };
-                        return Poll::Ready(Err(ExecError::BackendLost { reply_seq }));
+                let mut progress = false;
+                if scanned > 0 {
+                    match Pin::new(&mut client.stream).poll_write(cx, &buf[..scanned]) {
+                        Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
+                            return Poll::Ready(Err(Failed(ExecError::ClientLost { running: event == Event::More })))
+                        }
+                        Poll::Ready(Ok(n)) => {
+                            buf.advance(n);
+                            scanned -= n;
+                            progress = true;
+                        }
+                        Poll::Pending if event != Event::More => return Poll::Ready(Ok(Step::Drain)),
+                        Poll::Pending => {}
                     }
-                    Poll::Ready(Ok(_)) => progress = true,
-                    Poll::Pending => {}
+                }
+                if event != Event::More && scanned == 0 {
+                    return match Pin::new(&mut client.stream).poll_flush(cx) {
+                        Poll::Ready(Ok(())) => Poll::Ready(Ok(Step::Done(event))),
+                        Poll::Ready(Err(_)) => Poll::Ready(Err(Failed(ExecError::ClientLost { running: false }))),
+                        Poll::Pending => Poll::Ready(Ok(Step::Drain)),
+                    };
+                }
+                if event == Event::More {
+                    if buf.len() >= wm.high {
+                        return Poll::Ready(Ok(Step::Drain));
+                    }
+                    let spare = buf.capacity() - buf.len();
+                    if spare < READ_CHUNK / 4 {
+                        buf.reserve((wm.high - buf.len()).clamp(READ_CHUNK / 4, 4 * READ_CHUNK));
+                    }
+                    match tokio_util::io::poll_read_buf(Pin::new(&mut *bstream), cx, buf) {
+                        Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Err(Lost)),
+                        Poll::Ready(Ok(_)) => progress = true,
+                        Poll::Pending => {}
+                    }
+                }
+                if !progress {
+                    return Poll::Pending;
                 }
             }
+        })
+        .await;
+        match step {
+            Ok(Step::Done(ev)) => break Ok(ev),
+            Ok(Step::Drain) => {
+                let ended = event != Event::More;
+                match drain(&mut client.stream, bstream, buf, &mut scanned, ended, limits).await {
+                    Ok(()) if ended => break Ok(event),
+                    Ok(()) => {}
+                    Err(Drained::BackendReset) => break Err(Lost),
+                    Err(Drained::Failed(e)) => break Err(Failed(e)),
+                }
+            }
+            Err(e) => break Err(e),
         }
-        if !progress {
-            return Poll::Pending;
+    };
+    let result = match result {
+        Ok(ev) => Ok(ev),
+        Err(Lost) => {
+            // The backend ended before the reply did. The whole packets not yet written stay
+            // in `buf` for the caller to pass on, followed by an error in place of the packet
+            // in progress — unless part of that one already went out.
+            let cut = scanner.cut(request_seq).filter(|&(partial, _)| partial <= scanned);
+            buf.truncate(cut.map_or(0, |(partial, _)| scanned - partial));
+            Err(ExecError::BackendLost { reply_seq: cut.map(|(_, seq)| seq) })
         }
-    })
-    .await;
-    if let Err(ExecError::BackendLost { reply_seq: Some(_) }) = &result {
-        // Whole packets already received still reach the client before the error.
-        let whole = scanned.min(buf.len());
-        if client.write_all(&buf[..whole]).await.is_err() {
-            return Err(ExecError::ClientLost);
-        }
-        buf.clear();
-    }
+        Err(Failed(e)) => Err(e),
+    };
     if buf.is_empty() && buf.capacity() > 256 << 10 {
         *buf = bytes::BytesMut::new();
     }
     result
+}
+
+/// How `stream_reply`'s loop ended early.
+enum Stop {
+    /// The backend closed, failed or was reset before the reply ended.
+    Lost,
+    Failed(ExecError),
+}
+use Stop::{Failed, Lost};
+
+/// Why `drain` stopped early.
+enum Drained {
+    /// The server reset the connection while it was not being read.
+    BackendReset,
+    Failed(ExecError),
+}
+
+/// Writes held reply bytes to the client, with the backend not read: down to the low
+/// watermark, or all of them (and a flush) once the reply has `ended`. Meanwhile a reset from
+/// the server (its own `net_write_timeout`, a shutdown) ends the exchange at once, so the
+/// backend connection's slot is freed while the client still holds its bytes; and a client
+/// that takes nothing for `limits.stall` is given up. A reset is seen through the error
+/// readiness the reactor reports, which the unread data does not mask; a plain FIN cannot
+/// arrive before the data ahead of it is read, and the stall bound covers it.
+async fn drain(
+    client: &mut Stream,
+    bstream: &Stream,
+    buf: &mut bytes::BytesMut,
+    scanned: &mut usize,
+    ended: bool,
+    limits: &Limits,
+) -> Result<(), Drained> {
+    let reset = bstream.tcp().ready(tokio::io::Interest::ERROR);
+    tokio::pin!(reset);
+    let mut last_progress = Instant::now();
+    let stall = tokio::time::sleep(limits.stall);
+    tokio::pin!(stall);
+    loop {
+        // Some(n): n bytes written; None: everything written and flushed.
+        let client_side = async {
+            if *scanned > 0 {
+                client.write(&buf[..*scanned]).await.map(Some)
+            } else {
+                client.flush().await.map(|()| None)
+            }
+        };
+        tokio::select! {
+            biased;
+            r = client_side => match r {
+                Ok(None) => return Ok(()),
+                Ok(Some(0)) | Err(_) => return Err(Drained::Failed(ExecError::ClientLost { running: !ended })),
+                Ok(Some(n)) => {
+                    buf.advance(n);
+                    *scanned -= n;
+                    last_progress = Instant::now();
+                    if !ended && buf.len() <= limits.watermarks.low {
+                        return Ok(());
+                    }
+                }
+            },
+            _ = &mut reset, if !ended => return Err(Drained::BackendReset),
+            _ = &mut stall => {
+                if last_progress.elapsed() >= limits.stall {
+                    return Err(Drained::Failed(ExecError::ClientStalled(limits.stall)));
+                }
+                stall.as_mut().reset((last_progress + limits.stall).into());
+            }
+        }
+    }
+}
+
+/// What the client did while its reply was awaited.
+enum Watch {
+    /// Nothing (or bytes it sent ahead, kept in its read buffer).
+    Quiet,
+    /// It closed its connection (EOF with nothing sent ahead) or reset it.
+    Gone,
+    /// It sent a lot ahead, or ahead and then EOF (a COM_QUIT after its last statement, say):
+    /// stop watching; the reply goes out as usual.
+    Stop,
+}
+
+/// Has the client gone while its reply is awaited? The reactor's readiness answers without a
+/// system call while the client sends nothing (its command's read drained its socket). Once it
+/// is readable, what it sent ahead — its next command — is read into its buffer, where the
+/// command loop finds it; only an EOF or error with nothing pending means gone.
+fn watch_client_side(client: &mut Conn, cx: &mut Context<'_>) -> Watch {
+    loop {
+        match client.stream.tcp().poll_read_ready(cx) {
+            Poll::Pending => return Watch::Quiet,
+            Poll::Ready(Err(_)) => return Watch::Gone,
+            Poll::Ready(Ok(())) => {}
+        }
+        if client.rbuf.len() >= PIPELINED_MAX {
+            return Watch::Stop;
+        }
+        if client.rbuf.capacity() - client.rbuf.len() < 1024 {
+            client.rbuf.reserve(4096);
+        }
+        match tokio_util::io::poll_read_buf(Pin::new(&mut client.stream), cx, &mut client.rbuf) {
+            Poll::Pending => return Watch::Quiet,
+            Poll::Ready(Ok(0)) if client.rbuf.is_empty() => return Watch::Gone,
+            Poll::Ready(Ok(0)) => return Watch::Stop,
+            Poll::Ready(Err(_)) => return Watch::Gone,
+            Poll::Ready(Ok(_)) => {}
+        }
+    }
 }

@@ -15,8 +15,9 @@
 
 use super::multiplex::Needs;
 use super::{Flow, Session};
+use crate::config::MonitorSection;
 use crate::pool::Server;
-use crate::pool::{self, Backend, BackendError, Login};
+use crate::pool::{self, Backend, BackendError, Credential, Login};
 use crate::registry::{KillQuery, SessionHandle};
 use proto::errors::*;
 use sql::classify::{refusal, Intercept, Kill, KillScope, KillTarget};
@@ -514,15 +515,21 @@ fn column_name(def: &[u8]) -> Option<String> {
 /// Kills the statement running on `thread` of `server` with the session's own `login`, from a
 /// short-lived side connection; the session awaits it before its connection serves anyone
 /// else. With a query id, only that statement (`KILL QUERY ID`).
+///
+/// A login may always kill its own threads, but it may be unable to open that side connection
+/// (its max_user_connections, the server's max_connections, a credential sluice cannot replay):
+/// then the `[monitor]` login, when there is one, tries (it needs CONNECTION ADMIN or SUPER).
 pub(super) fn kill_query(
     server: &Server,
     thread: u32,
     login: &Arc<Login>,
+    monitor: Option<&MonitorSection>,
     request: impl Into<KillQuery>,
     timeout: Duration,
 ) -> tokio::task::JoinHandle<()> {
     let request = request.into();
     let (server, login) = (server.clone(), login.clone());
+    let monitor = monitor.filter(|m| !m.username.is_empty()).map(monitor_login);
     let modifier = match request.hard {
         Some(true) => "HARD ",
         Some(false) => "SOFT ",
@@ -533,10 +540,28 @@ pub(super) fn kill_query(
         id => format!("KILL {modifier}QUERY ID {id}"),
     };
     tokio::spawn(async move {
-        if let Err(e) = rows_on(&server, &login, &sql, timeout).await {
-            tracing::warn!("{sql} on {} failed: {e}", server.name);
+        let Err(e) = rows_on(&server, &login, &sql, timeout).await else { return };
+        match monitor {
+            Some(monitor) => match rows_on(&server, &monitor, &sql, timeout).await {
+                Ok(_) => tracing::debug!("{sql} on {} as {} failed ({e}); the [monitor] login did it", server.name, login.username),
+                Err(e2) => tracing::warn!("{sql} on {} failed as {} ({e}) and as the [monitor] login ({e2})", server.name, login.username),
+            },
+            None => tracing::warn!("{sql} on {} failed: {e}", server.name),
         }
     })
+}
+
+/// The `[monitor]` credentials as a login for `rows_on`.
+fn monitor_login(m: &MonitorSection) -> Login {
+    let credential = if m.password.is_empty() { Credential::Empty } else { Credential::Plain(m.password.clone()) };
+    Login {
+        username: m.username.clone(),
+        credential,
+        capabilities: proto::CapabilityFlags::empty(),
+        mariadb_caps: 0,
+        collation: 45,
+        attrs: Vec::new(),
+    }
 }
 
 /// Runs one statement on `server` over a short-lived connection with `login`; its rows.

@@ -463,21 +463,27 @@ impl Session {
 
     /// Forwards one request to `backend` and streams its reply. A KILL QUERY for this session
     /// (or the rule's `timeout`) is carried out by the session itself while the reply is
-    /// awaited, and waited for before the connection can serve anyone else. `None` when the
-    /// session must end.
+    /// awaited, and waited for before the connection can serve anyone else; so is the kill of a
+    /// statement whose client went away before its reply ended (ProxySQL's
+    /// kill_backend_connection_when_disconnect). `None` when the session must end; the backend
+    /// connection is then marked broken, so it is never pooled again.
     async fn forward(&mut self, backend: &mut Backend, request: &[u8], reply: Option<Reply>, timeout: Option<Duration>) -> Option<Outcome> {
         let format = backend.format();
         self.handle.clear_kill_query();
         let timeout = sleep_or_never(timeout);
         tokio::pin!(timeout);
         let connect_timeout = self.snap.config.connect_timeout();
+        let monitor = self.snap.config.monitor.as_ref();
+        // The client's own net_write_timeout, when it set one, bounds how long it may stall.
+        let stall =
+            self.state.var("net_write_timeout").and_then(|v| v.parse::<u64>().ok()).map_or(exec::DEFAULT_STALL, Duration::from_secs);
+        let limits = exec::Limits { stall, ..self.limits };
         let mut killer: Option<tokio::task::JoinHandle<()>> = None;
         let result = {
             // Borrowed field by field: nothing is cloned per statement for a KILL that rarely comes.
             let (handle, login, thread) = (&self.handle, &self.login, backend.thread_id);
             let server = &backend.server;
-            let exchange =
-                exec::forward(&mut self.client, &mut backend.conn, exec::Request { packets: request, reply, format }, &self.limits);
+            let exchange = exec::forward(&mut self.client, &mut backend.conn, exec::Request { packets: request, reply, format }, &limits);
             tokio::pin!(exchange);
             loop {
                 tokio::select! {
@@ -485,18 +491,26 @@ impl Session {
                     r = &mut exchange => break r,
                     hard = handle.kill_query_requested(), if killer.is_none() => {
                         self.data.stats.add(Counter::KilledBackendQueries, 1);
-                        killer = Some(kill::kill_query(server, thread, login, hard, connect_timeout));
+                        killer = Some(kill::kill_query(server, thread, login, monitor, hard, connect_timeout));
                     }
                     _ = &mut timeout, if killer.is_none() => {
                         self.data.stats.add(Counter::KilledBackendQueries, 1);
                         debug!(id = handle.id, thread, "query rule timeout reached: KILL QUERY");
-                        killer = Some(kill::kill_query(server, thread, login, None, connect_timeout));
+                        killer = Some(kill::kill_query(server, thread, login, monitor, None, connect_timeout));
                     }
                 }
             }
         };
+        if let (Err(ExecError::ClientLost { running: true }), None) = (&result, &killer) {
+            // Nobody waits for this statement's reply any more: stop it on the server, which
+            // would run it to its end otherwise.
+            self.data.stats.add(Counter::KilledBackendQueries, 1);
+            debug!(id = self.id, thread = backend.thread_id, "client gone during its statement: KILL QUERY");
+            killer = Some(kill::kill_query(&backend.server, backend.thread_id, &self.login, monitor, None, connect_timeout));
+        }
         if let Some(k) = killer {
-            let _ = k.await;
+            // Bounded: connecting and KILL each take at most about the connect timeout.
+            let _ = tokio::time::timeout(connect_timeout * 3, k).await;
         }
         match result {
             Ok(o) => {
@@ -510,14 +524,34 @@ impl Session {
             }
             Err(e @ (ExecError::BackendLost { .. } | ExecError::BackendProtocol(_))) if !self.handle.is_killed() => {
                 backend.broken = true;
-                let reply_seq = match e {
-                    ExecError::BackendLost { reply_seq } => reply_seq,
-                    _ => None,
+                let (lost, reply_seq) = match e {
+                    ExecError::BackendLost { reply_seq } => (true, reply_seq),
+                    _ => (false, None),
                 };
                 debug!(id = self.id, backend = %backend.server.name, "backend lost during a reply");
+                // The server is done with this connection: its slot is free now, though the
+                // client may take its time reading what is left.
+                if lost && backend.pooled {
+                    backend.pooled = false;
+                    backend.server.pool.released_slot();
+                }
                 if let Some(seq) = reply_seq {
+                    // The whole packets received before the loss, then the error.
+                    let received = std::mem::take(&mut backend.conn.rbuf);
                     let msg = format!("Lost connection to backend server '{}' during query", backend.server.name);
-                    self.reply_err(seq, CR_SERVER_LOST, SQLSTATE_GENERAL, &msg).await;
+                    self.data.stats.add(Counter::GeneratedErrorPackets, 1);
+                    self.out.clear();
+                    proto::packet::write_err(&mut self.out, &mut { seq }, CR_SERVER_LOST, SQLSTATE_GENERAL, &msg);
+                    let write = async {
+                        self.client.write_all(&received).await?;
+                        self.client.write_all(&self.out).await
+                    };
+                    if tokio::time::timeout(stall, write).await.is_err() {
+                        debug!(
+                            id = self.id,
+                            "the client did not take the rest of its reply within {stall:?} after its backend was lost; closing"
+                        );
+                    }
                 }
                 None
             }
