@@ -119,11 +119,7 @@ fn spawn_quick(db: &MariaDb, port: u16, extra: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("sluice binary runs");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "sluice did not start listening");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_listening(port);
     child
 }
 

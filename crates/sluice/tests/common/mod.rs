@@ -262,3 +262,12 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
         b = &b[size + 2..];
     }
 }
+
+/// Waits (up to 10 s) until a sluice started as a child process listens on 127.0.0.1:`port`.
+pub fn wait_until_listening(port: u16) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "sluice did not start listening");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
