@@ -76,7 +76,7 @@ impl Session {
     pub(super) async fn intercepted(&mut self, intercept: Intercept, seq: u8) -> Flow {
         match intercept {
             Intercept::Kill(k) => self.kill_statement(k, seq).await,
-            Intercept::Processlist { full } => self.processlist(full, seq).await,
+            Intercept::Processlist { full } => self.processlist(full, "Query", seq).await,
             Intercept::Refuse(why) => self.refuse(seq, why).await,
             // Checked before forwarding (`check_dynamic_sql`).
             Intercept::Variable(_) => Flow::Continue,
@@ -320,7 +320,7 @@ impl Session {
     /// COM_PROCESS_INFO: SHOW PROCESSLIST by command. False when the session must end.
     pub(super) async fn process_info(&mut self, seq: u8) -> Flow {
         self.handle.begin(b"SHOW PROCESSLIST", &self.state, self.unrouted_hostgroup());
-        self.processlist(false, seq).await
+        self.processlist(false, "Processlist", seq).await
     }
 
     /// SHOW [FULL] PROCESSLIST from sluice's sessions: Id is the session id KILL takes, Host
@@ -328,8 +328,10 @@ impl Session {
     /// server's own (asked with the same statement on the session's connection), and so are
     /// State and Progress of statements running on that server. Without PROCESS, only the
     /// user's own sessions are listed, as the server does.
-    async fn processlist(&mut self, full: bool, seq: u8) -> Flow {
-        let answered = self.answer_processlist(full, seq).await;
+    /// `own_command`: the Command the session's own row shows (the server's name for how it
+    /// was asked: "Query" for the statement, "Processlist" for COM_PROCESS_INFO).
+    async fn processlist(&mut self, full: bool, own_command: &str, seq: u8) -> Flow {
+        let answered = self.answer_processlist(full, own_command, seq).await;
         self.handle.end();
         match answered {
             Ok(written) => Flow::written(written),
@@ -337,7 +339,7 @@ impl Session {
         }
     }
 
-    async fn answer_processlist(&mut self, full: bool, mut seq: u8) -> Result<bool, BackendError> {
+    async fn answer_processlist(&mut self, full: bool, own_command: &str, mut seq: u8) -> Result<bool, BackendError> {
         let privileges = self.privileges().await?;
         let mut held = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await?;
         let sql = if full { "SHOW FULL PROCESSLIST" } else { "SHOW PROCESSLIST" };
@@ -390,7 +392,9 @@ impl Session {
                     "host" => Some(host.clone().into_bytes()),
                     "db" => schema.as_deref().map(|s| s.as_bytes().to_vec()),
                     "command" => Some(
-                        if h.is_killed() {
+                        if h.id == self.id {
+                            own_command
+                        } else if h.is_killed() {
                             "Killed"
                         } else if running {
                             "Query"
