@@ -68,7 +68,7 @@ impl Session {
                 let watch = self.watch_query(&frame, &plan);
                 let code = if error { ER_NOT_ALLOWED_COMMAND } else { 0 };
                 let outcome = crate::exec::Outcome { error, error_code: code, ..Default::default() };
-                self.observe_query(&watch, None, &outcome, 0, &frame);
+                self.observe_unsent(&watch, &outcome, &frame);
                 self.client.consume(frame.wire_len);
                 if error {
                     self.reply_err(seq, code, SQLSTATE_NOT_SUPPORTED, message).await;
@@ -93,7 +93,7 @@ impl Session {
             Ok(h) => h,
             Err(e) => {
                 let outcome = crate::exec::Outcome { error: true, error_code: super::backend_error_code(&e), ..Default::default() };
-                self.observe_query(&watch, None, &outcome, 0, &frame);
+                self.observe_unsent(&watch, &outcome, &frame);
                 self.client.consume(frame.wire_len);
                 return self.reply_backend_error(seq, &e).await;
             }
@@ -126,17 +126,11 @@ impl Session {
         self.watch(text.get(1..).unwrap_or_default(), plan.command, plan.digest, plan.hostgroup(), plan.log_rule())
     }
 
-    /// A statement that ended before reaching a backend, as the client sent it.
-    fn observe_query(
-        &self,
-        watch: &super::observe::Watch,
-        server: Option<&crate::pool::Server>,
-        outcome: &crate::exec::Outcome,
-        sent: usize,
-        frame: &Frame,
-    ) {
+    /// A statement that ended before reaching a backend (answered by a rule, or no connection
+    /// could be had), as the client sent it.
+    fn observe_unsent(&self, watch: &super::observe::Watch, outcome: &crate::exec::Outcome, frame: &Frame) {
         let text = frame.first_chunk(&self.client.rbuf);
-        self.observed(watch, server, outcome, sent, &self.plan_scratch.digest_text, text.get(1..).unwrap_or_default());
+        self.observed(watch, None, outcome, 0, &self.plan_scratch.digest_text, text.get(1..).unwrap_or_default());
     }
 
     /// COM_STMT_PREPARE text a rule blocks with error_msg: the message.
