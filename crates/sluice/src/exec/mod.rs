@@ -317,3 +317,19 @@ async fn stream_reply(
     }
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_allowed_packet_is_the_configs_else_the_backends_within_1_gib() {
+        let mut proxy = crate::config::ProxySection::default();
+        assert_eq!(Limits::from_config(&proxy, 0).max_packet, 1 << 30, "not learned yet");
+        assert_eq!(Limits::from_config(&proxy, 16 << 20).max_packet, 16 << 20);
+        assert_eq!(Limits::from_config(&proxy, 4 << 30).max_packet, 1 << 30);
+        proxy.max_allowed_packet = Some(64 << 20);
+        assert_eq!(Limits::from_config(&proxy, 16 << 20).max_packet, 64 << 20);
+        assert_eq!(Limits::from_config(&proxy, 16 << 20).max_buffered, 4 << 20);
+    }
+}
