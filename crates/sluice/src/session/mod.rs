@@ -129,23 +129,21 @@ pub async fn run(data: Arc<DataPath>, tcp: tokio::net::TcpStream, peer: SocketAd
         return;
     };
     let id = data.registry.next_id();
-    {
-        match start(&data, tcp, peer, local, id, slot).await {
-            Ok(mut session) => {
-                data.stats.add(Counter::ClientConnectionsCreated, 1);
-                session.command_loop().await;
-                session.data.registry.unregister(id);
-                // The client's socket closes first, as on the server: a KILL's issuer is
-                // answered only once its target is gone.
-                session.release_all();
-                let handle = session.handle.clone();
-                drop(session);
-                handle.mark_closed();
-            }
-            Err(e) => {
-                data.stats.add(Counter::ClientConnectionsAborted, 1);
-                debug!(id, %peer, "login ended: {e}");
-            }
+    match start(&data, tcp, peer, local, id, slot).await {
+        Ok(mut session) => {
+            data.stats.add(Counter::ClientConnectionsCreated, 1);
+            session.command_loop().await;
+            session.data.registry.unregister(id);
+            // The client's socket closes first, as on the server: a KILL's issuer is
+            // answered only once its target is gone.
+            session.release_all();
+            let handle = session.handle.clone();
+            drop(session);
+            handle.mark_closed();
+        }
+        Err(e) => {
+            data.stats.add(Counter::ClientConnectionsAborted, 1);
+            debug!(id, %peer, "login ended: {e}");
         }
     }
 }
