@@ -44,8 +44,13 @@ pub struct ProxySection {
     pub server_version: Option<String>,
     /// Plugin announced in the greeting: mysql_native_password or caching_sha2_password.
     pub default_auth_plugin: String,
-    /// Client connections accepted at once; more get ER_CON_COUNT_ERROR.
+    /// Logged-in client connections at once; more get ER_CON_COUNT_ERROR.
     pub max_connections: usize,
+    /// Client connections still in their handshake (not logged in) at once, in all and from
+    /// one client address; more get ER_CON_COUNT_ERROR. They do not count toward
+    /// `max_connections`.
+    pub max_handshakes: usize,
+    pub max_handshakes_per_host: usize,
     /// A client must finish its handshake and login within this (MariaDB's connect_timeout).
     pub client_connect_timeout_ms: u64,
     /// Backend connect and login.
@@ -53,8 +58,11 @@ pub struct ProxySection {
     /// Per-session reply buffer: stop reading the backend above `high`, resume below `low`.
     pub buffer_high_watermark: usize,
     pub buffer_low_watermark: usize,
-    /// Largest client packet accepted (bytes).
-    pub max_allowed_packet: usize,
+    /// Largest client packet accepted (bytes); default: the backend's own max_allowed_packet.
+    pub max_allowed_packet: Option<usize>,
+    /// Client packets (statements, execute and long data) larger than this are relayed to the
+    /// backend as they arrive instead of being held whole; rules see their first this-many bytes.
+    pub max_buffered_packet: usize,
     /// On SIGTERM, how long in-flight statements may take to finish.
     pub shutdown_timeout_ms: u64,
     /// Accept the backend's own accounts (needs `[monitor]` credentials to read mysql.user).
@@ -82,6 +90,13 @@ pub struct ProxySection {
     pub datadir: Option<PathBuf>,
 }
 
+/// The most `max_allowed_packet` can be, as on the server (1 GiB).
+pub const MAX_ALLOWED_PACKET_CEILING: usize = 1 << 30;
+
+/// The least `max_buffered_packet` can be: a statement's head must hold what sluice reads
+/// (an execute's parameter types: up to 65,535 × 2 bytes after its NULL bitmap).
+pub const MIN_BUFFERED_PACKET: usize = 256 << 10;
+
 impl Default for ProxySection {
     fn default() -> Self {
         ProxySection {
@@ -91,11 +106,14 @@ impl Default for ProxySection {
             server_version: None,
             default_auth_plugin: proto::auth::MYSQL_NATIVE_PASSWORD.into(),
             max_connections: 10_000,
-            client_connect_timeout_ms: 10_000,
+            max_handshakes: 1_000,
+            max_handshakes_per_host: 100,
+            client_connect_timeout_ms: 5_000,
             connect_timeout_ms: 5_000,
             buffer_high_watermark: 1 << 20,
             buffer_low_watermark: 256 << 10,
-            max_allowed_packet: 1 << 30,
+            max_allowed_packet: None,
+            max_buffered_packet: 4 << 20,
             shutdown_timeout_ms: 10_000,
             backend_users: false,
             backend_users_hostgroup: 0,
@@ -602,6 +620,15 @@ impl FileConfig {
                 at("default_auth_plugin"),
                 format!("`{plugin}` is not supported (mysql_native_password or caching_sha2_password)"),
             ));
+        }
+        if proxy.max_allowed_packet.is_some_and(|n| !(1024..=MAX_ALLOWED_PACKET_CEILING).contains(&n)) {
+            out.push(problem(at("max_allowed_packet"), "must be from 1024 to 1073741824 (1 GiB)"));
+        }
+        if !(MIN_BUFFERED_PACKET..proto::frame::MAX_CHUNK).contains(&proxy.max_buffered_packet) {
+            out.push(problem(at("max_buffered_packet"), "must be from 262144 to 16777214"));
+        }
+        if proxy.max_handshakes == 0 || proxy.max_handshakes_per_host == 0 {
+            out.push(problem(at("max_handshakes"), "max_handshakes and max_handshakes_per_host must be at least 1"));
         }
         if proxy.buffer_low_watermark >= proxy.buffer_high_watermark || proxy.buffer_high_watermark < 16 << 10 {
             out.push(problem(at("buffer_high_watermark"), "must be at least 16384 and above buffer_low_watermark"));

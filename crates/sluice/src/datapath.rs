@@ -92,8 +92,13 @@ pub struct DataPath {
     pub shutdown: CancellationToken,
     /// Set at shutdown; sessions check it between commands.
     closing: AtomicBool,
-    /// Client connections open now.
+    /// Logged-in client connections open now.
     pub clients: AtomicUsize,
+    /// Client connections still in their handshake.
+    pub handshakes: crate::listener::Handshakes,
+    /// The backend's max_allowed_packet, learned on the first client login (0: not yet);
+    /// the default of `[proxy] max_allowed_packet`.
+    pub backend_max_packet: AtomicUsize,
     /// Statistics: per-worker counters merged when read.
     pub stats: Arc<crate::stats::Stats>,
     /// The runtime kind, fixed at start (per-core workers take connections only from their
@@ -116,6 +121,8 @@ impl DataPath {
             shutdown: CancellationToken::new(),
             closing: AtomicBool::new(false),
             clients: AtomicUsize::new(0),
+            handshakes: Default::default(),
+            backend_max_packet: AtomicUsize::new(0),
         }
     }
 

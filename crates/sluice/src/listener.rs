@@ -1,10 +1,13 @@
 //! ① listener: binds the client ports (and the admin and HTTP ports beside them) and accepts
 //! connections, handing each to a worker. The set of ports follows the config: a reload binds
 //! the new ones before anything else changes (a port that cannot be bound refuses the reload)
-//! and stops accepting on the removed ones, whose sessions go on. The connection limit is
-//! enforced when the session starts (it needs to answer with a MySQL error packet).
+//! and stops accepting on the removed ones, whose sessions go on. The connection limits are
+//! enforced when the session starts (it needs to answer with a MySQL error packet): handshakes
+//! in progress (`Handshakes`, in all and per client address), then logged-in clients.
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
@@ -161,5 +164,95 @@ async fn accept(l: tokio::net::TcpListener, stop: CancellationToken, shutdown: C
                 }
             }
         }
+    }
+}
+
+/// Client connections still in their handshake (greeting sent, login not done), counted in
+/// all and per client address. They do not count toward `max_connections`, so sockets left
+/// half-open cannot keep logged-in clients out, and one address cannot take every slot.
+#[derive(Default)]
+pub struct Handshakes {
+    total: AtomicUsize,
+    /// Only touched when a connection starts or ends its handshake, never per statement.
+    by_host: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// Why a handshake was not started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TooMany {
+    Handshakes,
+    FromHost,
+}
+
+impl Handshakes {
+    /// A slot for a handshake from `ip`, held until the guard drops; `Err` when `max` are in
+    /// progress, or `per_host` from `ip`.
+    pub fn begin(&self, ip: IpAddr, max: usize, per_host: usize) -> Result<HandshakeSlot<'_>, TooMany> {
+        if self.total.fetch_add(1, Ordering::AcqRel) >= max {
+            self.total.fetch_sub(1, Ordering::AcqRel);
+            return Err(TooMany::Handshakes);
+        }
+        let mut hosts = self.by_host.lock().unwrap_or_else(|p| p.into_inner());
+        let n = hosts.entry(ip).or_insert(0);
+        if *n >= per_host {
+            drop(hosts);
+            self.total.fetch_sub(1, Ordering::AcqRel);
+            return Err(TooMany::FromHost);
+        }
+        *n += 1;
+        Ok(HandshakeSlot { handshakes: self, ip })
+    }
+
+    /// Handshakes in progress now.
+    pub fn in_progress(&self) -> usize {
+        self.total.load(Ordering::Acquire)
+    }
+}
+
+/// One handshake in progress; dropping it frees the slot.
+pub struct HandshakeSlot<'a> {
+    handshakes: &'a Handshakes,
+    ip: IpAddr,
+}
+
+impl Drop for HandshakeSlot<'_> {
+    fn drop(&mut self) {
+        let mut hosts = self.handshakes.by_host.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = hosts.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                hosts.remove(&self.ip);
+            }
+        }
+        if hosts.is_empty() && hosts.capacity() > 1024 {
+            // After a burst, give the table's memory back.
+            hosts.shrink_to_fit();
+        }
+        drop(hosts);
+        self.handshakes.total.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handshakes_are_limited_in_all_and_per_host() {
+        let h = Handshakes::default();
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let a1 = h.begin(a, 3, 2).unwrap();
+        let _a2 = h.begin(a, 3, 2).unwrap();
+        assert_eq!(h.begin(a, 3, 2).err(), Some(TooMany::FromHost));
+        let b1 = h.begin(b, 3, 2).unwrap();
+        assert_eq!(h.begin(b, 3, 2).err(), Some(TooMany::Handshakes));
+        assert_eq!(h.in_progress(), 3);
+        drop(a1);
+        drop(b1);
+        assert_eq!(h.in_progress(), 1);
+        let _a3 = h.begin(a, 3, 2).unwrap();
+        let _b2 = h.begin(b, 3, 2).unwrap();
+        assert_eq!(h.by_host.lock().unwrap().len(), 2);
     }
 }

@@ -2,6 +2,21 @@
 //! SIGHUP re-reads the file and puts it in force (a bad file is rejected and the running
 //! configuration stays); the admin tables then show it.
 
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc returns freed pages to the system from a background thread, a second after they fall
+/// free (a burst of connections leaves nothing resident behind).
+#[cfg(feature = "jemalloc")]
+#[allow(non_upper_case_globals)]
+#[export_name = "_rjem_malloc_conf"]
+pub static malloc_conf: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::Parser;
 use sluice::config::{self, RuntimeKind};
 use std::path::PathBuf;

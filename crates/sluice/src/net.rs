@@ -2,7 +2,7 @@
 //! packet-at-a-time reading (check-then-parse: nothing is copied until a packet is whole).
 
 use bytes::{Buf, BytesMut};
-use proto::frame::{self, Frame};
+use proto::frame::{self, Frame, Tail};
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -112,14 +112,31 @@ impl Conn {
     /// Reads until a whole logical packet is at the front of `rbuf`; `Ok(None)` on a clean EOF
     /// between packets. The caller looks at `&rbuf[..frame.wire_len]`, then calls `consume`.
     pub async fn read_frame(&mut self, max_payload: usize) -> io::Result<Option<Frame>> {
+        Ok(self.read_request(max_payload, usize::MAX).await?.map(|(f, _)| f))
+    }
+
+    /// Like `read_frame`, but a packet whose payload is larger than `head` (< 16 MiB) is
+    /// returned once its first `head` payload bytes are in: the frame covers those, and the
+    /// `Tail` follows the rest, still on the socket, for relaying (memory stays bounded by
+    /// `head` whatever `max_payload` allows).
+    pub async fn read_request(&mut self, max_payload: usize, head: usize) -> io::Result<Option<(Frame, Option<Tail>)>> {
         loop {
-            match frame::frame(&self.rbuf, max_payload) {
+            let found = if head == usize::MAX {
+                frame::frame(&self.rbuf, max_payload).map(|f| f.map(|f| (f, None)))
+            } else {
+                frame::frame_or_head(&self.rbuf, max_payload, head)
+            };
+            match found {
                 Ok(Some(f)) => return Ok(Some(f)),
                 Ok(None) => {}
                 Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
             }
-            if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
-                self.rbuf.reserve(READ_CHUNK);
+            let spare = self.rbuf.capacity() - self.rbuf.len();
+            if spare < READ_CHUNK / 4 {
+                // A large packet announces its size: room for all of it (or its head) at once,
+                // rather than doubling the buffer (and copying it) on the way.
+                let missing = frame::missing(&self.rbuf, head);
+                self.rbuf.reserve(missing.max(READ_CHUNK));
             }
             if self.stream.read_buf(&mut self.rbuf).await? == 0 {
                 return if self.rbuf.is_empty() {

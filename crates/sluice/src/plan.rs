@@ -16,8 +16,10 @@ use std::time::Duration;
 
 /// One COM_QUERY, as the planner sees it.
 pub struct Statement<'a> {
-    /// The statement text, all of it (KILL must be found anywhere in it, and rules read it).
+    /// The statement text: all of it, or its first `max_buffered_packet` bytes when it is
+    /// larger (`whole == false`: the rest is relayed to the backend unread).
     pub text: &'a [u8],
+    pub whole: bool,
     /// The number of 16 MiB packets the client sent it in, and the first one's sequence id.
     pub chunks: usize,
     pub first_seq: u8,
@@ -167,7 +169,12 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
     let routed = route::route(&route::Facts { decision: &decision, default_hostgroup: facts.default_hostgroup });
     // The reply's sequence ids follow the request's last chunk, and replies stream through
     // unchanged: a rewrite must not change the number of 16 MiB chunks.
-    let action = if rewritten && chunks(sent.len() + 1) != stmt.chunks {
+    let action = if rewritten && !stmt.whole {
+        let rule = decision.last_rule.map_or(String::new(), |r| format!(" (rule_id {r})"));
+        let message =
+            format!("sluice cannot apply a rewrite to a statement larger than max_buffered_packet, which it streams unread{rule}");
+        Action::Refuse { code: ER_NOT_SUPPORTED_YET, message }
+    } else if rewritten && chunks(sent.len() + 1) != stmt.chunks {
         let rule = decision.last_rule.map_or(String::new(), |r| format!(" (rule_id {r})"));
         let message = format!("sluice cannot apply a rewrite that moves a statement across a 16 MiB packet boundary{rule}");
         Action::Refuse { code: ER_NOT_SUPPORTED_YET, message }
@@ -181,7 +188,9 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
     // The text the backend gets: the rules' rewrite, and sluice's id for CONNECTION_ID().
     let rewrite = if action != Action::Forward {
         None
-    } else if let Some(with_id) = (stmt.chunks == 1).then(|| sql::classify::rewrite_connection_id(sent, facts.session_id)).flatten() {
+    } else if let Some(with_id) =
+        (stmt.whole && stmt.chunks == 1).then(|| sql::classify::rewrite_connection_id(sent, facts.session_id)).flatten()
+    {
         Some(query_packet(&with_id, stmt.first_seq))
     } else if rewritten {
         Some(query_packet(sent, stmt.first_seq))

@@ -14,12 +14,13 @@
 
 use crate::net::{Conn, Stream, READ_CHUNK};
 use bytes::Buf;
+use proto::frame::Tail;
 use proto::response::{Event, Reply, Scanner};
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Packet-format facts of a backend connection that decide how its replies are scanned.
 #[derive(Debug, Clone, Copy, Default)]
@@ -40,11 +41,13 @@ pub struct Watermarks {
 pub struct Limits {
     /// The reply buffer between the two sockets.
     pub watermarks: Watermarks,
-    /// The largest client packet (LOCAL INFILE data).
+    /// The largest client packet: `[proxy] max_allowed_packet`, else the backend's own.
     pub max_packet: usize,
     /// How long a client may accept none of the reply bytes sluice holds for it before it is
     /// given up (the server's `net_write_timeout`).
     pub stall: Duration,
+    /// Client packets larger than this are relayed as they arrive, not held whole.
+    pub max_buffered: usize,
 }
 
 /// MariaDB's default `net_write_timeout`: the stall bound unless the session set its own.
@@ -54,11 +57,21 @@ pub const DEFAULT_STALL: Duration = Duration::from_secs(60);
 /// early to tell them from a closed connection; past this, it stops watching that client.
 const PIPELINED_MAX: usize = 64 << 10;
 
+use crate::config::{MAX_ALLOWED_PACKET_CEILING, MIN_BUFFERED_PACKET};
+
 impl Limits {
-    pub fn from_config(proxy: &crate::config::ProxySection) -> Limits {
+    /// The limits `proxy` sets; `backend_max_packet` is the backend's max_allowed_packet
+    /// (0: not known yet), used when the config sets none.
+    pub fn from_config(proxy: &crate::config::ProxySection, backend_max_packet: usize) -> Limits {
+        let max_packet = match (proxy.max_allowed_packet, backend_max_packet) {
+            (Some(n), _) => n,
+            (None, 0) => MAX_ALLOWED_PACKET_CEILING,
+            (None, n) => n,
+        };
         Limits {
             watermarks: Watermarks { high: proxy.buffer_high_watermark, low: proxy.buffer_low_watermark },
-            max_packet: proxy.max_allowed_packet,
+            max_packet: max_packet.min(MAX_ALLOWED_PACKET_CEILING),
+            max_buffered: proxy.max_buffered_packet.clamp(MIN_BUFFERED_PACKET, proto::frame::MAX_CHUNK - 1),
             stall: DEFAULT_STALL,
         }
     }
@@ -74,6 +87,9 @@ pub struct Request<'a> {
     pub reply: Option<Reply>,
     /// The backend connection's packet format.
     pub format: Format,
+    /// The rest of a client packet too large to hold (`packets` is its head), still on the
+    /// client socket: relayed to the backend as it arrives, before the reply.
+    pub tail: Option<Tail>,
 }
 
 /// How a forwarded request ended.
@@ -114,15 +130,23 @@ pub enum ExecError {
     ClientStalled(Duration),
     #[error("client protocol error: {0}")]
     ClientProtocol(String),
+    /// A relayed client packet grew past max_allowed_packet; `seq` is its last chunk's id.
+    #[error("client packet larger than max_allowed_packet")]
+    ClientPacketTooLarge { seq: u8 },
 }
 
 /// Sends `request` and streams the reply.
 pub async fn forward(client: &mut Conn, backend: &mut Conn, request: Request<'_>, limits: &Limits) -> Result<Outcome, ExecError> {
-    let Request { packets, reply, format } = request;
+    let Request { packets, reply, format, tail } = request;
     // The reply continues the sequence from the request's last chunk.
-    let request_seq = proto::frame::frame(packets, usize::MAX).ok().flatten().map_or(0, |f| f.last_seq);
+    let mut request_seq = proto::frame::frame(packets, usize::MAX).ok().flatten().map_or(0, |f| f.last_seq);
     if backend.write_all(packets).await.is_err() {
-        return Err(ExecError::BackendLost { reply_seq: Some(request_seq.wrapping_add(1)) });
+        // Half a request: the client is still sending the rest, no clean answer is possible.
+        let reply_seq = tail.is_none().then(|| request_seq.wrapping_add(1));
+        return Err(ExecError::BackendLost { reply_seq });
+    }
+    if let Some(tail) = tail {
+        request_seq = relay_tail(client, backend, tail).await?;
     }
     let Some(reply) = reply else {
         return Ok(Outcome::default());
@@ -144,7 +168,7 @@ pub async fn forward(client: &mut Conn, backend: &mut Conn, request: Request<'_>
                 });
             }
             Event::LocalInfile => {
-                let last = relay_infile(client, backend, limits.max_packet).await?;
+                let last = relay_infile(client, backend, limits).await?;
                 scanner.after_infile(last);
             }
             // stream_reply returns only at the reply's end or an infile request.
@@ -154,10 +178,11 @@ pub async fn forward(client: &mut Conn, backend: &mut Conn, request: Request<'_>
 }
 
 /// Relays the client's LOCAL INFILE data packets to the backend up to the empty packet that
-/// ends them; returns that packet's sequence id.
-async fn relay_infile(client: &mut Conn, backend: &mut Conn, max_packet: usize) -> Result<u8, ExecError> {
+/// ends them; returns that packet's sequence id. A packet larger than `max_buffered` is relayed
+/// as it arrives.
+async fn relay_infile(client: &mut Conn, backend: &mut Conn, limits: &Limits) -> Result<u8, ExecError> {
     loop {
-        let frame = match client.read_frame(max_packet).await {
+        let (frame, tail) = match client.read_request(limits.max_packet, limits.max_buffered).await {
             Ok(Some(f)) => f,
             Ok(None) | Err(_) => return Err(ExecError::ClientLost { running: true }),
         };
@@ -166,9 +191,61 @@ async fn relay_infile(client: &mut Conn, backend: &mut Conn, max_packet: usize) 
         if res.is_err() {
             return Err(ExecError::BackendLost { reply_seq: None });
         }
-        if frame.payload_len == 0 {
+        if let Some(tail) = tail {
+            relay_tail(client, backend, tail).await?;
+        } else if frame.payload_len == 0 {
             return Ok(frame.last_seq);
         }
+    }
+}
+
+/// Client bytes read at a time while relaying the rest of a large packet.
+const RELAY_CHUNK: usize = 64 << 10;
+
+/// Relays the rest of a client packet whose head was sent, as it arrives, holding at most
+/// `RELAY_CHUNK` of it; returns its last chunk's sequence id. Bytes after its end stay in the
+/// client's buffer (a pipelined command).
+pub async fn relay_tail(client: &mut Conn, backend: &mut Conn, mut tail: Tail) -> Result<u8, ExecError> {
+    loop {
+        if !client.rbuf.is_empty() {
+            let (n, done) = tail.feed(&client.rbuf).map_err(|_| ExecError::ClientPacketTooLarge { seq: tail.last_seq() })?;
+            if n > 0 {
+                let res = backend.write_all(&client.rbuf[..n]).await;
+                client.consume(n);
+                if res.is_err() {
+                    return Err(ExecError::BackendLost { reply_seq: None });
+                }
+            }
+            if done {
+                return Ok(tail.last_seq());
+            }
+        }
+        read_some(client).await?;
+    }
+}
+
+/// Reads and drops the rest of a client packet sluice does not forward; returns its last
+/// chunk's sequence id.
+pub async fn discard_tail(client: &mut Conn, mut tail: Tail) -> Result<u8, ExecError> {
+    loop {
+        if !client.rbuf.is_empty() {
+            let (n, done) = tail.feed(&client.rbuf).map_err(|_| ExecError::ClientPacketTooLarge { seq: tail.last_seq() })?;
+            client.consume(n);
+            if done {
+                return Ok(tail.last_seq());
+            }
+        }
+        read_some(client).await?;
+    }
+}
+
+async fn read_some(client: &mut Conn) -> Result<(), ExecError> {
+    if client.rbuf.capacity() - client.rbuf.len() < RELAY_CHUNK / 4 {
+        client.rbuf.reserve(RELAY_CHUNK);
+    }
+    match client.stream.read_buf(&mut client.rbuf).await {
+        Ok(0) | Err(_) => Err(ExecError::ClientLost { running: false }),
+        Ok(_) => Ok(()),
     }
 }
 
@@ -402,5 +479,21 @@ fn watch_client_side(client: &mut Conn, cx: &mut Context<'_>) -> Watch {
             Poll::Ready(Err(_)) => return Watch::Gone,
             Poll::Ready(Ok(_)) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_allowed_packet_is_the_configs_else_the_backends_within_1_gib() {
+        let mut proxy = crate::config::ProxySection::default();
+        assert_eq!(Limits::from_config(&proxy, 0).max_packet, 1 << 30, "not learned yet");
+        assert_eq!(Limits::from_config(&proxy, 16 << 20).max_packet, 16 << 20);
+        assert_eq!(Limits::from_config(&proxy, 4 << 30).max_packet, 1 << 30);
+        proxy.max_allowed_packet = Some(64 << 20);
+        assert_eq!(Limits::from_config(&proxy, 16 << 20).max_packet, 64 << 20);
+        assert_eq!(Limits::from_config(&proxy, 16 << 20).max_buffered, 4 << 20);
     }
 }

@@ -22,7 +22,7 @@ fn facts() -> Facts<'static> {
 }
 
 fn plan_of(text: &str, rules: &RuleSet) -> Plan {
-    plan(&Statement { text: text.as_bytes(), chunks: 1, first_seq: 0 }, &facts(), rules, &mut PlanScratch::default())
+    plan(&Statement { text: text.as_bytes(), whole: true, chunks: 1, first_seq: 0 }, &facts(), rules, &mut PlanScratch::default())
 }
 
 /// The SQL text of a plan's rewritten COM_QUERY packet.
@@ -97,7 +97,12 @@ fn a_rewrite_across_a_packet_boundary_is_refused_naming_the_rule() {
     let rows = [QueryRuleRow { replace_pattern: Some("SELECT 1".into()), ..rule(9, "^SELECT .*") }];
     let long = format!("SELECT '{}'", "x".repeat(100));
     // Claimed to span two packets: the rewrite would make it one.
-    let p = plan(&Statement { text: long.as_bytes(), chunks: 2, first_seq: 0 }, &facts(), &rules(&rows), &mut PlanScratch::default());
+    let p = plan(
+        &Statement { text: long.as_bytes(), whole: true, chunks: 2, first_seq: 0 },
+        &facts(),
+        &rules(&rows),
+        &mut PlanScratch::default(),
+    );
     let Action::Refuse { message, .. } = &p.action else { panic!("{:?}", p.action) };
     assert!(message.contains("rule_id 9"), "{message}");
 }
@@ -114,6 +119,31 @@ fn effects_and_last_insert_id_needs_are_planned() {
 fn without_statistics_or_digest_rules_no_digest_is_computed() {
     let mut f = facts();
     f.digests_on = false;
-    let p = plan(&Statement { text: b"SELECT 1", chunks: 1, first_seq: 0 }, &f, &RuleSet::default(), &mut PlanScratch::default());
+    let p =
+        plan(&Statement { text: b"SELECT 1", whole: true, chunks: 1, first_seq: 0 }, &f, &RuleSet::default(), &mut PlanScratch::default());
     assert_eq!(p.digest, 0);
+}
+
+#[test]
+fn a_streamed_statement_is_planned_from_its_head_and_never_rewritten() {
+    let rows = [QueryRuleRow { replace_pattern: Some("INSERT INTO u".into()), ..rule(4, "^INSERT INTO t") }];
+    let head = b"INSERT INTO t VALUES ('xxxx";
+    let streamed = |rules: &RuleSet| {
+        plan(&Statement { text: head, whole: false, chunks: 1, first_seq: 0 }, &facts(), rules, &mut PlanScratch::default())
+    };
+    // A rewrite of what sluice has not read would send half a statement: refused, naming the rule.
+    let p = streamed(&rules(&rows));
+    let Action::Refuse { message, .. } = &p.action else { panic!("{:?}", p.action) };
+    assert!(message.contains("rule_id 4") && message.contains("max_buffered_packet"), "{message}");
+    // Without rules it goes where its head says, as it is.
+    let p = streamed(&RuleSet::default());
+    assert_eq!((p.action, p.rewrite, p.command), (Action::Forward, None, Command::Insert));
+    // CONNECTION_ID() in the unread part cannot be answered with sluice's id: not rewritten.
+    let p = plan(
+        &Statement { text: b"SELECT CONNECTION_ID(), '", whole: false, chunks: 1, first_seq: 0 },
+        &facts(),
+        &RuleSet::default(),
+        &mut PlanScratch::default(),
+    );
+    assert!(p.rewrite.is_none());
 }

@@ -63,41 +63,89 @@ struct Session {
     handle: Arc<SessionHandle>,
     /// Scratch space for packets sluice writes itself.
     out: Vec<u8>,
+    /// The rest of the current request when it was too large to hold (`max_buffered_packet`),
+    /// still on the client socket: relayed by the forward, else read and dropped before any
+    /// answer (which needs its last sequence id).
+    tail: Option<proto::frame::Tail>,
+    /// The client's stream is out of step (a request could not be read to its end): the
+    /// session ends.
+    client_broken: bool,
+    /// Counts this session in `clients` until it ends.
+    _counted: ClientCount,
 }
+
+/// One logged-in client in `DataPath::clients`; released on drop.
+struct ClientCount(Arc<DataPath>);
+
+impl ClientCount {
+    /// Counts a client that just logged in, unless `max_connections` are logged in already.
+    fn admit(data: &Arc<DataPath>) -> Option<ClientCount> {
+        let max = data.snapshot().config.proxy.max_connections;
+        if data.clients.fetch_add(1, std::sync::atomic::Ordering::AcqRel) >= max {
+            data.clients.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            return None;
+        }
+        Some(ClientCount(data.clone()))
+    }
+}
+
+impl Drop for ClientCount {
+    fn drop(&mut self) {
+        self.0.clients.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// Commands whose large packets are relayed as they arrive (planned from their head); others
+/// are read whole, up to `MAX_WHOLE_PACKET`.
+fn streams(cmd: u8) -> bool {
+    matches!(cmd, COM_QUERY | COM_STMT_EXECUTE | COM_STMT_BULK_EXECUTE | COM_STMT_SEND_LONG_DATA)
+}
+
+/// The largest packet of a command sluice must read whole (COM_STMT_PREPARE, COM_CHANGE_USER…).
+const MAX_WHOLE_PACKET: usize = proto::frame::MAX_CHUNK - 1;
 
 /// Serves one client connection until it ends. Never panics on client input; every error ends
 /// this session only.
 pub async fn run(data: Arc<DataPath>, tcp: tokio::net::TcpStream, peer: SocketAddr) {
     crate::net::tune(&tcp);
-    let id = data.registry.next_id();
     let local = tcp.local_addr().ok();
-    let max_connections = data.snapshot().config.proxy.max_connections;
-    if data.clients.fetch_add(1, std::sync::atomic::Ordering::AcqRel) >= max_connections {
+    let (max_connections, max_handshakes, per_host) = {
+        let proxy = &data.snapshot().config.proxy;
+        (proxy.max_connections, proxy.max_handshakes, proxy.max_handshakes_per_host)
+    };
+    // Full of logged-in clients, or of handshakes in all or from this address: answered at
+    // once, as the server answers when it is full.
+    let slot = if data.clients.load(std::sync::atomic::Ordering::Acquire) >= max_connections {
+        None
+    } else {
+        data.handshakes.begin(peer.ip(), max_handshakes, per_host).inspect_err(|why| debug!(%peer, "handshake refused: {why:?}")).ok()
+    };
+    let Some(slot) = slot else {
         data.stats.add(Counter::AccessDeniedMaxConnections, 1);
         let mut out = Vec::new();
         proto::packet::write_err(&mut out, &mut 0, ER_CON_COUNT_ERROR, SQLSTATE_CONN_COUNT, "Too many connections");
         let mut conn = crate::net::Conn::new(crate::net::Stream::Tcp(tcp));
         let _ = conn.write_all(&out).await;
-    } else {
-        match start(&data, tcp, peer, local, id).await {
-            Ok(mut session) => {
-                data.stats.add(Counter::ClientConnectionsCreated, 1);
-                session.command_loop().await;
-                session.data.registry.unregister(id);
-                // The client's socket closes first, as on the server: a KILL's issuer is
-                // answered only once its target is gone.
-                session.release_all();
-                let handle = session.handle.clone();
-                drop(session);
-                handle.mark_closed();
-            }
-            Err(e) => {
-                data.stats.add(Counter::ClientConnectionsAborted, 1);
-                debug!(id, %peer, "login ended: {e}");
-            }
+        return;
+    };
+    let id = data.registry.next_id();
+    match start(&data, tcp, peer, local, id, slot).await {
+        Ok(mut session) => {
+            data.stats.add(Counter::ClientConnectionsCreated, 1);
+            session.command_loop().await;
+            session.data.registry.unregister(id);
+            // The client's socket closes first, as on the server: a KILL's issuer is
+            // answered only once its target is gone.
+            session.release_all();
+            let handle = session.handle.clone();
+            drop(session);
+            handle.mark_closed();
+        }
+        Err(e) => {
+            data.stats.add(Counter::ClientConnectionsAborted, 1);
+            debug!(id, %peer, "login ended: {e}");
         }
     }
-    data.clients.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
 }
 
 async fn start(
@@ -106,13 +154,23 @@ async fn start(
     peer: SocketAddr,
     local: Option<SocketAddr>,
     id: u32,
+    handshake: crate::listener::HandshakeSlot<'_>,
 ) -> Result<Session, String> {
     let timeout = std::time::Duration::from_millis(data.snapshot().config.proxy.client_connect_timeout_ms);
     let login = match tokio::time::timeout(timeout, auth::login(data, tcp, peer, id, auth::Directory::Clients)).await {
         Ok(r) => r.map_err(|e| e.to_string())?,
         Err(_) => return Err(format!("no login within {} ms", timeout.as_millis())),
     };
-    let auth::Login { client, hello, capabilities, user, credential, nonce, mariadb_caps, mut seq } = login;
+    drop(handshake);
+    let auth::Login { mut client, hello, capabilities, user, credential, nonce, mariadb_caps, mut seq } = login;
+    // Logged in: from now on the client counts toward max_connections.
+    let Some(counted) = ClientCount::admit(data) else {
+        data.stats.add(Counter::AccessDeniedMaxConnections, 1);
+        let mut out = Vec::new();
+        proto::packet::write_err(&mut out, &mut seq, ER_CON_COUNT_ERROR, SQLSTATE_CONN_COUNT, "Too many connections");
+        let _ = client.write_all(&out).await;
+        return Err("max_connections reached".into());
+    };
     let database = hello.database.clone().or_else(|| user.default_schema.clone());
     let negotiated = Negotiated { capabilities, mariadb_caps, collation: hello.collation, attrs: hello.attrs.clone() };
     let origin = statement::Origin {
@@ -139,15 +197,24 @@ async fn start(
         origin,
         live: arc_swap::Cache::new(data.live.clone()),
         snap: data.live.load_full(),
-        limits: exec::Limits::from_config(&data.snapshot().config.proxy),
+        limits: exec::Limits::from_config(
+            &data.snapshot().config.proxy,
+            data.backend_max_packet.load(std::sync::atomic::Ordering::Relaxed),
+        ),
         plan_scratch: Default::default(),
         handle,
         out: Vec::new(),
+        tail: None,
+        client_broken: false,
+        _counted: counted,
     };
     // A connection in the user's default hostgroup, in the requested schema, proves the login
     // and the schema to the backend before the client hears OK.
     match session.acquire(session.unrouted_hostgroup(), 0, Needs::default()).await {
-        Ok(held) => {
+        Ok(mut held) => {
+            if session.snap.config.proxy.max_allowed_packet.is_none() {
+                session.learn_max_packet(&mut held.backend).await;
+            }
             session.status = held.backend.status;
             debug!(id, %peer, user = %session.user.name, backend = %held.backend.server.name, thread = held.backend.thread_id, tls = session.client.stream.is_tls(), "session started");
             // The server's own login OK, naming this session's schema: its session-state
@@ -283,11 +350,55 @@ impl Session {
         self.limits.max_packet
     }
 
+    /// `[proxy] max_allowed_packet` defaults to the backend's own: read once, on the first
+    /// login's connection, so sluice refuses a packet where the server would.
+    async fn learn_max_packet(&mut self, backend: &mut Backend) {
+        use std::sync::atomic::Ordering;
+        if self.data.backend_max_packet.load(Ordering::Relaxed) != 0 {
+            return;
+        }
+        let value = match backend.query("SELECT @@max_allowed_packet").await {
+            Ok(rows) => rows.first().and_then(|r| r.first()).and_then(|v| v.as_deref()).and_then(|v| v.parse::<usize>().ok()),
+            Err(e) => {
+                backend.note_failure(&e);
+                None
+            }
+        };
+        match value {
+            Some(n) if n > 0 => {
+                debug!(max_allowed_packet = n, server = %backend.server.name, "learned the backend's max_allowed_packet");
+                self.data.backend_max_packet.store(n, Ordering::Relaxed);
+                self.limits = exec::Limits::from_config(&self.snap.config.proxy, n);
+            }
+            _ => debug!(server = %backend.server.name, "could not read the backend's max_allowed_packet; keeping 1 GiB"),
+        }
+    }
+
+    /// Reads and drops what is left of the current request on the client socket (a
+    /// relayed request's rest that was not forwarded); `seq` becomes the id an answer to it
+    /// carries. On failure the session ends after this answer.
+    async fn finish_request(&mut self, seq: u8) -> u8 {
+        let Some(tail) = self.tail.take() else { return seq };
+        match exec::discard_tail(&mut self.client, tail).await {
+            Ok(last) => last.wrapping_add(1),
+            Err(e) => {
+                debug!(id = self.id, "could not read the rest of a request: {e}");
+                self.client_broken = true;
+                seq
+            }
+        }
+    }
+
     async fn command_loop(&mut self) {
         loop {
             // Shutdown and KILL both arrive through this session's own handle (no shared waiter
             // list on the query path); the flag catches a shutdown that began during login.
             if self.data.closing() {
+                return;
+            }
+            // What a handler left of a large request is read (and dropped) before the next one.
+            self.finish_request(0).await;
+            if self.client_broken {
                 return;
             }
             // A wait_timeout the client set is kept here: its server session may be on no
@@ -296,7 +407,7 @@ impl Session {
             let read = tokio::select! {
                 biased;
                 _ = self.handle.killed() => return,
-                r = self.client.read_frame(self.max_packet()) => r,
+                r = self.client.read_request(self.max_packet(), self.limits.max_buffered) => r,
                 _ = sleep_or_never(idle_limit) => {
                     debug!(id = self.id, "client idle beyond its wait_timeout; closing");
                     return;
@@ -308,7 +419,7 @@ impl Session {
                     return;
                 }
             };
-            let frame = match read {
+            let (mut frame, tail) = match read {
                 Ok(Some(f)) => f,
                 Ok(None) => return,
                 Err(e) => {
@@ -323,7 +434,36 @@ impl Session {
             let current = self.live.load();
             if !Arc::ptr_eq(current, &self.snap) {
                 self.snap = current.clone();
-                self.limits = exec::Limits::from_config(&self.snap.config.proxy);
+                self.limits = exec::Limits::from_config(
+                    &self.snap.config.proxy,
+                    self.data.backend_max_packet.load(std::sync::atomic::Ordering::Relaxed),
+                );
+            }
+            self.tail = tail;
+            if let Some(tail) = tail {
+                let cmd = frame.first_chunk(&self.client.rbuf).first().copied().unwrap_or(0);
+                if !streams(cmd) {
+                    if tail.split() {
+                        let msg = format!(
+                            "Got a packet bigger than 'max_allowed_packet' bytes (sluice reads {} whole, up to 16 MiB)",
+                            proto::command::name(cmd)
+                        );
+                        self.client.consume(frame.wire_len);
+                        self.reply_err(1, ER_NET_PACKET_TOO_LARGE, b"08S01", &msg).await;
+                        continue;
+                    }
+                    // Under 16 MiB: read whole, as it needs to be.
+                    self.tail = None;
+                    let whole = tokio::select! {
+                        biased;
+                        _ = self.handle.killed() => return,
+                        r = self.client.read_frame(MAX_WHOLE_PACKET.min(self.max_packet())) => r,
+                    };
+                    frame = match whole {
+                        Ok(Some(f)) => f,
+                        _ => return,
+                    };
+                }
             }
             // The first chunk's payload is enough to decide; split packets (≥ 16 MiB) only
             // ever continue a COM_QUERY or COM_STMT_* payload.
@@ -472,6 +612,7 @@ impl Session {
         self.handle.clear_kill_query();
         let timeout = sleep_or_never(timeout);
         tokio::pin!(timeout);
+        let tail = self.tail.take();
         let connect_timeout = self.snap.config.connect_timeout();
         let monitor = self.snap.config.monitor.as_ref();
         // The client's own net_write_timeout, when it set one, bounds how long it may stall.
@@ -483,7 +624,8 @@ impl Session {
             // Borrowed field by field: nothing is cloned per statement for a KILL that rarely comes.
             let (handle, login, thread) = (&self.handle, &self.login, backend.thread_id);
             let server = &backend.server;
-            let exchange = exec::forward(&mut self.client, &mut backend.conn, exec::Request { packets: request, reply, format }, &limits);
+            let exchange =
+                exec::forward(&mut self.client, &mut backend.conn, exec::Request { packets: request, reply, format, tail }, &limits);
             tokio::pin!(exchange);
             loop {
                 tokio::select! {
@@ -555,6 +697,12 @@ impl Session {
                 }
                 None
             }
+            Err(ExecError::ClientPacketTooLarge { seq }) => {
+                backend.broken = true;
+                let msg = "Got a packet bigger than 'max_allowed_packet' bytes";
+                self.reply_err(seq.wrapping_add(1), ER_NET_PACKET_TOO_LARGE, b"08S01", msg).await;
+                None
+            }
             Err(e) => {
                 backend.broken = true;
                 debug!(id = self.id, "session ends: {e}");
@@ -563,7 +711,8 @@ impl Session {
         }
     }
 
-    async fn reply_err(&mut self, mut seq: u8, code: u16, sqlstate: &[u8; 5], msg: &str) {
+    async fn reply_err(&mut self, seq: u8, code: u16, sqlstate: &[u8; 5], msg: &str) {
+        let mut seq = self.finish_request(seq).await;
         self.data.stats.add(Counter::GeneratedErrorPackets, 1);
         self.out.clear();
         proto::packet::write_err(&mut self.out, &mut seq, code, sqlstate, msg);
@@ -572,7 +721,8 @@ impl Session {
 
     /// A backend failure as the client sees it (`write_backend_error`). False when the client
     /// could not be told.
-    async fn reply_backend_error(&mut self, mut seq: u8, e: &BackendError) -> Flow {
+    async fn reply_backend_error(&mut self, seq: u8, e: &BackendError) -> Flow {
+        let mut seq = self.finish_request(seq).await;
         if !matches!(e, BackendError::Rejected { .. }) {
             self.data.stats.add(Counter::GeneratedErrorPackets, 1);
         }
@@ -582,7 +732,8 @@ impl Session {
     }
 
     /// An OK of sluice's own (KILL, a rule's OK_msg), with the status flags of the last reply.
-    async fn reply_ok(&mut self, mut seq: u8, message: &str) -> Flow {
+    async fn reply_ok(&mut self, seq: u8, message: &str) -> Flow {
+        let mut seq = self.finish_request(seq).await;
         self.out.clear();
         // Only the flags that describe the session: the last reply's others (more results,
         // cursor, session state changed…) would promise what this OK does not carry.

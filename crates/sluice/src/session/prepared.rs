@@ -306,18 +306,43 @@ impl Session {
             (Some((at, false)), Some(t)) if slot_types.as_deref() != Some(&**t) => Some((at, t.clone())),
             _ => None,
         };
-        let rebuilt = inject.as_ref().and_then(|(at, t)| {
-            let payload = frame.payload(&self.client.rbuf);
-            let p = with_types(cmd, &payload, *at, t)?;
-            // Replies follow the request's last sequence id: the chunk count must not change.
-            (p.len() / proto::frame::MAX_CHUNK == payload.len() / proto::frame::MAX_CHUNK).then_some(p)
-        });
+        let rebuilt = match (&inject, self.tail) {
+            (None, _) => None,
+            (Some((at, t)), None) => {
+                let payload = frame.payload(&self.client.rbuf);
+                with_types(cmd, &payload, *at, t)
+                    // Replies follow the request's last sequence id: the chunk count must not change.
+                    .filter(|p| p.len() / proto::frame::MAX_CHUNK == payload.len() / proto::frame::MAX_CHUNK)
+                    .map(|p| (p, None))
+            }
+            // A relayed execute: the types go into its head, whose header announces them.
+            (Some((at, t)), Some(tail)) if tail.first_len() + t.len() < proto::frame::MAX_CHUNK => {
+                with_types(cmd, frame.first_chunk(&self.client.rbuf), *at, t).map(|p| (p, Some(tail.first_len() + t.len())))
+            }
+            (Some(_), Some(_)) => {
+                // The types would move every 16 MiB chunk boundary of a packet sluice relays
+                // unread (and change the chunk count the reply's sequence ids follow).
+                let outcome = crate::exec::Outcome { error: true, error_code: ER_NOT_SUPPORTED_YET, ..Default::default() };
+                self.observed(&watch, Some(&held.backend.server), &outcome, 0, &entry.digest_text, &entry.sql);
+                self.client.consume(frame.wire_len);
+                let msg = "sluice cannot resend parameter types with an execute of 16 MiB or more: send them with this execute";
+                self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, msg).await;
+                self.settle_statement(held);
+                return Flow::Continue;
+            }
+        };
         let request = match rebuilt {
-            Some(mut p) => {
+            Some((mut p, announced)) => {
                 self.client.consume(frame.wire_len);
                 p[1..5].copy_from_slice(&backend_id.to_le_bytes());
                 let mut buf = Vec::with_capacity(p.len() + 8);
-                proto::frame::write_packet(&mut buf, &mut frame.first_seq.clone(), &p);
+                match announced {
+                    Some(len) => {
+                        buf.extend_from_slice(&proto::frame::encode_header(len, frame.first_seq));
+                        buf.extend_from_slice(&p);
+                    }
+                    None => proto::frame::write_packet(&mut buf, &mut frame.first_seq.clone(), &p),
+                }
                 bytes::Bytes::from(buf)
             }
             None => self.request_for(frame, backend_id),

@@ -27,13 +27,11 @@ impl Origin {
 impl Session {
     /// The plan for a COM_QUERY in `frame`: no socket is touched.
     fn plan(&mut self, frame: &Frame) -> Plan {
-        // A statement split over 16 MiB packets is joined: a KILL may hide past the first
-        // packet, and rules read it all.
-        let payload = match frame.single_payload(&self.client.rbuf) {
-            Some(p) => std::borrow::Cow::Borrowed(p),
-            None => frame.payload(&self.client.rbuf),
-        };
-        let stmt = plan::Statement { text: payload.get(1..).unwrap_or_default(), chunks: frame.chunks, first_seq: frame.first_seq };
+        // A statement larger than max_buffered_packet is planned from its head (`frame`
+        // covers only that; the rest is relayed unread): KILL, USE, rules and the digest see it.
+        let payload = frame.first_chunk(&self.client.rbuf);
+        let whole = self.tail.is_none() && frame.chunks == 1;
+        let stmt = plan::Statement { text: payload.get(1..).unwrap_or_default(), whole, chunks: frame.chunks, first_seq: frame.first_seq };
         let facts = plan::Facts {
             who: self.origin.who(&self.user.name, self.state.schema.as_deref()),
             session_id: self.id,
