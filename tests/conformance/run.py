@@ -440,9 +440,31 @@ class Sluice:
 # mtr
 
 
+def mtr_tree(unitdir):
+    """A private mysql-test directory of symlinks to the installed one, with a real `main`:
+    mysqltest writes main/<test>.reject next to the result file, and units running at the
+    same time must not share (or write into the package's) directory."""
+    mtr = os.environ.get("MTR_DIR", DEFAULT_MTR_DIR)
+    # mtr takes the directory above mysql-test as the install's base (bin/, share/, lib/).
+    base = os.path.join(unitdir, "base")
+    tree = os.path.join(base, "mysql-test")
+    os.makedirs(os.path.join(tree, "main"))
+    install = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(mtr))))  # /usr
+    for name in ("bin", "sbin", "lib", "share"):
+        if os.path.isdir(os.path.join(install, name)):
+            os.symlink(os.path.join(install, name), os.path.join(base, name))
+    for name in os.listdir(mtr):
+        if name != "main" and name != "var":
+            os.symlink(os.path.join(mtr, name), os.path.join(tree, name))
+    for name in os.listdir(os.path.join(mtr, "main")):
+        if not name.endswith(".reject"):
+            os.symlink(os.path.join(mtr, "main", name), os.path.join(tree, "main", name))
+    return tree
+
+
 def run_mtr(unitdir, server, port, tests, ps, test_timeout, unit_timeout):
     """Runs mysql-test-run.pl in extern mode against 127.0.0.1:port; returns its output."""
-    mtr = os.environ.get("MTR_DIR", DEFAULT_MTR_DIR)
+    mtr = mtr_tree(unitdir)
     vardir = server.vardir
     wrapper = os.path.join(unitdir, "mariadb-test")
     with open(wrapper, "w") as f:
@@ -490,7 +512,8 @@ def run_mtr(unitdir, server, port, tests, ps, test_timeout, unit_timeout):
             proc.wait()
             with open(out_path, "ab") as o:
                 o.write(f"\n[conformance] mtr killed after {unit_timeout}s\n".encode())
-    with open(out_path, encoding="utf-8", errors="replace") as f:
+    # surrogateescape: result diffs hold the tests' raw bytes (latin1, sjis...); keep them.
+    with open(out_path, encoding="utf-8", errors="surrogateescape") as f:
         return f.read()
 
 
@@ -526,8 +549,11 @@ def parse_mtr(output):
 # Units: one mode over one chunk of tests, against a fresh server (and sluice)
 
 
-def run_unit(args, template, mode, chunk_no, tests):
-    unitdir = os.path.join(args.results, "units", f"{mode}-{chunk_no:03d}")
+def run_unit(args, template, mode, chunk, tests, failures="failures"):
+    """One mode over a list of tests against a fresh server; {test: (status, detail)}.
+    `chunk` names the unit (a chunk number, or "recheck")."""
+    label = f"{chunk:03d}" if isinstance(chunk, int) else chunk
+    unitdir = os.path.join(args.results, "units", f"{mode}-{label}")
     shutil.rmtree(unitdir, ignore_errors=True)
     vardir = os.path.join(unitdir, "var")
     os.makedirs(unitdir)
@@ -555,27 +581,29 @@ def run_unit(args, template, mode, chunk_no, tests):
     for t in tests:
         if t not in results:
             results[t] = ("fail", "no result from mtr (crashed, killed or timed out); see " + os.path.join(unitdir, "mtr.log"))
-    faildir = os.path.join(args.results, "failures", mode)
+    faildir = os.path.join(args.results, failures, mode)
     for t, (status, detail) in results.items():
         if status == "fail":
             os.makedirs(faildir, exist_ok=True)
-            with open(os.path.join(faildir, f"{t}.txt"), "w") as f:
+            with open(os.path.join(faildir, f"{t}.txt"), "w", encoding="utf-8", errors="surrogateescape") as f:
                 f.write(detail + "\n")
-            # mtr's own log of the test: the result so far, as far as it got.
-            tlog = os.path.join(vardir, "log", f"{t}.log")
-            if os.path.exists(tlog):
-                shutil.copy(tlog, os.path.join(faildir, f"{t}.log"))
+            # mtr's own log of the test (the result so far, as far as it got), and the result
+            # it got where it ran to the end (.reject; compare with the suite's main/<test>.result).
+            for src, ext in ((os.path.join(vardir, "log", f"{t}.log"), "log"), (os.path.join(unitdir, "base", "mysql-test", "main", f"{t}.reject"), "reject")):
+                if os.path.exists(src):
+                    shutil.copy(src, os.path.join(faildir, f"{t}.{ext}"))
     if not args.keep_vardirs:
         # Datadirs are large; keep mtr.log, sluice.log and the server's error log.
         err = os.path.join(vardir, "mysqld.1", "mysqld.err")
         if os.path.exists(err):
             shutil.copy(err, os.path.join(unitdir, "mysqld.err"))
         shutil.rmtree(vardir, ignore_errors=True)
+        shutil.rmtree(os.path.join(unitdir, "base"), ignore_errors=True)
     counts = {s: sum(1 for st, _ in results.values() if st == s) for s in ("pass", "fail", "skip", "disabled")}
     note = f", {len(server.events)} server restart(s) asked by tests" if server.events else ""
     note += f", {server.resets} reset(s) after a failure" if server.resets else ""
     note += "" if sluice_alive else "  SLUICE EXITED (see sluice.log)"
-    log(f"{mode} chunk {chunk_no}: {len(tests)} tests in {time.monotonic() - started:.0f}s: "
+    log(f"{mode} chunk {label}: {len(tests)} tests in {time.monotonic() - started:.0f}s: "
         f"{counts['pass']} pass, {counts['fail']} fail, {counts['skip']} skip, {counts['disabled']} disabled{note}")
     return results
 
@@ -616,19 +644,44 @@ def read_expected(path):
     return expected
 
 
-def read_baseline(path, modes):
-    """{mode: {test: (status, "")}} for the modes of an earlier summary.tsv not in `modes`."""
+UNIT_DIR = re.compile(r"^(%s)-(\d+)$" % "|".join(MODES))
+
+
+def read_reuse(path, table, where):
+    """Adds an earlier run's statuses to `table` ({mode: {test: (status, "")}}), from its
+    summary.tsv or, for a results directory, from its units' mtr.log (so a run stopped part
+    way counts for the units it finished or got into); `where` maps (mode, test) to the
+    directory holding that result's failures/."""
+    if os.path.isdir(path):
+        units = os.path.join(path, "units")
+        for name in sorted(os.listdir(units)) if os.path.isdir(units) else []:
+            m = UNIT_DIR.match(name)
+            log_path = os.path.join(units, name, "mtr.log")
+            if not m or not os.path.exists(log_path):
+                continue
+            with open(log_path, encoding="utf-8", errors="replace") as f:
+                for test, (status, _) in parse_mtr(f.read()).items():
+                    table.setdefault(m.group(1), {})[test] = (status, "")
+                    where[(m.group(1), test)] = path
+        return
     with open(path, encoding="utf-8") as f:
         header = f.readline().rstrip("\n").split("\t")
         if header[:1] != ["test"] or any(m not in MODES for m in header[1:]):
             raise RunError(f"{path}: not a conformance summary.tsv")
-        table = {m: {} for m in header[1:] if m not in modes}
         for line in f:
             row = line.rstrip("\n").split("\t")
             for m, status in zip(header[1:], row[1:]):
-                if m in table and status != "-":
-                    table[m][row[0]] = (status, "")
-    return table
+                if status != "-":
+                    table.setdefault(m, {})[row[0]] = (status, "")
+                    where[(m, row[0])] = os.path.dirname(os.path.abspath(path))
+
+
+def parse_chunks(text):
+    chunks = set()
+    for part in text.split(","):
+        a, _, b = part.partition("-")
+        chunks.update(range(int(a), int(b or a) + 1))
+    return chunks
 
 
 def first_lines(path, n):
@@ -640,7 +693,45 @@ def first_lines(path, n):
         return []
 
 
-def report(args, tests, table, expected):
+def differences(tests, table, expected, protocols):
+    """(unexpected, explained, fixed): tests passing directly but not through sluice in a
+    protocol, not listed / listed in expected-differences.txt; listed ones that now pass."""
+    unexpected, explained, fixed = [], [], []
+    for proto in protocols:
+        if f"direct-{proto}" not in table or f"sluice-{proto}" not in table:
+            continue
+        for t in tests:
+            direct, through = table[f"direct-{proto}"].get(t, ("-",))[0], table[f"sluice-{proto}"].get(t, ("-",))[0]
+            reason = expected.get((t, proto))
+            if direct == "pass" and through != "pass":
+                (explained if reason else unexpected).append((t, proto, through, reason))
+            elif reason and direct == "pass" and through == "pass":
+                fixed.append((t, proto))
+    return unexpected, explained, fixed
+
+
+def recheck(args, template, unexpected):
+    """Runs the tests that passed directly but not through sluice again, alone, directly and
+    through sluice (fresh servers): {(test, protocol): (direct status, sluice status)}."""
+    again = {}
+    for proto in args.protocols:
+        names = [t for t, p, _, _ in unexpected if p == proto]
+        if not names:
+            continue
+        log(f"rechecking {len(names)} {proto} test(s) alone")
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(2, args.jobs)))
+        try:
+            direct = pool.submit(run_unit, args, template, f"direct-{proto}", "recheck", names, "failures-recheck")
+            through = pool.submit(run_unit, args, template, f"sluice-{proto}", "recheck", names, "failures-recheck")
+            d, s = direct.result(), through.result()
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        for t in names:
+            again[(t, proto)] = (d.get(t, ("-",))[0], s.get(t, ("-",))[0])
+    return again
+
+
+def report(args, tests, table, expected, again):
     modes = [m for m in MODES if m in table]
     with open(os.path.join(args.results, "summary.tsv"), "w") as f:
         f.write("test\t" + "\t".join(modes) + "\n")
@@ -651,17 +742,9 @@ def report(args, tests, table, expected):
     for m in modes:
         c = {s: sum(1 for t in tests if table[m].get(t, ("",))[0] == s) for s in ("pass", "fail", "skip", "disabled")}
         print(f"{m:<12} {c['pass']:>6} {c['fail']:>6} {c['skip']:>6} {c['disabled']:>9}")
-    unexpected, explained, fixed = [], [], []
-    for proto in args.protocols:
-        if f"direct-{proto}" not in modes or f"sluice-{proto}" not in modes:
-            continue
-        for t in tests:
-            direct, through = table[f"direct-{proto}"].get(t, ("-",))[0], table[f"sluice-{proto}"].get(t, ("-",))[0]
-            reason = expected.get((t, proto))
-            if direct == "pass" and through != "pass":
-                (explained if reason else unexpected).append((t, proto, through, reason))
-            elif reason and direct == "pass" and through == "pass":
-                fixed.append((t, proto))
+    unexpected, explained, fixed = differences(tests, table, expected, args.protocols)
+    confirmed = [u for u in unexpected if again is None or again.get((u[0], u[1])) in (None, ("pass", "fail"), ("pass", "-"))]
+    unconfirmed = [u for u in unexpected if u not in confirmed]
     print()
     if explained:
         print(f"Pass directly, not through sluice, listed in {os.path.relpath(args.expected, REPO)} ({len(explained)}):")
@@ -673,10 +756,18 @@ def report(args, tests, table, expected):
         for t, proto in fixed:
             print(f"  {t:<40} {proto}")
         print()
-    if unexpected:
-        print(f"PASS DIRECTLY, FAIL THROUGH SLUICE ({len(unexpected)}):")
-        for t, proto, through, _ in unexpected:
-            path = os.path.join(args.results, "failures", f"sluice-{proto}", f"{t}.txt")
+    if unconfirmed:
+        print(f"Passed directly, failed through sluice, but not again when rerun alone ({len(unconfirmed)}; "
+              "flaky, or depending on the tests before them):")
+        for t, proto, through, _ in unconfirmed:
+            d, s = again[(t, proto)]
+            path = os.path.join(args.where.get((f"sluice-{proto}", t), args.results), "failures", f"sluice-{proto}", f"{t}.txt")
+            print(f"  {t:<40} {proto:<4} rerun: direct {d}, sluice {s}  {os.path.relpath(path, os.getcwd())}")
+        print()
+    if confirmed:
+        print(f"PASS DIRECTLY, FAIL THROUGH SLUICE ({len(confirmed)}{', confirmed by a rerun alone' if again else ''}):")
+        for t, proto, through, _ in confirmed:
+            path = os.path.join(args.where.get((f"sluice-{proto}", t), args.results), "failures", f"sluice-{proto}", f"{t}.txt")
             print(f"  {t:<40} {proto:<4} {through:<5} {os.path.relpath(path, os.getcwd())}")
             for line in first_lines(path, args.show_lines):
                 print(f"      | {line[:160]}")
@@ -684,7 +775,7 @@ def report(args, tests, table, expected):
     else:
         print("Every test that passes directly passes through sluice.")
     print(f"Results: {args.results} (summary.tsv, failures/<mode>/<test>.txt, units/<mode>-<chunk>/mtr.log, sluice.log)")
-    return 1 if unexpected else 0
+    return 1 if confirmed else 0
 
 
 def default_sluice():
@@ -705,12 +796,17 @@ def main():
     p.add_argument("--sluice", default=os.environ.get("SLUICE_BIN") or default_sluice(), help="sluice binary (default: target/release/sluice, else target/debug/sluice)")
     p.add_argument("--results", help="results directory (default: target/conformance/<date-time>)")
     p.add_argument("--expected", default=os.path.join(HERE, "expected-differences.txt"))
-    p.add_argument("--baseline", help="summary.tsv of an earlier run: its modes that this run does not run are taken from it "
-                   "(e.g. reuse the direct results: --modes sluice-text,sluice-ps --baseline DIR/summary.tsv)")
+    p.add_argument("--reuse", action="append", default=[], metavar="DIR",
+                   help="results directory (or summary.tsv) of an earlier run with the same tests and --chunk: its "
+                   "results count for what this run does not run (repeatable; e.g. --modes sluice-text,sluice-ps "
+                   "--reuse DIR to compare with earlier direct results, or --modes none to report on earlier runs)")
+    p.add_argument("--chunks", help="run only these chunks of --chunk tests, e.g. 0-6 or 7,9")
     p.add_argument("--jobs", type=int, default=1, help="units (a mode over a chunk) run at once (default 1)")
     p.add_argument("--chunk", type=int, default=0, help="tests per fresh server (default: all in one)")
     p.add_argument("--test-timeout", type=int, default=5, help="minutes per test (mtr --testcase-timeout, default 5)")
     p.add_argument("--show-lines", type=int, default=12, help="lines of each failure to print (default 12)")
+    p.add_argument("--no-recheck", dest="recheck", action="store_false",
+                   help="do not rerun the tests that passed directly but not through sluice alone to confirm them")
     p.add_argument("--keep-vardirs", action="store_true", help="keep each unit's mtr vardir (datadir, logs)")
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -724,7 +820,7 @@ def main():
         p.error("--protocols: text, ps or text,ps")
     args.modes = [m for m in MODES if m.split("-")[1] in args.protocols]
     if args.modes_arg:
-        args.modes = [m for m in args.modes_arg.split(",") if m]
+        args.modes = [m for m in args.modes_arg.split(",") if m and m != "none"]
         if any(m not in MODES for m in args.modes):
             p.error("--modes: some of " + ",".join(MODES))
     needs_sluice = any(m.startswith("sluice") for m in args.modes)
@@ -752,17 +848,30 @@ def main():
     log(f"{len(tests)} tests, {len(chunks)} chunk(s), modes {', '.join(modes)}, {args.jobs} at once; sluice {args.sluice}")
     log(f"results in {args.results}")
     workdir = tempfile.mkdtemp(prefix="conformance-", dir=args.results)
+    template = None
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs))
     try:
-        template = build_template(workdir)
-        table = {m: {} for m in modes}
-        if args.baseline:
-            table.update(read_baseline(args.baseline, modes))
+        if modes or args.recheck:
+            template = build_template(workdir)
+        table, where = {}, {}
+        for path in args.reuse:
+            read_reuse(os.path.abspath(path), table, where)
+        for m in modes:
+            table.setdefault(m, {})
+        args.where = where
         # Chunk by chunk, every mode of a chunk before the next chunk: partial results compare.
-        units = [(m, i, c) for i, c in enumerate(chunks) for m in modes]
+        wanted = parse_chunks(args.chunks) if args.chunks else range(len(chunks))
+        units = [(m, i, c) for i, c in enumerate(chunks) if i in wanted for m in modes]
         futures = {pool.submit(run_unit, args, template, m, i, c): m for m, i, c in units}
         for fut in concurrent.futures.as_completed(futures):
-            table[futures[fut]].update(fut.result())
+            mode = futures[fut]
+            for t, result in fut.result().items():
+                table[mode][t] = result
+                where.pop((mode, t), None)
+        again = None
+        if args.recheck:
+            unexpected = differences(tests, table, expected, args.protocols)[0]
+            again = recheck(args, template, unexpected) if unexpected else {}
     except RunError as e:
         print(f"conformance: {e}", file=sys.stderr)
         return 2
@@ -770,7 +879,7 @@ def main():
         pool.shutdown(wait=False, cancel_futures=True)
         kill_children()
         shutil.rmtree(workdir, ignore_errors=True)
-    return report(args, tests, table, expected)
+    return report(args, tests, table, expected, again)
 
 
 if __name__ == "__main__":
