@@ -660,8 +660,8 @@ def read_reuse(path, table, where):
             if not m or not os.path.exists(log_path):
                 continue
             with open(log_path, encoding="utf-8", errors="replace") as f:
-                for test, (status, _) in parse_mtr(f.read()).items():
-                    table.setdefault(m.group(1), {})[test] = (status, "")
+                for test, result in parse_mtr(f.read()).items():
+                    table.setdefault(m.group(1), {})[test] = result
                     where[(m.group(1), test)] = path
         return
     with open(path, encoding="utf-8") as f:
@@ -703,6 +703,8 @@ def differences(tests, table, expected, protocols):
         for t in tests:
             direct, through = table[f"direct-{proto}"].get(t, ("-",))[0], table[f"sluice-{proto}"].get(t, ("-",))[0]
             reason = expected.get((t, proto))
+            if through == "-":
+                continue  # not run through sluice (a partial run)
             if direct == "pass" and through != "pass":
                 (explained if reason else unexpected).append((t, proto, through, reason))
             elif reason and direct == "pass" and through == "pass":
@@ -738,10 +740,10 @@ def report(args, tests, table, expected, again):
         for t in tests:
             f.write(t + "\t" + "\t".join(table[m].get(t, ("-", ""))[0] for m in modes) + "\n")
     print()
-    print(f"{'mode':<12} {'pass':>6} {'fail':>6} {'skip':>6} {'disabled':>9}")
+    print(f"{'mode':<12} {'pass':>6} {'fail':>6} {'skip':>6} {'disabled':>9} {'not run':>8}")
     for m in modes:
-        c = {s: sum(1 for t in tests if table[m].get(t, ("",))[0] == s) for s in ("pass", "fail", "skip", "disabled")}
-        print(f"{m:<12} {c['pass']:>6} {c['fail']:>6} {c['skip']:>6} {c['disabled']:>9}")
+        c = {s: sum(1 for t in tests if table[m].get(t, ("-",))[0] == s) for s in ("pass", "fail", "skip", "disabled", "-")}
+        print(f"{m:<12} {c['pass']:>6} {c['fail']:>6} {c['skip']:>6} {c['disabled']:>9} {c['-']:>8}")
     unexpected, explained, fixed = differences(tests, table, expected, args.protocols)
     confirmed = [u for u in unexpected if again is None or again.get((u[0], u[1])) in (None, ("pass", "fail"), ("pass", "-"))]
     unconfirmed = [u for u in unexpected if u not in confirmed]
@@ -769,7 +771,8 @@ def report(args, tests, table, expected, again):
         for t, proto, through, _ in confirmed:
             path = os.path.join(args.where.get((f"sluice-{proto}", t), args.results), "failures", f"sluice-{proto}", f"{t}.txt")
             print(f"  {t:<40} {proto:<4} {through:<5} {os.path.relpath(path, os.getcwd())}")
-            for line in first_lines(path, args.show_lines):
+            detail = table[f"sluice-{proto}"].get(t, ("", ""))[1].encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            for line in first_lines(path, args.show_lines) or [l.rstrip() for l in detail.splitlines() if l.strip()][: args.show_lines]:
                 print(f"      | {line[:160]}")
         print()
     else:
