@@ -1,7 +1,7 @@
 //! sluice: a MySQL/MariaDB-protocol proxy. The data path, in six steps:
 //! ① `listener` → ② `session` → ③ `rules` → ④ `route` → ⑤ `pool` → ⑥ `exec`;
-//! beside it `server` (workers, start/stop), `config`, `reload`, `users`, `registry`, `monitor`, `tls`,
-//! `net`; the side paths `admin` (SQL port), `http`, `stats` and `querylog`.
+//! beside it `server` (workers, start/stop), `config`, `reload`, `users`, `throttle`, `registry`,
+//! `monitor`, `tls`, `net`; the side paths `admin` (SQL port), `http`, `stats` and `querylog`.
 
 pub mod admin;
 pub mod config;
@@ -19,6 +19,7 @@ pub mod rules;
 pub mod server;
 pub mod session;
 pub mod stats;
+pub mod throttle;
 pub mod tls;
 pub mod users;
 

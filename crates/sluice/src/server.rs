@@ -6,10 +6,10 @@ use crate::listener::{HandOff, Kind, Listeners};
 use crate::registry::Registry;
 use crate::reload::Snapshot;
 use crate::tls::RsaKeys;
-use crate::users::{BackendAccounts, User};
+use crate::users::BackendAccounts;
 use proto::handshake::ServerGreeting;
 use proto::CapabilityFlags;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, OnceLock, RwLock};
 use std::thread::JoinHandle;
@@ -46,6 +46,8 @@ pub struct Shared {
     pub listeners: Listeners,
     /// The backend's own accounts, while `proxy.backend_users` is on.
     pub backend_accounts: BackendAccounts,
+    /// Failed logins per client address and user.
+    pub throttle: crate::throttle::LoginThrottle,
     rsa: OnceLock<Option<RsaKeys>>,
     pub registry: Registry,
     /// Prepared statements shared by every session (`pool::prepared`).
@@ -149,30 +151,6 @@ impl Shared {
             })
             .as_ref()
     }
-
-    /// Looks a login name up: config users, then the backend's accounts (reloaded when
-    /// `reload` is set or the name is unknown, at most once per refresh interval).
-    pub async fn find_user(&self, name: &str, client: IpAddr, reload: bool) -> Option<User> {
-        let (refresh, hostgroup) = {
-            let snap = self.snapshot();
-            if let Some(u) = snap.users.configured(name) {
-                return Some(u.clone());
-            }
-            let p = &snap.config.proxy;
-            if !p.backend_users {
-                return None;
-            }
-            (std::time::Duration::from_millis(p.backend_users_refresh_ms), p.backend_users_hostgroup)
-        };
-        let found = self.backend_accounts.find(name, client, hostgroup);
-        if found.is_some() && !reload {
-            return found;
-        }
-        if self.backend_accounts.reload(refresh, crate::monitor::load_accounts(self)).await {
-            return self.backend_accounts.find(name, client, hostgroup);
-        }
-        found
-    }
 }
 
 /// A running sluice. Dropping it does not stop it; call `shutdown`.
@@ -202,6 +180,7 @@ impl Server {
             reload_lock: std::sync::Mutex::new(()),
             listeners,
             backend_accounts: BackendAccounts::default(),
+            throttle: Default::default(),
             rsa: OnceLock::new(),
             registry: Registry::default(),
             profile: RwLock::new(Profile::default()),

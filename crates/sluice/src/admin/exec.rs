@@ -30,6 +30,10 @@ impl Admin {
 
 /// Runs one admin statement (blocking: SQLite).
 pub fn execute(shared: &Shared, sql: &str) -> Result<Output, AdminError> {
+    if crate::throttle::is_flush_hosts(sql) {
+        shared.throttle.flush();
+        return Ok(DONE);
+    }
     let admin = &shared.admin;
     let mut store = admin.store();
     match super::parse(sql) {

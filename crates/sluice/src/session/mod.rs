@@ -61,6 +61,8 @@ struct Session {
     handle: Arc<SessionHandle>,
     /// Scratch space for packets sluice writes itself.
     out: Vec<u8>,
+    /// Failed COM_CHANGE_USERs on this connection (the server refuses a fourth).
+    failed_change_user: u8,
 }
 
 /// Serves one client connection until it ends. Never panics on client input; every error ends
@@ -140,6 +142,7 @@ async fn start(
         rules: statement::RulesState { scratch: Default::default(), digest_text: Vec::new() },
         handle,
         out: Vec::new(),
+        failed_change_user: 0,
     };
     // A connection in the user's default hostgroup, in the requested schema, proves the login
     // and the schema to the backend before the client hears OK.
@@ -543,11 +546,16 @@ impl Session {
             plugin: &plugin,
             reply: &cu.auth_response,
             nonce: &self.nonce,
-            can_switch: self.negotiated.capabilities.contains(CapabilityFlags::CLIENT_PLUGIN_AUTH),
+            capabilities: self.negotiated.capabilities,
             peer: self.peer,
             directory: auth::Directory::Clients,
         };
-        let authenticated = auth::authenticate(&self.shared, &mut self.client, &mut seq, attempt).await;
+        // As MariaDB (MDEV-3915): after three failures, COM_CHANGE_USER is refused unchecked.
+        let authenticated = if self.failed_change_user >= 3 {
+            Ok(Err(auth::Denied::change_user_limit()))
+        } else {
+            auth::authenticate(&self.shared, &mut self.client, &mut seq, attempt).await
+        };
         // Whatever the outcome, the server resets the session.
         self.release_all();
         self.statements.clear();
@@ -559,7 +567,10 @@ impl Session {
                 // The server resets a session whose COM_CHANGE_USER failed to its global
                 // defaults (character set included), keeping the user and schema.
                 self.state = Arc::new(state::State::new(self.state.schema.as_deref(), 0));
-                self.reply_err(seq, ER_ACCESS_DENIED_ERROR, SQLSTATE_ACCESS_DENIED, &denied).await;
+                // The server answers a failed COM_CHANGE_USER only after a second.
+                self.failed_change_user = self.failed_change_user.saturating_add(1);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                self.reply_err(seq, denied.code, &denied.sqlstate, &denied.message).await;
                 return true;
             }
             Err(_) => return false,
