@@ -447,8 +447,15 @@ impl BackendAccounts {
             }
             *last = Some(Instant::now());
         }
-        let mut names: Vec<String> =
-            snapshot.hostgroups.servers().iter().flat_map(|s| s.pool.idle_logins()).map(|l| l.username.clone()).collect();
+        // Configured users' logins are the config's business.
+        let mut names: Vec<String> = snapshot
+            .hostgroups
+            .servers()
+            .iter()
+            .flat_map(|s| s.pool.idle_logins())
+            .map(|l| l.username.clone())
+            .filter(|name| snapshot.users.configured(name).is_none())
+            .collect();
         names.sort_unstable();
         names.dedup();
         if names.is_empty() {

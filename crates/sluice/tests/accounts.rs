@@ -369,7 +369,7 @@ async fn repeated_failures_are_delayed_then_blocked_per_address_and_user_and_log
     }
     assert!(started.elapsed() >= Duration::from_millis(1500), "guesses were not slowed: {:?}", started.elapsed());
     // Blocked now, even with the right password, for attempts arriving together too.
-    let blocked = format!("Host '127.0.0.1' is blocked because of many connection errors; unblock with 'mariadb-admin flush-hosts'");
+    let blocked = "Host '127.0.0.1' is blocked because of many connection errors; unblock with 'mariadb-admin flush-hosts'".to_string();
     let attempts: Vec<_> = (0..20)
         .map(|i| {
             let (port, user) = (proxy.port, user.clone());

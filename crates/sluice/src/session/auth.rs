@@ -192,20 +192,15 @@ pub async fn authenticate(
     seq: &mut u8,
     a: Attempt<'_>,
 ) -> Result<Result<(User, Credential), Denied>, LoginError> {
-    let host = match a.directory {
-        Directory::Clients => shared.backend_accounts.client_host(shared, a.peer.ip()).await,
-        // The admin port is sluice's own server, which resolves no names.
-        Directory::Admin => ClientHost::new(a.peer.ip(), false),
-    };
-    let key = throttle::Key::new(a.directory == Directory::Admin, host.ip, a.user);
+    let key = throttle::Key::new(a.directory == Directory::Admin, a.peer.ip(), a.user);
     let limits = throttle::Limits::from_config(&shared.snapshot().config.proxy);
     let outcome = match shared.throttle.admit(&key, &limits) {
-        throttle::Admission::Blocked => Err(Denied::blocked(&host)),
+        throttle::Admission::Blocked => Err(Denied::blocked(&client_host(shared, &a).await)),
         admission => {
             if let throttle::Admission::At(when) = admission {
                 tokio::time::sleep_until(when.into()).await;
             }
-            verify(shared, client, seq, &a, &host).await?
+            verify(shared, client, seq, &a).await?
         }
     };
     match &outcome {
@@ -222,22 +217,35 @@ pub async fn authenticate(
     Ok(outcome)
 }
 
+/// The client as the server names it (only needed for a refusal or a backend account: it may
+/// take reading a setting from the backend once).
+async fn client_host(shared: &Shared, a: &Attempt<'_>) -> ClientHost {
+    match a.directory {
+        Directory::Clients => shared.backend_accounts.client_host(shared, a.peer.ip()).await,
+        // The admin port is sluice's own server, which resolves no names.
+        Directory::Admin => ClientHost::new(a.peer.ip(), false),
+    }
+}
+
+/// ER_ACCESS_DENIED_ERROR for this attempt.
+async fn access_denied(shared: &Shared, a: &Attempt<'_>, reply: &[u8]) -> Result<Result<(User, Credential), Denied>, LoginError> {
+    Ok(Err(Denied::access(a.user, &client_host(shared, a).await, !reply.is_empty())))
+}
+
 /// Who the client claims to be, and whether its reply proves it.
 async fn verify(
     shared: &Arc<Shared>,
     client: &mut Conn,
     seq: &mut u8,
     a: &Attempt<'_>,
-    host: &ClientHost,
 ) -> Result<Result<(User, Credential), Denied>, LoginError> {
     let mut out = Vec::new();
     let mut plugin = a.plugin.to_string();
     let mut reply = a.reply.to_vec();
-    let denied = |reply: &[u8]| Ok(Err(Denied::access(a.user, host, !reply.is_empty())));
     // A plugin sluice does not speak: switch the client to the announced one.
     if plugin != MYSQL_NATIVE_PASSWORD && plugin != CACHING_SHA2_PASSWORD {
         if !a.capabilities.contains(CapabilityFlags::CLIENT_PLUGIN_AUTH) {
-            return denied(&reply);
+            return access_denied(shared, a, &reply).await;
         }
         plugin = shared.snapshot().config.proxy.default_auth_plugin.clone();
         handshake::write_auth_switch(&mut out, seq, &plugin, a.nonce);
@@ -248,7 +256,7 @@ async fn verify(
         reply = r;
     }
     let found = match a.directory {
-        Directory::Clients => match find_account(shared, a.user, host).await {
+        Directory::Clients => match find_account(shared, a).await {
             Ok(found) => found,
             Err(refused) => return Ok(Err(refused)),
         },
@@ -259,16 +267,16 @@ async fn verify(
     if plugin == CACHING_SHA2_PASSWORD && !reply.is_empty() && found.as_ref().is_some_and(|f| !f.user.secret.has_plain()) {
         clear = Some(match full_auth(shared, client, seq, a.nonce).await? {
             Some(pw) => pw,
-            None => return denied(&reply),
+            None => return access_denied(shared, a, &reply).await,
         });
     }
-    let Some(account) = found else { return denied(&reply) };
+    let Some(account) = found else { return access_denied(shared, a, &reply).await };
     let verified = match (&clear, plugin.as_str()) {
         (Some(pw), _) => account.user.secret.verify_plain(pw),
         (None, MYSQL_NATIVE_PASSWORD) => account.user.secret.verify_native(a.nonce, &reply),
         (None, _) => account.user.secret.verify_sha2_fast(a.nonce, &reply).unwrap_or_default(),
     };
-    let Some(credential) = verified else { return denied(&reply) };
+    let Some(credential) = verified else { return access_denied(shared, a, &reply).await };
     // REQUIRE SSL needs the client's own connection in TLS; REQUIRE X509 and the like need a
     // client certificate, which sluice does not ask for.
     let tls_ok = match account.ssl_type {
@@ -277,10 +285,10 @@ async fn verify(
         _ => false,
     };
     if !tls_ok {
-        return denied(&reply);
+        return access_denied(shared, a, &reply).await;
     }
     if account.prove {
-        if let Err(refused) = prove(shared, &account.user, &credential, a, host, !reply.is_empty()).await {
+        if let Err(refused) = prove(shared, &account.user, &credential, a, !reply.is_empty()).await {
             return Ok(Err(refused));
         }
     }
@@ -293,7 +301,8 @@ async fn verify(
 
 /// A configured user, else (with `backend_users`) the backend's account as it is now. `None`:
 /// no such login; `Err`: the backend's accounts could not be read.
-async fn find_account(shared: &Arc<Shared>, name: &str, host: &ClientHost) -> Result<Option<Account>, Denied> {
+async fn find_account(shared: &Arc<Shared>, a: &Attempt<'_>) -> Result<Option<Account>, Denied> {
+    let name = a.user;
     let hostgroup = {
         let snapshot = shared.snapshot();
         if let Some(user) = snapshot.users.configured(name) {
@@ -305,7 +314,7 @@ async fn find_account(shared: &Arc<Shared>, name: &str, host: &ClientHost) -> Re
         snapshot.config.proxy.backend_users_hostgroup
     };
     let lookup = shared.backend_accounts.lookup(shared, name).await.map_err(|e| Denied::backend(e.code, e.message))?;
-    Ok(lookup.account(name, host, hostgroup))
+    Ok(lookup.account(name, &client_host(shared, a).await, hostgroup))
 }
 
 /// Logs in to the backend as the client's user on a new connection, so the server itself says
@@ -313,14 +322,7 @@ async fn find_account(shared: &Arc<Shared>, name: &str, host: &ClientHost) -> Re
 /// client's CLIENT_CAN_HANDLE_EXPIRED_PASSWORDS, max_password_errors…). On success, idle pooled
 /// connections of this login are closed: the session's first connection is a new one, which
 /// carries the server's verdict (an expired password's sandbox mode).
-async fn prove(
-    shared: &Shared,
-    user: &User,
-    credential: &Credential,
-    a: &Attempt<'_>,
-    host: &ClientHost,
-    used_password: bool,
-) -> Result<(), Denied> {
+async fn prove(shared: &Shared, user: &User, credential: &Credential, a: &Attempt<'_>, used_password: bool) -> Result<(), Denied> {
     let snapshot = shared.live.load_full();
     let no_backend = |e: &crate::pool::BackendError| {
         let code = if matches!(e, crate::pool::BackendError::Unavailable(_)) { ER_PROXY_NO_BACKEND } else { CR_CONN_HOST_ERROR };
@@ -339,7 +341,9 @@ async fn prove(
             }
             Ok(())
         }
-        Err(crate::pool::BackendError::Rejected { code: ER_ACCESS_DENIED_ERROR, .. }) => Err(Denied::access(a.user, host, used_password)),
+        Err(crate::pool::BackendError::Rejected { code: ER_ACCESS_DENIED_ERROR, .. }) => {
+            Err(Denied::access(a.user, &client_host(shared, a).await, used_password))
+        }
         Err(crate::pool::BackendError::Rejected { code, sqlstate, message, .. }) => Err(Denied { code, sqlstate, message }),
         Err(e) => Err(no_backend(&e)),
     }
