@@ -69,8 +69,15 @@ pub struct ProxySection {
     pub backend_users: bool,
     /// Hostgroup whose servers the backend's accounts are read from and routed to.
     pub backend_users_hostgroup: u32,
-    /// Least time between two reloads of the backend's accounts.
+    /// How often idle pooled connections are checked against the backend's accounts (closed
+    /// when their account was dropped or got a new password). Logins always read the account.
     pub backend_users_refresh_ms: u64,
+    /// Failed logins in a row from one client address as one user after which that pair is
+    /// refused with ER_HOST_IS_BLOCKED (1129) until FLUSH HOSTS on the admin port; 0: never.
+    pub max_connect_errors: u32,
+    /// After a failed login, the next attempt of the same address and user waits this long,
+    /// doubling with each further failure (up to 32 times); 0: no wait.
+    pub login_failure_delay_ms: u64,
     /// The admin SQL port (ProxySQL's admin interface); "" turns it off.
     pub admin_listen: String,
     /// `user:password` pairs for the admin port (and the HTTP port off loopback), separated by
@@ -118,6 +125,8 @@ impl Default for ProxySection {
             backend_users: false,
             backend_users_hostgroup: 0,
             backend_users_refresh_ms: 1_000,
+            max_connect_errors: 100,
+            login_failure_delay_ms: 100,
             admin_listen: "127.0.0.1:6032".into(),
             admin_credentials: "admin:admin".into(),
             http_listen: "127.0.0.1:6070".into(),
@@ -932,6 +941,12 @@ pub fn quick_start(listen: Vec<String>, backend: &str, user: &str, password: &st
         ssl_ca: None,
         comment: String::new(),
     });
+    // Every account of the backend can log in, as on a direct connection: the accounts are
+    // read with this login (a password given as a hash cannot log in, so then only this user).
+    if proto::auth::parse_native_hash(password).is_none() {
+        fc.proxy.backend_users = true;
+        fc.monitor = Some(MonitorSection { username: user.to_string(), password: password.to_string() });
+    }
     fc.mysql_users.push(UserRow {
         username: user.to_string(),
         password: password.to_string(),
@@ -1020,6 +1035,11 @@ default_hostgroup = 0
         let c = quick_start(vec!["127.0.0.1:0".into()], "127.0.0.1:3307", "app", "pw").unwrap();
         assert_eq!((c.servers[0].hostname.as_str(), c.servers[0].port), ("127.0.0.1", 3307));
         assert_eq!(c.users[0].username, "app");
+        // The backend's accounts log in too, read with the same login (not with a hashed password).
+        assert!(c.proxy.backend_users);
+        assert_eq!(c.monitor.as_ref().map(|m| (m.username.as_str(), m.password.as_str())), Some(("app", "pw")));
+        let hashed = quick_start(vec![], "127.0.0.1", "app", "*6BB4837EB74329105EE4568DDA7DC67ED2CA2AD9").unwrap();
+        assert!(!hashed.proxy.backend_users);
         assert!(quick_start(vec![], "127.0.0.1:x", "a", "").is_err());
     }
 

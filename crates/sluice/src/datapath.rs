@@ -3,59 +3,16 @@
 //! sink, the greeting profile and the stop signal. Nothing here is locked on the query path,
 //! and nothing here knows the control side (admin, http, reload) or the runtime.
 
-use crate::config::{Config, RuntimeKind};
-use crate::pool::Hostgroups;
-use crate::querylog::QueryLog;
+use crate::accounts::BackendAccounts;
+use crate::config::RuntimeKind;
 use crate::registry::Registry;
+pub use crate::snapshot::Snapshot;
 use crate::tls::RsaKeys;
-use crate::users::{BackendAccounts, Users};
 use proto::handshake::ServerGreeting;
 use proto::CapabilityFlags;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use tokio_util::sync::CancellationToken;
-
-/// The configuration in force, as the data path reads it: servers and their pools, users,
-/// compiled rules, settings. A reload builds a whole new one and swaps it in (`control`);
-/// sessions pick it up at their next command, so a statement in flight finishes under the
-/// snapshot it started with.
-pub struct Snapshot {
-    pub config: Config,
-    pub hostgroups: Hostgroups,
-    pub users: Users,
-    /// Client-side TLS, rebuilt when `[tls]` changes.
-    pub tls: Option<tokio_rustls::TlsAcceptor>,
-    /// The query log when `[querylog]` names a file; kept (and its settings changed in place)
-    /// across reloads.
-    pub query_log: Option<Arc<QueryLog>>,
-}
-
-impl Snapshot {
-    /// Builds the snapshot for `config`; servers that `old` has too keep their pools.
-    pub fn build(config: Config, old: Option<&Snapshot>) -> anyhow::Result<Snapshot> {
-        let hostgroups = Hostgroups::rebuild(&config, old.map(|o| &o.hostgroups))?;
-        let tls = match old {
-            Some(o) if o.config.tls == config.tls => o.tls.clone(),
-            _ if config.tls.enabled => {
-                Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(config.tls.cert.as_deref(), config.tls.key.as_deref())?))
-            }
-            _ => None,
-        };
-        let users = Users::from_config(&config);
-        let settings = &config.querylog;
-        let query_log = match (settings.path.as_ref(), old.and_then(|o| o.query_log.as_ref())) {
-            (None, _) => None,
-            (Some(_), Some(log)) => {
-                log.apply(settings).map_err(|e| anyhow::anyhow!("querylog.path: {e}"))?;
-                Some(log.clone())
-            }
-            (Some(path), None) => {
-                Some(Arc::new(QueryLog::start(settings).map_err(|e| anyhow::anyhow!("querylog.path {}: {e}", path.display()))?))
-            }
-        };
-        Ok(Snapshot { config, hostgroups, users, tls, query_log })
-    }
-}
 
 /// What clients are told about "the server": learned from the backends' greetings.
 #[derive(Clone, Debug)]
@@ -83,6 +40,8 @@ pub struct DataPath {
     pub live: Arc<arc_swap::ArcSwap<Snapshot>>,
     /// The backend's own accounts, while `proxy.backend_users` is on.
     pub backend_accounts: BackendAccounts,
+    /// Failed logins per client address and user.
+    pub throttle: crate::throttle::LoginThrottle,
     rsa: OnceLock<Option<RsaKeys>>,
     pub registry: Registry,
     /// Prepared statements shared by every session (`pool::prepared`).
@@ -115,6 +74,7 @@ impl DataPath {
             runtime: config.proxy.runtime,
             live: Arc::new(arc_swap::ArcSwap::from_pointee(snapshot)),
             backend_accounts: BackendAccounts::default(),
+            throttle: Default::default(),
             rsa: OnceLock::new(),
             registry: Registry::default(),
             profile: RwLock::new(Profile::default()),

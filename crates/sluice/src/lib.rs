@@ -1,6 +1,6 @@
 //! sluice: a MySQL/MariaDB-protocol proxy. The data path, in six steps:
 //! ① `listener` → ② `session` → (`plan`: ③ `rules` → ④ `route`) → ⑤ `pool` → ⑥ `exec`;
-//! beside it `config`, `users`, `registry`, `monitor`, `tls`, `net`; the side paths `admin` (SQL
+//! beside it `config`, `users`, `throttle`, `registry`, `monitor`, `tls`, `net`; the side paths `admin` (SQL
 //! port), `http`, `stats` and `querylog`.
 //!
 //! Three handles, no god object: `datapath::DataPath` (what sessions read: the config snapshot,
@@ -8,6 +8,7 @@
 //! `admin` and SIGHUP) and `server::Runtime` (workers, shutdown). The data path imports nothing
 //! from the control side, and the modules form no import cycle (`tests/module_cycles.rs`).
 
+pub mod accounts;
 pub mod admin;
 pub mod config;
 pub mod control;
@@ -26,7 +27,9 @@ pub mod route;
 pub mod rules;
 pub mod server;
 pub mod session;
+pub mod snapshot;
 pub mod stats;
+pub mod throttle;
 pub mod tls;
 pub mod users;
 

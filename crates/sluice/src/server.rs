@@ -330,6 +330,10 @@ async fn maintain_pools(data: Arc<DataPath>, shard: usize, stop: CancellationTok
             _ = stop.cancelled() => break,
             _ = tick.tick() => {}
         }
+        if shard == 0 {
+            // Idle pooled connections of accounts changed on the backend are closed.
+            data.backend_accounts.recheck_pooled(&data.live).await;
+        }
         let snapshot = data.live.load_full();
         crate::pool::maintain(&snapshot.hostgroups, &snapshot.config.pool, snapshot.config.connect_timeout(), &data.stats, shard).await;
     }

@@ -1,5 +1,6 @@
-//! Who may log in: users from the config, and optionally the backend's own accounts (read from
-//! mysql.user with the monitor account, MaxScale-style). Used by ② session at login only.
+//! Who may log in: users from the config, and optionally the backend's own accounts, read from
+//! the backend at each login (`BackendAccounts`) so a login through sluice succeeds exactly when
+//! the server would take it now. Used by ② session at login and COM_CHANGE_USER only.
 //!
 //! No plain-text password of a backend account is ever held: its mysql_native_password hash
 //! (SHA1(SHA1(pw))) verifies the client, and the verification itself yields SHA1(pw), which is
@@ -10,8 +11,6 @@ use crate::pool::Credential;
 use proto::auth;
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
 
 /// How a user's password is known.
 #[derive(Clone)]
@@ -73,6 +72,19 @@ impl Secret {
     pub fn has_plain(&self) -> bool {
         matches!(self, Secret::Plain { .. })
     }
+
+    /// Whether `credential` (what a connection logged in to the backend with) is this password.
+    pub fn accepts(&self, credential: &Credential) -> bool {
+        let stage2 = match credential {
+            Credential::Empty => return matches!(self, Secret::Empty),
+            Credential::Plain(p) => auth::native_stage2(&auth::native_stage1(p.as_bytes())),
+            Credential::Stage1(s1) => auth::native_stage2(s1),
+        };
+        match self {
+            Secret::Empty => false,
+            Secret::Plain { stage2: s, .. } | Secret::NativeHash { stage2: s } => *s == stage2,
+        }
+    }
 }
 
 /// A login sluice accepts.
@@ -109,22 +121,7 @@ impl User {
     }
 }
 
-/// An account read from the backend's mysql.user.
-#[derive(Clone)]
-struct Account {
-    host: String,
-    secret: Secret,
-}
-
-/// The backend's accounts, reloaded on demand (an unknown user or a failed login), at most
-/// once per refresh interval. Kept across config reloads; used while `backend_users` is on.
-#[derive(Default)]
-pub struct BackendAccounts {
-    accounts: RwLock<Arc<HashMap<String, Vec<Account>>>>,
-    last_load: tokio::sync::Mutex<Option<Instant>>,
-}
-
-/// The users of the config in force (the backend's accounts live beside it, in `Shared`).
+/// The users of the config in force (the backend's accounts live beside it, in `DataPath`).
 pub struct Users {
     configured: HashMap<String, User>,
 }
@@ -140,111 +137,320 @@ impl Users {
     }
 }
 
-impl BackendAccounts {
-    /// A backend account matching `name` from `client`'s address, if loaded; its sessions go
-    /// to `hostgroup`.
-    pub fn find(&self, name: &str, client: IpAddr, hostgroup: u32) -> Option<User> {
-        let map = self.accounts.read().ok()?.clone();
-        let candidates = map.get(name)?;
-        let mut best: Option<&Account> = None;
-        for a in candidates.iter().filter(|a| host_matches(&a.host, client)) {
-            if best.is_none_or(|b| specificity(&a.host) > specificity(&b.host)) {
-                best = Some(a);
-            }
-        }
-        best.map(|a| User {
-            name: name.to_string(),
-            secret: a.secret.clone(),
-            default_hostgroup: hostgroup,
-            default_schema: None,
-            backend_login: None,
-            from_backend: true,
-        })
-    }
+/// A client as the server names it in messages and matches it against account hosts:
+/// `localhost` for 127.0.0.1 and ::1 when the server resolves names (MariaDB's default), else
+/// its IP address. sluice does not look other addresses' names up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientHost {
+    pub ip: IpAddr,
+    pub name: Option<&'static str>,
+}
 
-    /// Reloads unless the last load was less than `refresh` ago. Returns whether it loaded.
-    pub async fn reload(
-        &self,
-        refresh: Duration,
-        load: impl std::future::Future<Output = anyhow::Result<Vec<(String, String, String, String)>>>,
-    ) -> bool {
-        let mut last = self.last_load.lock().await;
-        if last.is_some_and(|t| t.elapsed() < refresh) {
-            return false;
-        }
-        *last = Some(Instant::now());
-        match load.await {
-            Ok(rows) => {
-                let mut map: HashMap<String, Vec<Account>> = HashMap::new();
-                for (user, host, plugin, hash) in rows {
-                    let secret = match (plugin.as_str(), hash.as_str()) {
-                        ("mysql_native_password" | "", "") => Secret::Empty,
-                        ("mysql_native_password" | "", h) => match auth::parse_native_hash(h) {
-                            Some(stage2) => Secret::NativeHash { stage2 },
-                            None => continue,
-                        },
-                        // unix_socket, ed25519, gssapi…: the hash (if any) cannot verify a MySQL-protocol login.
-                        _ => continue,
-                    };
-                    map.entry(user).or_default().push(Account { host, secret });
-                }
-                tracing::debug!(accounts = map.len(), "loaded backend accounts");
-                if let Ok(mut w) = self.accounts.write() {
-                    *w = Arc::new(map);
-                }
-                true
-            }
-            Err(e) => {
-                tracing::warn!("cannot load the backend's accounts: {e:#}");
-                false
-            }
+impl ClientHost {
+    pub fn new(ip: IpAddr, resolve_names: bool) -> ClientHost {
+        let ip = ip.to_canonical();
+        let loopback = ip == IpAddr::from([127, 0, 0, 1]) || ip == IpAddr::from(std::net::Ipv6Addr::LOCALHOST);
+        ClientHost { ip, name: (resolve_names && loopback).then_some("localhost") }
+    }
+}
+
+impl std::fmt::Display for ClientHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.name {
+            Some(name) => f.write_str(name),
+            None => write!(f, "{}", self.ip),
         }
     }
 }
 
-/// MySQL host patterns: `%` and `_` wildcards, `localhost`, and `ip/netmask`.
-fn host_matches(pattern: &str, client: IpAddr) -> bool {
-    if pattern == "localhost" {
-        return client.is_loopback();
+/// One account of the backend (a row of MariaDB's mysql.global_priv), as far as logging in goes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AccountRow {
+    pub user: String,
+    pub host: String,
+    /// How the account authenticates, in order (`IDENTIFIED VIA a OR b`): (plugin,
+    /// authentication string).
+    pub methods: Vec<(String, String)>,
+    pub locked: bool,
+    /// `PASSWORD EXPIRE` was run (MariaDB keeps password_last_changed = 0).
+    pub expired: bool,
+    /// Days a password lives: `None` for the server's default_password_lifetime, 0 for ever.
+    pub lifetime_days: Option<i64>,
+    /// REQUIRE: 0 nothing, 1 SSL, 2 X509, 3 ISSUER/SUBJECT/CIPHER.
+    pub ssl_type: u8,
+    pub is_role: bool,
+}
+
+impl AccountRow {
+    /// A row of mysql.global_priv: its `Priv` column is JSON.
+    pub fn from_global_priv(user: String, host: String, privileges: &str) -> Option<AccountRow> {
+        let v: serde_json::Value = serde_json::from_str(privileges).ok()?;
+        let text = |o: &serde_json::Value, key: &str| o.get(key).and_then(|x| x.as_str()).unwrap_or("").to_string();
+        let top = (text(&v, "plugin"), text(&v, "authentication_string"));
+        let methods = match v.get("auth_or").and_then(|a| a.as_array()) {
+            // `{}` in the list stands for the top-level method.
+            Some(alternatives) => alternatives
+                .iter()
+                .map(|m| {
+                    if m.as_object().is_some_and(|o| o.is_empty()) {
+                        top.clone()
+                    } else {
+                        (text(m, "plugin"), text(m, "authentication_string"))
+                    }
+                })
+                .collect(),
+            None => vec![top],
+        };
+        Some(AccountRow {
+            user,
+            host,
+            methods,
+            locked: v.get("account_locked").and_then(|x| x.as_bool()).unwrap_or(false),
+            expired: v.get("password_last_changed").and_then(|x| x.as_i64()) == Some(0),
+            lifetime_days: v.get("password_lifetime").and_then(|x| x.as_i64()).filter(|d| *d >= 0),
+            ssl_type: v.get("ssl_type").and_then(|x| x.as_u64()).map_or(0, |t| t.min(3) as u8),
+            is_role: v.get("is_role").and_then(|x| x.as_bool()).unwrap_or(false),
+        })
+    }
+}
+
+/// What the server adds to the rows when it decides a login.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerPolicy {
+    /// The rows carry the accounts' state (lock, expiry, TLS), as mysql.global_priv does. Read
+    /// from mysql.user instead, they do not: every login is then proven on the backend.
+    pub state_known: bool,
+    pub default_password_lifetime: i64,
+    /// max_password_errors is set: the server counts wrong passwords per account and blocks
+    /// it, which only its own logins show.
+    pub password_errors_limited: bool,
+}
+
+/// The backend's rows that decide a login as one name: its own and the anonymous accounts.
+#[derive(Clone, Debug, Default)]
+pub struct Lookup {
+    pub rows: Vec<AccountRow>,
+    pub policy: ServerPolicy,
+}
+
+/// A backend account a login matched, and how far its row vouches for the login.
+pub struct Account {
+    pub user: User,
+    /// The account's REQUIRE (`AccountRow::ssl_type`).
+    pub ssl_type: u8,
+    /// The row alone cannot say whether the server takes the login now (locked, a password
+    /// that expires, or the state not read): a fresh login to the backend decides.
+    pub prove: bool,
+}
+
+/// Reading the backend's accounts failed: the error a client gets instead.
+#[derive(Clone, Debug)]
+pub struct LookupFailed {
+    pub code: u16,
+    pub message: String,
+}
+
+impl Lookup {
+    /// The account the server would pick for `name` from `client` — the most specific host
+    /// first, anonymous accounts included, as in MariaDB's account order — if sluice can check
+    /// its password (mysql_native_password or none). Sessions go to `hostgroup`.
+    pub fn account(&self, name: &str, client: &ClientHost, hostgroup: u32) -> Option<Account> {
+        let row = self
+            .rows
+            .iter()
+            .filter(|r| !r.is_role && (r.user == name || r.user.is_empty()) && host_matches(&r.host, client))
+            // On a tie MariaDB puts `localhost` before `127.0.0.1`: the greater host string.
+            .max_by(|a, b| (host_sort(&a.host), !a.user.is_empty(), &a.host).cmp(&(host_sort(&b.host), !b.user.is_empty(), &b.host)))?;
+        let secret = row.methods.iter().find_map(|(plugin, hash)| native_secret(plugin, hash))?;
+        let expiring = row.expired
+            || match row.lifetime_days {
+                Some(days) => days > 0,
+                None => self.policy.default_password_lifetime > 0,
+            };
+        Some(Account {
+            user: User {
+                name: name.to_string(),
+                secret,
+                default_hostgroup: hostgroup,
+                default_schema: None,
+                backend_login: None,
+                from_backend: true,
+            },
+            ssl_type: row.ssl_type,
+            prove: !self.policy.state_known || row.locked || expiring || self.policy.password_errors_limited,
+        })
+    }
+
+    /// Whether a connection logged in as `name` with `credential` could not log in again: the
+    /// account is gone, or none of its passwords is this one. False when sluice cannot tell (a
+    /// plugin it cannot check).
+    pub fn outdated(&self, name: &str, credential: &Credential) -> bool {
+        let mut unknown = false;
+        for row in self.rows.iter().filter(|r| r.user == name && !r.is_role) {
+            for (plugin, hash) in &row.methods {
+                match native_secret(plugin, hash) {
+                    Some(secret) if secret.accepts(credential) => return false,
+                    Some(_) => {}
+                    None => unknown = true,
+                }
+            }
+        }
+        !unknown
+    }
+}
+
+/// The secret of a mysql_native_password method (or of an account without a password).
+/// unix_socket, ed25519, gssapi…: the stored data cannot verify a MySQL-protocol login.
+fn native_secret(plugin: &str, hash: &str) -> Option<Secret> {
+    match (plugin, hash) {
+        ("mysql_native_password" | "", "") => Some(Secret::Empty),
+        ("mysql_native_password" | "", h) => auth::parse_native_hash(h).map(|stage2| Secret::NativeHash { stage2 }),
+        _ => None,
+    }
+}
+
+/// Whether an account's host part matches `client`, as MariaDB's compare_hostname: `ip/netmask`,
+/// or a `%`/`_` pattern matching the client's host name (case-insensitive) or its IP address;
+/// an empty host matches any client.
+fn host_matches(pattern: &str, client: &ClientHost) -> bool {
+    if pattern.is_empty() {
+        return true;
     }
     if let Some((net, mask)) = pattern.split_once('/') {
-        return match (net.parse::<std::net::Ipv4Addr>(), mask.parse::<std::net::Ipv4Addr>(), client) {
+        return match (net.parse::<std::net::Ipv4Addr>(), mask.parse::<std::net::Ipv4Addr>(), client.ip) {
             (Ok(n), Ok(m), IpAddr::V4(c)) => u32::from(c) & u32::from(m) == u32::from(n) & u32::from(m),
             _ => false,
         };
     }
-    like(pattern.as_bytes(), client.to_string().as_bytes())
+    client.name.is_some_and(|name| like(pattern.as_bytes(), name.as_bytes(), true))
+        || like(pattern.as_bytes(), client.ip.to_string().as_bytes(), false)
 }
 
-fn like(p: &[u8], s: &[u8]) -> bool {
+/// SQL LIKE with `\` escaping the next character.
+fn like(p: &[u8], s: &[u8], fold_case: bool) -> bool {
     match (p.first(), s.first()) {
         (None, None) => true,
-        (Some(b'%'), _) => like(&p[1..], s) || (!s.is_empty() && like(p, &s[1..])),
-        (Some(b'_'), Some(_)) => like(&p[1..], &s[1..]),
-        (Some(a), Some(b)) if a.eq_ignore_ascii_case(b) => like(&p[1..], &s[1..]),
+        (Some(b'%'), _) => like(&p[1..], s, fold_case) || (!s.is_empty() && like(p, &s[1..], fold_case)),
+        (Some(b'_'), Some(_)) => like(&p[1..], &s[1..], fold_case),
+        (Some(b'\\'), Some(b)) if p.len() > 1 => p[1] == *b && like(&p[2..], &s[1..], fold_case),
+        (Some(a), Some(b)) if a == b || (fold_case && a.eq_ignore_ascii_case(b)) => like(&p[1..], &s[1..], fold_case),
         _ => false,
     }
 }
 
-/// More specific host patterns win, as in MySQL's account ordering.
-fn specificity(host: &str) -> (bool, usize) {
-    (!host.contains(['%', '_']), host.len() - host.matches(['%', '_']).count())
+/// How specific a host pattern is, as MariaDB sorts accounts (get_sort): a host without
+/// wildcards first, then by how late its first wildcard comes; a lone `%` and an empty host last.
+fn host_sort(host: &str) -> u8 {
+    let bytes = host.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' if i + 1 < bytes.len() => i += 2,
+            b'%' | b'_' => {
+                let position = i + 1;
+                let lone_percent = position == 1 && bytes[i] == b'%' && bytes.len() == 1;
+                return (if lone_percent { position } else { position + 1 }).min(127) as u8;
+            }
+            _ => i += 1,
+        }
+    }
+    if bytes.is_empty() {
+        0
+    } else {
+        128
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn client(ip: &str, resolve: bool) -> ClientHost {
+        ClientHost::new(ip.parse().unwrap(), resolve)
+    }
+
     #[test]
-    fn host_patterns() {
-        let lo: IpAddr = "127.0.0.1".parse().unwrap();
-        assert!(host_matches("%", lo));
-        assert!(host_matches("localhost", lo));
-        assert!(host_matches("127.0.0.%", lo));
-        assert!(host_matches("127.0.0.0/255.0.0.0", lo));
-        assert!(!host_matches("10.%", lo));
-        assert!(specificity("127.0.0.1") > specificity("127.0.0.%"));
-        assert!(specificity("127.0.0.%") > specificity("%"));
+    fn host_patterns_as_mariadb_matches_them() {
+        let lo = client("127.0.0.1", true);
+        assert_eq!(lo.to_string(), "localhost");
+        assert!(host_matches("%", &lo));
+        assert!(host_matches("", &lo));
+        assert!(host_matches("localhost", &lo));
+        assert!(host_matches("LOCAL%", &lo));
+        assert!(host_matches("127.0.0.%", &lo));
+        assert!(host_matches("127.0.0.0/255.0.0.0", &lo));
+        assert!(!host_matches("10.%", &lo));
+        // Without name resolution (skip_name_resolve), `localhost` is only the socket.
+        let ip_only = client("127.0.0.1", false);
+        assert_eq!(ip_only.to_string(), "127.0.0.1");
+        assert!(!host_matches("localhost", &ip_only));
+        assert!(host_matches("127.0.0.1", &ip_only));
+        // Only 127.0.0.1 and ::1 are `localhost` (as MariaDB's is_ip_loopback); v4-mapped is v4.
+        assert_eq!(client("127.0.0.2", true).to_string(), "127.0.0.2");
+        assert_eq!(client("::1", true).to_string(), "localhost");
+        assert_eq!(client("::ffff:10.0.0.7", true).to_string(), "10.0.0.7");
+        assert!(host_matches("10.0.0._", &client("::ffff:10.0.0.7", true)));
+        assert!(!host_matches("10\\%", &client("10.0.0.7", false)));
+        assert!(host_sort("127.0.0.1") > host_sort("127.0.0.%"));
+        assert!(host_sort("127.0.0.%") > host_sort("1%"));
+        assert!(host_sort("1%") > host_sort("%"));
+        assert!(host_sort("%") > host_sort(""));
+    }
+
+    fn row(user: &str, host: &str, privileges: &str) -> AccountRow {
+        AccountRow::from_global_priv(user.into(), host.into(), privileges).unwrap()
+    }
+
+    #[test]
+    fn the_most_specific_account_decides_anonymous_ones_included() {
+        let pw = auth::format_native_hash(&auth::native_stage2(&auth::native_stage1(b"pw")));
+        let named =
+            row("u", "%", &format!(r#"{{"plugin":"mysql_native_password","authentication_string":"{pw}","password_last_changed":5}}"#));
+        let anonymous = row("", "localhost", "{}");
+        let policy = ServerPolicy { state_known: true, ..Default::default() };
+        let lookup = Lookup { rows: vec![named.clone(), anonymous], policy: policy.clone() };
+        // From 127.0.0.1 with name resolution, ''@localhost is more specific than u@'%' (as on the server).
+        let a = lookup.account("u", &client("127.0.0.1", true), 7).unwrap();
+        assert!(matches!(a.user.secret, Secret::Empty));
+        assert_eq!(a.user.default_hostgroup, 7);
+        let a = lookup.account("u", &client("10.1.1.1", true), 0).unwrap();
+        assert!(matches!(a.user.secret, Secret::NativeHash { .. }) && !a.prove);
+        assert!(lookup.account("nobody", &client("10.1.1.1", true), 0).is_none());
+        // Locked, expired, expiring, or read without its state: proven on the backend.
+        for extra in [r#","account_locked":true"#, r#","password_lifetime":30"#] {
+            let json = format!(r#"{{"plugin":"mysql_native_password","authentication_string":"{pw}"{extra}}}"#);
+            let l = Lookup { rows: vec![row("u", "%", &json)], policy: policy.clone() };
+            assert!(l.account("u", &client("10.1.1.1", true), 0).unwrap().prove, "{extra}");
+        }
+        let expired = row("u", "%", &format!(r#"{{"authentication_string":"{pw}","password_last_changed":0}}"#));
+        assert!(expired.expired);
+        let l = Lookup { rows: vec![named.clone()], policy: ServerPolicy { default_password_lifetime: 90, ..policy.clone() } };
+        assert!(l.account("u", &client("10.1.1.1", true), 0).unwrap().prove);
+        let l = Lookup { rows: vec![named.clone()], policy: ServerPolicy::default() };
+        assert!(l.account("u", &client("10.1.1.1", true), 0).unwrap().prove);
+        // Roles never log in; other plugins cannot be checked; `auth_or` alternatives can.
+        let l = Lookup { rows: vec![row("u", "%", r#"{"is_role":true}"#)], policy: policy.clone() };
+        assert!(l.account("u", &client("10.1.1.1", true), 0).is_none());
+        let l = Lookup { rows: vec![row("u", "%", r#"{"plugin":"ed25519","authentication_string":"x"}"#)], policy: policy.clone() };
+        assert!(l.account("u", &client("10.1.1.1", true), 0).is_none());
+        let either =
+            format!(r#"{{"plugin":"mysql_native_password","authentication_string":"{pw}","auth_or":[{{"plugin":"unix_socket"}},{{}}]}}"#);
+        let l = Lookup { rows: vec![row("u", "%", &either)], policy };
+        assert!(matches!(l.account("u", &client("10.1.1.1", true), 0).unwrap().user.secret, Secret::NativeHash { .. }));
+    }
+
+    #[test]
+    fn pooled_logins_are_outdated_when_the_account_changed() {
+        let s1 = auth::native_stage1(b"pw");
+        let pw = auth::format_native_hash(&auth::native_stage2(&s1));
+        let lookup = Lookup { rows: vec![row("u", "%", &format!(r#"{{"authentication_string":"{pw}"}}"#))], policy: Default::default() };
+        assert!(!lookup.outdated("u", &Credential::Stage1(s1)));
+        assert!(!lookup.outdated("u", &Credential::Plain("pw".into())));
+        assert!(lookup.outdated("u", &Credential::Stage1(auth::native_stage1(b"old"))));
+        assert!(lookup.outdated("u", &Credential::Empty));
+        assert!(lookup.outdated("gone", &Credential::Empty));
+        let other = Lookup { rows: vec![row("u", "%", r#"{"plugin":"ed25519"}"#)], policy: Default::default() };
+        assert!(!other.outdated("u", &Credential::Empty), "a plugin sluice cannot check: left alone");
     }
 
     #[test]

@@ -90,6 +90,10 @@ pub(crate) fn in_force(config: &Config, layer: Layer) -> FileConfig {
 
 /// Runs one admin statement (blocking: SQLite) within `admin-statement_timeout_ms`.
 pub fn execute(port: &AdminPort, sql: &str) -> Result<Output, AdminError> {
+    if crate::throttle::is_flush_hosts(sql) {
+        port.control.data.throttle.flush();
+        return Ok(DONE);
+    }
     let admin = &port.tables;
     let mut store = admin.lock(port);
     if admin.fence.stopping() {

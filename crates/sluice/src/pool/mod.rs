@@ -60,7 +60,9 @@ impl Login {
             | C::CLIENT_MULTI_RESULTS
             | C::CLIENT_PS_MULTI_RESULTS
             | C::CLIENT_SESSION_TRACK
-            | C::CLIENT_DEPRECATE_EOF;
+            | C::CLIENT_DEPRECATE_EOF
+            // Decides whether the server lets a login with an expired password in (sandbox).
+            | C::CLIENT_CAN_HANDLE_EXPIRED_PASSWORDS;
         (client & shaping) | C::CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA | C::CLIENT_CONNECT_ATTRS | C::CLIENT_PLUGIN_AUTH
     }
 
@@ -216,6 +218,39 @@ impl ServerPool {
             }
         }
         false
+    }
+
+    /// The logins of idle connections and of those kept warm (`min_idle`).
+    pub fn idle_logins(&self) -> Vec<Arc<Login>> {
+        let mut out: Vec<Arc<Login>> = self.logins.lock().map(|l| l.clone()).unwrap_or_default();
+        for shard in self.shards.iter() {
+            if let Ok(idle) = shard.lock() {
+                out.extend(idle.iter().map(|b| b.login.clone()));
+            }
+        }
+        out
+    }
+
+    /// Closes the idle connections whose login is `stale` (a backend account dropped or given
+    /// a new password) and stops keeping such logins warm. Returns how many closed.
+    pub fn close_idle_logins(&self, stale: impl Fn(&Login) -> bool) -> usize {
+        if let Ok(mut logins) = self.logins.lock() {
+            logins.retain(|l| !stale(l));
+        }
+        let mut closed = 0;
+        for shard in self.shards.iter() {
+            let gone: Vec<Backend> = match shard.lock() {
+                Ok(mut idle) => {
+                    let (gone, kept) = idle.drain(..).partition(|b| stale(&b.login));
+                    *idle = kept;
+                    gone
+                }
+                Err(_) => Vec::new(),
+            };
+            closed += gone.len();
+            gone.into_iter().for_each(Backend::close);
+        }
+        closed
     }
 
     fn remember(&self, login: &Arc<Login>) {

@@ -5,7 +5,8 @@
 use crate::datapath::DataPath;
 use crate::net::{Conn, Stream};
 use crate::pool::Credential;
-use crate::users::User;
+use crate::throttle;
+use crate::users::{Account, ClientHost, User};
 use proto::auth::{self, CACHING_SHA2_PASSWORD, MYSQL_NATIVE_PASSWORD};
 use proto::errors::*;
 use proto::handshake::{self, ClientHello, Greeting};
@@ -111,27 +112,14 @@ pub async fn login(
     } else {
         MYSQL_NATIVE_PASSWORD.into()
     };
-    let attempt = Attempt {
-        user: &hello.user,
-        plugin: &plugin,
-        reply: &hello.auth_response,
-        nonce: &nonce,
-        can_switch: capabilities.contains(CapabilityFlags::CLIENT_PLUGIN_AUTH),
-        peer,
-        directory,
-    };
+    let attempt = Attempt { user: &hello.user, plugin: &plugin, reply: &hello.auth_response, nonce: &nonce, capabilities, peer, directory };
     match authenticate(data, &mut client, &mut seq, attempt).await? {
         Ok((user, credential)) => Ok(Login { client, hello, capabilities, user, credential, nonce, mariadb_caps, seq }),
         Err(denied) => {
-            let counter = match directory {
-                Directory::Clients => crate::stats::Counter::AccessDeniedWrongPassword,
-                Directory::Admin => crate::stats::Counter::AdminAccessDenied,
-            };
-            data.stats.add(counter, 1);
             let mut out = Vec::new();
-            proto::packet::write_err(&mut out, &mut seq, ER_ACCESS_DENIED_ERROR, SQLSTATE_ACCESS_DENIED, &denied);
+            denied.write(&mut out, &mut seq);
             client.write_all(&out).await?;
-            Err(LoginError::Denied(denied))
+            Err(LoginError::Denied(denied.message))
         }
     }
 }
@@ -142,29 +130,126 @@ pub struct Attempt<'a> {
     pub plugin: &'a str,
     pub reply: &'a [u8],
     pub nonce: &'a [u8; 20],
-    pub can_switch: bool,
+    /// What the client negotiated (CLIENT_PLUGIN_AUTH: it can be switched to another plugin;
+    /// CLIENT_CAN_HANDLE_EXPIRED_PASSWORDS: the server may let it in with an expired password).
+    pub capabilities: CapabilityFlags,
     pub peer: SocketAddr,
     pub directory: Directory,
 }
 
-/// Runs the plugin exchange. Outer error: the connection failed. Inner error: access denied,
-/// with the message for ER_ACCESS_DENIED_ERROR.
+/// Why a login or COM_CHANGE_USER was refused: the error packet the client gets.
+#[derive(Debug, Clone)]
+pub struct Denied {
+    pub code: u16,
+    pub sqlstate: [u8; 5],
+    pub message: String,
+}
+
+impl Denied {
+    /// ER_ACCESS_DENIED_ERROR, naming the client as the server does.
+    fn access(user: &str, host: &ClientHost, used_password: bool) -> Denied {
+        let using = if used_password { "YES" } else { "NO" };
+        Denied {
+            code: ER_ACCESS_DENIED_ERROR,
+            sqlstate: *SQLSTATE_ACCESS_DENIED,
+            message: format!("Access denied for user '{user}'@'{host}' (using password: {using})"),
+        }
+    }
+
+    /// ER_HOST_IS_BLOCKED, MariaDB's text.
+    fn blocked(host: &ClientHost) -> Denied {
+        Denied {
+            code: ER_HOST_IS_BLOCKED,
+            sqlstate: *SQLSTATE_GENERAL,
+            message: format!("Host '{host}' is blocked because of many connection errors; unblock with 'mariadb-admin flush-hosts'"),
+        }
+    }
+
+    /// What MariaDB answers a COM_CHANGE_USER after three failed ones on the connection
+    /// (MDEV-3915), without checking it.
+    pub fn change_user_limit() -> Denied {
+        Denied { code: ER_UNKNOWN_COM_ERROR, sqlstate: *SQLSTATE_UNKNOWN_COM, message: "Unknown command".into() }
+    }
+
+    /// The backend could not be asked (down, or the accounts could not be read).
+    fn backend(code: u16, message: String) -> Denied {
+        Denied { code, sqlstate: *SQLSTATE_GENERAL, message }
+    }
+
+    pub fn write(&self, out: &mut Vec<u8>, seq: &mut u8) {
+        proto::packet::write_err(out, seq, self.code, &self.sqlstate, &self.message);
+    }
+}
+
+/// MariaDB's "Host '%s' is blocked because of many connection errors".
+const ER_HOST_IS_BLOCKED: u16 = 1129;
+
+/// Runs the plugin exchange, throttled per client address and user (`throttle`); each refusal
+/// is logged and counted. Outer error: the connection failed. Inner error: the refusal.
 pub async fn authenticate(
     data: &Arc<DataPath>,
     client: &mut Conn,
     seq: &mut u8,
     a: Attempt<'_>,
-) -> Result<Result<(User, Credential), String>, LoginError> {
-    let denied = |used_password: bool| {
-        format!("Access denied for user '{}'@'{}' (using password: {})", a.user, a.peer.ip(), if used_password { "YES" } else { "NO" })
+) -> Result<Result<(User, Credential), Denied>, LoginError> {
+    let key = throttle::Key::new(a.directory == Directory::Admin, a.peer.ip(), a.user);
+    let limits = throttle::Limits::from_config(&data.snapshot().config.proxy);
+    let outcome = match data.throttle.admit(&key, &limits) {
+        throttle::Admission::Blocked => Err(Denied::blocked(&client_host(data, &a).await)),
+        admission => {
+            if let throttle::Admission::At(when) = admission {
+                tokio::time::sleep_until(when.into()).await;
+            }
+            verify(data, client, seq, &a).await?
+        }
     };
+    match &outcome {
+        Ok(_) => data.throttle.succeeded(&key),
+        Err(denied) if denied.code == ER_ACCESS_DENIED_ERROR => {
+            let counter = match a.directory {
+                Directory::Clients => crate::stats::Counter::AccessDeniedWrongPassword,
+                Directory::Admin => crate::stats::Counter::AdminAccessDenied,
+            };
+            data.stats.add(counter, 1);
+            tracing::info!(client = %a.peer.ip(), user = a.user, "login refused: {}", denied.message);
+            if data.throttle.failed(&key, &limits) {
+                tracing::warn!(client = %a.peer.ip(), user = a.user, failures = limits.max_errors, "blocking this address for this user until FLUSH HOSTS on the admin port");
+            }
+        }
+        Err(denied) => tracing::info!(client = %a.peer.ip(), user = a.user, code = denied.code, "login refused: {}", denied.message),
+    }
+    Ok(outcome)
+}
+
+/// The client as the server names it (only needed for a refusal or a backend account: it may
+/// take reading a setting from the backend once).
+async fn client_host(data: &DataPath, a: &Attempt<'_>) -> ClientHost {
+    match a.directory {
+        Directory::Clients => data.backend_accounts.client_host(&data.live, a.peer.ip()).await,
+        // The admin port is sluice's own server, which resolves no names.
+        Directory::Admin => ClientHost::new(a.peer.ip(), false),
+    }
+}
+
+/// ER_ACCESS_DENIED_ERROR for this attempt.
+async fn access_denied(data: &DataPath, a: &Attempt<'_>, reply: &[u8]) -> Result<Result<(User, Credential), Denied>, LoginError> {
+    Ok(Err(Denied::access(a.user, &client_host(data, a).await, !reply.is_empty())))
+}
+
+/// Who the client claims to be, and whether its reply proves it.
+async fn verify(
+    data: &Arc<DataPath>,
+    client: &mut Conn,
+    seq: &mut u8,
+    a: &Attempt<'_>,
+) -> Result<Result<(User, Credential), Denied>, LoginError> {
     let mut out = Vec::new();
     let mut plugin = a.plugin.to_string();
     let mut reply = a.reply.to_vec();
     // A plugin sluice does not speak: switch the client to the announced one.
     if plugin != MYSQL_NATIVE_PASSWORD && plugin != CACHING_SHA2_PASSWORD {
-        if !a.can_switch {
-            return Ok(Err(denied(!reply.is_empty())));
+        if !a.capabilities.contains(CapabilityFlags::CLIENT_PLUGIN_AUTH) {
+            return access_denied(data, a, &reply).await;
         }
         plugin = data.snapshot().config.proxy.default_auth_plugin.clone();
         handshake::write_auth_switch(&mut out, seq, &plugin, a.nonce);
@@ -174,41 +259,98 @@ pub async fn authenticate(
         *seq = last.wrapping_add(1);
         reply = r;
     }
-    let mut user = match a.directory {
-        Directory::Clients => find_user(data, a.user, a.peer.ip(), false).await,
-        Directory::Admin => admin_user(data, a.user),
+    let found = match a.directory {
+        Directory::Clients => match find_account(data, a).await {
+            Ok(found) => found,
+            Err(refused) => return Ok(Err(refused)),
+        },
+        Directory::Admin => admin_user(data, a.user).map(|user| Account { user, ssl_type: 0, prove: false }),
     };
     // caching_sha2 clients whose account has only a native hash give their password in full.
     let mut clear: Option<Vec<u8>> = None;
-    if plugin == CACHING_SHA2_PASSWORD && !reply.is_empty() && user.as_ref().is_some_and(|u| !u.secret.has_plain()) {
+    if plugin == CACHING_SHA2_PASSWORD && !reply.is_empty() && found.as_ref().is_some_and(|f| !f.user.secret.has_plain()) {
         clear = Some(match full_auth(data, client, seq, a.nonce).await? {
             Some(pw) => pw,
-            None => return Ok(Err(denied(true))),
+            None => return access_denied(data, a, &reply).await,
         });
     }
-    for retry in [false, true] {
-        if retry {
-            // Unknown user or wrong password: the backend's accounts may have changed.
-            if a.directory == Directory::Admin || !data.snapshot().config.proxy.backend_users {
-                break;
-            }
-            user = find_user(data, a.user, a.peer.ip(), true).await;
-        }
-        let Some(u) = &user else { continue };
-        let verified = match (&clear, plugin.as_str()) {
-            (Some(pw), _) => u.secret.verify_plain(pw),
-            (None, MYSQL_NATIVE_PASSWORD) => u.secret.verify_native(a.nonce, &reply),
-            (None, _) => u.secret.verify_sha2_fast(a.nonce, &reply).unwrap_or_default(),
-        };
-        if let Some(credential) = verified {
-            if plugin == CACHING_SHA2_PASSWORD && clear.is_none() && !reply.is_empty() {
-                handshake::write_auth_more_data(&mut out, seq, &[auth::SHA2_FAST_AUTH_SUCCESS]);
-                client.write_all(&out).await?;
-            }
-            return Ok(Ok((u.clone(), credential)));
+    let Some(account) = found else { return access_denied(data, a, &reply).await };
+    let verified = match (&clear, plugin.as_str()) {
+        (Some(pw), _) => account.user.secret.verify_plain(pw),
+        (None, MYSQL_NATIVE_PASSWORD) => account.user.secret.verify_native(a.nonce, &reply),
+        (None, _) => account.user.secret.verify_sha2_fast(a.nonce, &reply).unwrap_or_default(),
+    };
+    let Some(credential) = verified else { return access_denied(data, a, &reply).await };
+    // REQUIRE SSL needs the client's own connection in TLS; REQUIRE X509 and the like need a
+    // client certificate, which sluice does not ask for.
+    let tls_ok = match account.ssl_type {
+        0 => true,
+        1 => client.stream.is_tls(),
+        _ => false,
+    };
+    if !tls_ok {
+        return access_denied(data, a, &reply).await;
+    }
+    if account.prove {
+        if let Err(refused) = prove(data, &account.user, &credential, a, !reply.is_empty()).await {
+            return Ok(Err(refused));
         }
     }
-    Ok(Err(denied(!reply.is_empty())))
+    if plugin == CACHING_SHA2_PASSWORD && clear.is_none() && !reply.is_empty() {
+        handshake::write_auth_more_data(&mut out, seq, &[auth::SHA2_FAST_AUTH_SUCCESS]);
+        client.write_all(&out).await?;
+    }
+    Ok(Ok((account.user, credential)))
+}
+
+/// A configured user, else (with `backend_users`) the backend's account as it is now. `None`:
+/// no such login; `Err`: the backend's accounts could not be read.
+async fn find_account(data: &Arc<DataPath>, a: &Attempt<'_>) -> Result<Option<Account>, Denied> {
+    let name = a.user;
+    let hostgroup = {
+        let snapshot = data.snapshot();
+        if let Some(user) = snapshot.users.configured(name) {
+            return Ok(Some(Account { user: user.clone(), ssl_type: 0, prove: false }));
+        }
+        if !snapshot.config.proxy.backend_users {
+            return Ok(None);
+        }
+        snapshot.config.proxy.backend_users_hostgroup
+    };
+    let lookup = data.backend_accounts.lookup(&data.live, name).await.map_err(|e| Denied::backend(e.code, e.message))?;
+    Ok(lookup.account(name, &client_host(data, a).await, hostgroup))
+}
+
+/// Logs in to the backend as the client's user on a new connection, so the server itself says
+/// whether it takes the login now (a locked account, an expired password with or without the
+/// client's CLIENT_CAN_HANDLE_EXPIRED_PASSWORDS, max_password_errors…). On success, idle pooled
+/// connections of this login are closed: the session's first connection is a new one, which
+/// carries the server's verdict (an expired password's sandbox mode).
+async fn prove(data: &DataPath, user: &User, credential: &Credential, a: &Attempt<'_>, used_password: bool) -> Result<(), Denied> {
+    let snapshot = data.live.load_full();
+    let no_backend = |e: &crate::pool::BackendError| {
+        let code = if matches!(e, crate::pool::BackendError::Unavailable(_)) { ER_PROXY_NO_BACKEND } else { CR_CONN_HOST_ERROR };
+        Denied::backend(code, e.to_string())
+    };
+    let server = snapshot.hostgroups.pick(user.default_hostgroup).map_err(|e| no_backend(&e.into()))?;
+    let (username, credential) = user.backend_credential(credential.clone());
+    let expired_ok = CapabilityFlags::CLIENT_CAN_HANDLE_EXPIRED_PASSWORDS;
+    let mut params = crate::pool::ConnectParams::internal(server, &username, &credential, snapshot.config.connect_timeout());
+    params.capabilities = (params.capabilities - expired_ok) | (a.capabilities & expired_ok);
+    match crate::pool::connect(&params).await {
+        Ok(backend) => {
+            backend.quit().await;
+            for s in snapshot.hostgroups.servers() {
+                s.pool.close_idle_logins(|login| login.username == username && login.credential == credential);
+            }
+            Ok(())
+        }
+        Err(crate::pool::BackendError::Rejected { code: ER_ACCESS_DENIED_ERROR, .. }) => {
+            Err(Denied::access(a.user, &client_host(data, a).await, used_password))
+        }
+        Err(crate::pool::BackendError::Rejected { code, sqlstate, message, .. }) => Err(Denied { code, sqlstate, message }),
+        Err(e) => Err(no_backend(&e)),
+    }
 }
 
 /// An admin login from `proxy.admin_credentials` (read at each login: a reload applies at once).
@@ -256,28 +398,4 @@ async fn full_auth(data: &Arc<DataPath>, client: &mut Conn, seq: &mut u8, nonce:
         pw.pop();
     }
     Ok(Some(pw))
-}
-
-/// Looks a login name up: config users, then the backend's accounts (reloaded when `reload`
-/// is set or the name is unknown, at most once per refresh interval).
-async fn find_user(data: &DataPath, name: &str, client: std::net::IpAddr, reload: bool) -> Option<User> {
-    let (refresh, hostgroup) = {
-        let snap = data.snapshot();
-        if let Some(u) = snap.users.configured(name) {
-            return Some(u.clone());
-        }
-        let p = &snap.config.proxy;
-        if !p.backend_users {
-            return None;
-        }
-        (std::time::Duration::from_millis(p.backend_users_refresh_ms), p.backend_users_hostgroup)
-    };
-    let found = data.backend_accounts.find(name, client, hostgroup);
-    if found.is_some() && !reload {
-        return found;
-    }
-    if data.backend_accounts.reload(refresh, crate::monitor::load_accounts(data)).await {
-        return data.backend_accounts.find(name, client, hostgroup);
-    }
-    found
 }

@@ -72,6 +72,8 @@ struct Session {
     client_broken: bool,
     /// Counts this session in `clients` until it ends.
     _counted: ClientCount,
+    /// Failed COM_CHANGE_USERs on this connection (the server refuses a fourth).
+    failed_change_user: u8,
 }
 
 /// One logged-in client in `DataPath::clients`; released on drop.
@@ -207,6 +209,7 @@ async fn start(
         tail: None,
         client_broken: false,
         _counted: counted,
+        failed_change_user: 0,
     };
     // A connection in the user's default hostgroup, in the requested schema, proves the login
     // and the schema to the backend before the client hears OK.
@@ -764,11 +767,16 @@ impl Session {
             plugin: &plugin,
             reply: &cu.auth_response,
             nonce: &self.nonce,
-            can_switch: self.negotiated.capabilities.contains(CapabilityFlags::CLIENT_PLUGIN_AUTH),
+            capabilities: self.negotiated.capabilities,
             peer: self.peer,
             directory: auth::Directory::Clients,
         };
-        let authenticated = auth::authenticate(&self.data, &mut self.client, &mut seq, attempt).await;
+        // As MariaDB (MDEV-3915): after three failures, COM_CHANGE_USER is refused unchecked.
+        let authenticated = if self.failed_change_user >= 3 {
+            Ok(Err(auth::Denied::change_user_limit()))
+        } else {
+            auth::authenticate(&self.data, &mut self.client, &mut seq, attempt).await
+        };
         // Whatever the outcome, the server resets the session.
         self.release_all();
         self.statements.clear();
@@ -780,7 +788,10 @@ impl Session {
                 // The server resets a session whose COM_CHANGE_USER failed to its global
                 // defaults (character set included), keeping the user and schema.
                 self.state = Arc::new(state::State::new(self.state.schema.as_deref(), 0));
-                self.reply_err(seq, ER_ACCESS_DENIED_ERROR, SQLSTATE_ACCESS_DENIED, &denied).await;
+                // The server answers a failed COM_CHANGE_USER only after a second.
+                self.failed_change_user = self.failed_change_user.saturating_add(1);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                self.reply_err(seq, denied.code, &denied.sqlstate, &denied.message).await;
                 return Flow::Continue;
             }
             Err(_) => return Flow::End,
