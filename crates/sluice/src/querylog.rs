@@ -482,8 +482,7 @@ impl fmt::Display for DigestId {
 
 /// ISO 8601 as RFC 3339 profiles it, in UTC with microseconds: `YYYY-MM-DDTHH:MM:SS.uuuuuuZ`
 /// (digits past the sixth are cut, not rounded).
-const LOG_TIME: EncodedConfig =
-    Config::DEFAULT.set_time_precision(TimePrecision::Second { decimal_digits: NonZeroU8::new(6) }).encode();
+const LOG_TIME: EncodedConfig = Config::DEFAULT.set_time_precision(TimePrecision::Second { decimal_digits: NonZeroU8::new(6) }).encode();
 
 /// A statement's time as the log writes it (`LOG_TIME`); times before 1970 print as the epoch,
 /// times past 9999 (no room in the format) as its last microsecond. Never fails: serde_json
