@@ -68,6 +68,19 @@ enum State {
 /// Bytes of a packet's start kept to classify it (the longest thing read is an OK header).
 const PREFIX: usize = 24;
 
+/// What every state's handler is told about a finished packet.
+#[derive(Debug, Clone, Copy)]
+struct Head {
+    /// The payload's first byte (None: empty packet).
+    first: Option<u8>,
+    /// Payload length of the packet's first chunk.
+    len: usize,
+    /// An ERR packet (progress reports never get this far).
+    is_err: bool,
+    /// An EOF, or an OK ending a result set (deprecate_eof), rather than a row starting with 0xFE.
+    is_terminator: bool,
+}
+
 /// MariaDB extended capabilities that change the shape of replies.
 pub const MARIADB_CLIENT_PROGRESS: u32 = 1 << 0;
 pub const MARIADB_CLIENT_CACHE_METADATA: u32 = 1 << 4;
@@ -266,6 +279,7 @@ impl Scanner {
         Ok((i, Event::More))
     }
 
+    /// A whole packet has passed: looks at its first bytes and hands it to the current state.
     fn on_packet(&mut self) -> Result<Event, ProtoError> {
         let p = &self.prefix[..self.prefix_len];
         let first = p.first().copied();
@@ -275,56 +289,59 @@ impl Scanner {
             // A progress report (MariaDB): informational, the reply goes on.
             return Ok(Event::More);
         }
-        // 0xFE opens a terminator unless the packet is 16 MiB or more (a row whose first value is huge).
-        let is_terminator = first == Some(EOF_HEADER) && len < MAX_CHUNK;
         if is_err {
             self.error_code = p.get(1..3).map_or(0, |c| u16::from_le_bytes([c[0], c[1]]));
         }
-        let done = |s: &mut Self, error| {
-            s.state = State::Finished;
-            Ok(Event::Done { error })
-        };
+        // 0xFE opens a terminator unless the packet is 16 MiB or more (a row whose first value is huge).
+        let head = Head { first, len, is_err, is_terminator: first == Some(EOF_HEADER) && len < MAX_CHUNK };
         match self.state {
-            State::First => {
-                if is_err {
-                    return done(self, true);
+            State::First => self.on_first(head),
+            State::Columns { left } => Ok(self.on_column(head, left)),
+            State::ColumnsEof => self.on_columns_eof(head),
+            State::Rows => self.on_row(head),
+            State::PrepareOk => self.on_prepare_ok(head),
+            State::Params { left, columns } => Ok(self.on_param(left, columns)),
+            State::ParamsEof { columns } => Ok(self.on_params_eof(columns)),
+            State::PrepColumns { left } => Ok(self.on_prep_column(left)),
+            State::PrepColumnsEof => Ok(self.finish(false)),
+            State::FieldList => Ok(self.on_field_list(head)),
+            State::Single => Ok(self.on_single(head)),
+            State::Finished => Err(ProtoError::Unexpected("packet after the end of a reply")),
+        }
+    }
+
+    /// The reply is over.
+    fn finish(&mut self, error: bool) -> Event {
+        self.state = State::Finished;
+        Event::Done { error }
+    }
+
+    /// Start of a result: OK, ERR, a LOCAL INFILE request (COM_QUERY only) or a column count.
+    fn on_first(&mut self, head: Head) -> Result<Event, ProtoError> {
+        if head.is_err {
+            return Ok(self.finish(true));
+        }
+        let p = &self.prefix[..self.prefix_len];
+        match head.first {
+            Some(OK_HEADER) => {
+                let ok = parse_ok(p).map_err(|_| ProtoError::Malformed("OK"))?;
+                self.status = ok.status;
+                self.warnings = ok.warnings;
+                self.affected_rows += ok.affected_rows;
+                if ok.last_insert_id != 0 {
+                    self.last_insert_id = ok.last_insert_id;
                 }
-                match first {
-                    Some(OK_HEADER) => {
-                        let ok = parse_ok(p).map_err(|_| ProtoError::Malformed("OK"))?;
-                        self.status = ok.status;
-                        self.warnings = ok.warnings;
-                        self.affected_rows += ok.affected_rows;
-                        if ok.last_insert_id != 0 {
-                            self.last_insert_id = ok.last_insert_id;
-                        }
-                        self.more_results_or_done()
-                    }
-                    Some(LOCAL_INFILE_HEADER) if self.reply == Reply::Query => Ok(Event::LocalInfile),
-                    _ => {
-                        let (n, used) = read_lenenc(p).ok_or(ProtoError::Malformed("column count"))?;
-                        if n == 0 {
-                            return Err(ProtoError::Malformed("column count"));
-                        }
-                        let metadata_skipped =
-                            self.cache_metadata && matches!(self.reply, Reply::Execute { .. }) && p.get(used) == Some(&0);
-                        self.state = if !metadata_skipped {
-                            State::Columns { left: n }
-                        } else if self.deprecate_eof {
-                            State::Rows
-                        } else {
-                            State::ColumnsEof
-                        };
-                        Ok(Event::More)
-                    }
-                }
+                Ok(self.more_results_or_done())
             }
-            State::Columns { left } => {
-                if is_err {
-                    return done(self, true);
+            Some(LOCAL_INFILE_HEADER) if self.reply == Reply::Query => Ok(Event::LocalInfile),
+            _ => {
+                let (n, used) = read_lenenc(p).ok_or(ProtoError::Malformed("column count"))?;
+                if n == 0 {
+                    return Err(ProtoError::Malformed("column count"));
                 }
-                self.state = if left > 1 {
-                    State::Columns { left: left - 1 }
+                let metadata_skipped = self.cache_metadata && matches!(self.reply, Reply::Execute { .. }) && p.get(used) == Some(&0);
+                self.state = if !metadata_skipped {
+                    State::Columns { left: n }
                 } else if self.deprecate_eof {
                     State::Rows
                 } else {
@@ -332,117 +349,151 @@ impl Scanner {
                 };
                 Ok(Event::More)
             }
-            State::ColumnsEof => {
-                if is_err {
-                    return done(self, true);
-                }
-                self.status = terminator_status(p, false)?;
-                let cursor = matches!(self.reply, Reply::Execute { cursor: true });
-                if cursor && self.status & StatusFlags::SERVER_STATUS_CURSOR_EXISTS.bits() != 0 {
-                    return done(self, false);
-                }
-                self.state = State::Rows;
-                Ok(Event::More)
-            }
-            State::Rows => {
-                if is_err {
-                    return done(self, true);
-                }
-                if is_terminator {
-                    self.status = terminator_status(p, self.deprecate_eof)?;
-                    if !self.deprecate_eof {
-                        if let Ok((w, _)) = crate::packet::parse_eof(p) {
-                            self.warnings = w;
-                        }
-                    } else if let Ok(ok) = parse_ok(p) {
-                        self.warnings = ok.warnings;
-                    }
-                    return self.more_results_or_done();
-                }
-                self.rows += 1;
-                Ok(Event::More)
-            }
-            State::PrepareOk => {
-                if is_err {
-                    return done(self, true);
-                }
-                if first != Some(OK_HEADER) || p.len() < 9 {
-                    return Err(ProtoError::Malformed("COM_STMT_PREPARE OK"));
-                }
-                let columns = u16::from_le_bytes([p[5], p[6]]);
-                let params = u16::from_le_bytes([p[7], p[8]]);
-                self.state = match (params, columns) {
-                    (0, 0) => return done(self, false),
-                    (0, c) => State::PrepColumns { left: c },
-                    (n, c) => State::Params { left: n, columns: c },
-                };
-                Ok(Event::More)
-            }
-            State::Params { left, columns } => {
-                self.state = if left > 1 {
-                    State::Params { left: left - 1, columns }
-                } else if !self.deprecate_eof {
-                    State::ParamsEof { columns }
-                } else if columns > 0 {
-                    State::PrepColumns { left: columns }
-                } else {
-                    return done(self, false);
-                };
-                Ok(Event::More)
-            }
-            State::ParamsEof { columns } => {
-                if columns == 0 {
-                    return done(self, false);
-                }
-                self.state = State::PrepColumns { left: columns };
-                Ok(Event::More)
-            }
-            State::PrepColumns { left } => {
-                if left > 1 {
-                    self.state = State::PrepColumns { left: left - 1 };
-                } else if !self.deprecate_eof {
-                    self.state = State::PrepColumnsEof;
-                } else {
-                    return done(self, false);
-                }
-                Ok(Event::More)
-            }
-            State::PrepColumnsEof => done(self, false),
-            State::FieldList => {
-                if is_err {
-                    return done(self, true);
-                }
-                if is_terminator {
-                    if let Ok(s) = terminator_status(p, self.deprecate_eof) {
-                        self.status = s;
-                    }
-                    return done(self, false);
-                }
-                Ok(Event::More)
-            }
-            State::Single => {
-                if first == Some(OK_HEADER) || (first == Some(EOF_HEADER) && len < 9) {
-                    if let Ok(ok) = parse_ok(p) {
-                        self.status = ok.status;
-                        self.warnings = ok.warnings;
-                    } else if let Ok((w, s)) = crate::packet::parse_eof(p) {
-                        self.status = s;
-                        self.warnings = w;
-                    }
-                }
-                done(self, is_err)
-            }
-            State::Finished => Err(ProtoError::Unexpected("packet after the end of a reply")),
         }
     }
 
-    fn more_results_or_done(&mut self) -> Result<Event, ProtoError> {
+    /// A column definition of a result set; `left` counts this one.
+    fn on_column(&mut self, head: Head, left: u64) -> Event {
+        if head.is_err {
+            return self.finish(true);
+        }
+        self.state = if left > 1 {
+            State::Columns { left: left - 1 }
+        } else if self.deprecate_eof {
+            State::Rows
+        } else {
+            State::ColumnsEof
+        };
+        Event::More
+    }
+
+    /// The EOF after the column definitions (deprecate_eof off). An execute that opened a
+    /// cursor ends here; its rows come with COM_STMT_FETCH.
+    fn on_columns_eof(&mut self, head: Head) -> Result<Event, ProtoError> {
+        if head.is_err {
+            return Ok(self.finish(true));
+        }
+        self.status = terminator_status(&self.prefix[..self.prefix_len], false)?;
+        let cursor = matches!(self.reply, Reply::Execute { cursor: true });
+        if cursor && self.status & StatusFlags::SERVER_STATUS_CURSOR_EXISTS.bits() != 0 {
+            return Ok(self.finish(false));
+        }
+        self.state = State::Rows;
+        Ok(Event::More)
+    }
+
+    /// A row, or the terminator that ends the result set.
+    fn on_row(&mut self, head: Head) -> Result<Event, ProtoError> {
+        if head.is_err {
+            return Ok(self.finish(true));
+        }
+        if head.is_terminator {
+            let p = &self.prefix[..self.prefix_len];
+            self.status = terminator_status(p, self.deprecate_eof)?;
+            if !self.deprecate_eof {
+                if let Ok((w, _)) = crate::packet::parse_eof(p) {
+                    self.warnings = w;
+                }
+            } else if let Ok(ok) = parse_ok(p) {
+                self.warnings = ok.warnings;
+            }
+            return Ok(self.more_results_or_done());
+        }
+        self.rows += 1;
+        Ok(Event::More)
+    }
+
+    /// COM_STMT_PREPARE's first packet: its counts of columns and parameters say what follows.
+    fn on_prepare_ok(&mut self, head: Head) -> Result<Event, ProtoError> {
+        if head.is_err {
+            return Ok(self.finish(true));
+        }
+        let p = &self.prefix[..self.prefix_len];
+        if head.first != Some(OK_HEADER) || p.len() < 9 {
+            return Err(ProtoError::Malformed("COM_STMT_PREPARE OK"));
+        }
+        let columns = u16::from_le_bytes([p[5], p[6]]);
+        let params = u16::from_le_bytes([p[7], p[8]]);
+        self.state = match (params, columns) {
+            (0, 0) => return Ok(self.finish(false)),
+            (0, c) => State::PrepColumns { left: c },
+            (n, c) => State::Params { left: n, columns: c },
+        };
+        Ok(Event::More)
+    }
+
+    /// A prepared statement's parameter definition; `left` counts this one.
+    fn on_param(&mut self, left: u16, columns: u16) -> Event {
+        self.state = if left > 1 {
+            State::Params { left: left - 1, columns }
+        } else if !self.deprecate_eof {
+            State::ParamsEof { columns }
+        } else if columns > 0 {
+            State::PrepColumns { left: columns }
+        } else {
+            return self.finish(false);
+        };
+        Event::More
+    }
+
+    /// The EOF after the parameter definitions (deprecate_eof off).
+    fn on_params_eof(&mut self, columns: u16) -> Event {
+        if columns == 0 {
+            return self.finish(false);
+        }
+        self.state = State::PrepColumns { left: columns };
+        Event::More
+    }
+
+    /// A prepared statement's column definition; `left` counts this one.
+    fn on_prep_column(&mut self, left: u16) -> Event {
+        if left > 1 {
+            self.state = State::PrepColumns { left: left - 1 };
+        } else if !self.deprecate_eof {
+            self.state = State::PrepColumnsEof;
+        } else {
+            return self.finish(false);
+        }
+        Event::More
+    }
+
+    /// COM_FIELD_LIST: a column definition, or the terminator that ends the reply.
+    fn on_field_list(&mut self, head: Head) -> Event {
+        if head.is_err {
+            return self.finish(true);
+        }
+        if head.is_terminator {
+            if let Ok(s) = terminator_status(&self.prefix[..self.prefix_len], self.deprecate_eof) {
+                self.status = s;
+            }
+            return self.finish(false);
+        }
+        Event::More
+    }
+
+    /// The one packet of a command that answers with one: it ends the reply, keeping the
+    /// status and warnings of an OK or EOF.
+    fn on_single(&mut self, head: Head) -> Event {
+        if head.first == Some(OK_HEADER) || (head.first == Some(EOF_HEADER) && head.len < 9) {
+            let p = &self.prefix[..self.prefix_len];
+            if let Ok(ok) = parse_ok(p) {
+                self.status = ok.status;
+                self.warnings = ok.warnings;
+            } else if let Ok((w, s)) = crate::packet::parse_eof(p) {
+                self.status = s;
+                self.warnings = w;
+            }
+        }
+        self.finish(head.is_err)
+    }
+
+    /// After an OK or a result set's terminator: another result follows when the server says so.
+    fn more_results_or_done(&mut self) -> Event {
         if self.status & StatusFlags::SERVER_MORE_RESULTS_EXISTS.bits() != 0 {
             self.state = State::First;
-            Ok(Event::More)
+            Event::More
         } else {
-            self.state = State::Finished;
-            Ok(Event::Done { error: false })
+            self.finish(false)
         }
     }
 }

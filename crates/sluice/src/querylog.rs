@@ -21,12 +21,15 @@ use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::net::SocketAddr;
+use std::num::NonZeroU8;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use time::format_description::well_known::iso8601::{Config, EncodedConfig, Iso8601, TimePrecision};
+use time::UtcDateTime;
 
 /// A batch stops growing here so one slow disk cannot make the writer hold unbounded memory.
 const BATCH_BYTES: usize = 1 << 20;
@@ -477,33 +480,25 @@ impl fmt::Display for DigestId {
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SS.uuuuuuZ`; times before 1970 print as the epoch.
+/// ISO 8601 as RFC 3339 profiles it, in UTC with microseconds: `YYYY-MM-DDTHH:MM:SS.uuuuuuZ`
+/// (digits past the sixth are cut, not rounded).
+const LOG_TIME: EncodedConfig = Config::DEFAULT.set_time_precision(TimePrecision::Second { decimal_digits: NonZeroU8::new(6) }).encode();
+
+/// A statement's time as the log writes it (`LOG_TIME`); times before 1970 print as the epoch,
+/// times past 9999 (no room in the format) as its last microsecond. Never fails: serde_json
+/// panics when a Display it collects fails on its own.
 struct Rfc3339(SystemTime);
 
 impl fmt::Display for Rfc3339 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let since = self.0.duration_since(UNIX_EPOCH).unwrap_or_default();
-        let secs = since.as_secs();
-        let (days, rem) = (secs / 86_400, secs % 86_400);
-        let (y, m, d) = civil_from_days(days);
-        let (hh, mm, ss) = (rem / 3600, rem / 60 % 60, rem % 60);
-        write!(f, "{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}.{:06}Z", since.subsec_micros())
+        // Lossless: a Duration holds under 2^94 ns.
+        let t = UtcDateTime::from_unix_timestamp_nanos(since.as_nanos() as i128).unwrap_or(UtcDateTime::MAX);
+        let mut text = [0u8; 32];
+        // Within 1970..=9999 the format needs 27 bytes and cannot fail.
+        let n = t.format_into(&mut &mut text[..], &Iso8601::<LOG_TIME>).unwrap_or(0);
+        f.write_str(std::str::from_utf8(&text[..n]).unwrap_or_default())
     }
-}
-
-/// Days since 1970-01-01 → (year, month, day) in the proleptic Gregorian calendar
-/// (Howard Hinnant's `civil_from_days`, unsigned since we never go before 1970).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + u64::from(m <= 2);
-    (y, m, d)
 }
 
 /// The query as logged: at most `max` bytes, cut at a character boundary, invalid UTF-8
@@ -622,6 +617,22 @@ mod tests {
         assert_eq!(at(1_709_208_000_999_999), "2024-02-29T12:00:00.999999Z");
         assert_eq!(at(4_102_444_799_500_000), "2099-12-31T23:59:59.500000Z");
         assert_eq!(Rfc3339(UNIX_EPOCH - Duration::from_secs(5)).to_string(), "1970-01-01T00:00:00.000000Z");
+        // Sub-microsecond digits are cut, never rounded up into the next second.
+        assert_eq!(Rfc3339(UNIX_EPOCH + Duration::new(59, 999_999_999)).to_string(), "1970-01-01T00:00:59.999999Z");
+    }
+
+    #[test]
+    fn a_known_timestamp() {
+        // 1,234,567,890 s after the epoch is 2009-02-13 23:31:30 UTC.
+        let t = UNIX_EPOCH + Duration::new(1_234_567_890, 42_000);
+        assert_eq!(Rfc3339(t).to_string(), "2009-02-13T23:31:30.000042Z");
+        // Leap days at the turn of the centuries: 2100 is not a leap year, so 2100-03-01 follows 02-28.
+        let day = |s: u64| Rfc3339(UNIX_EPOCH + Duration::from_secs(s)).to_string();
+        assert_eq!(day(4_107_456_000), "2100-02-28T00:00:00.000000Z");
+        assert_eq!(day(4_107_456_000 + 86_400), "2100-03-01T00:00:00.000000Z");
+        // The last second the format can write; later times print as its last microsecond.
+        assert_eq!(day(253_402_300_799), "9999-12-31T23:59:59.000000Z");
+        assert_eq!(day(253_402_300_800), "9999-12-31T23:59:59.999999Z");
     }
 
     #[test]

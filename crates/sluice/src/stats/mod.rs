@@ -1,12 +1,12 @@
 //! stats (beside ①–⑥): what the admin tables (stats_mysql_query_digest, _commands_counters,
 //! _global, _connection_pool's traffic columns) and /metrics read.
 //!
-//! Every thread that records gets its own state, registered with the `Stats` on first use
-//! (the pattern of `rules::hits`): counters as single-writer atomics, everything else behind a
-//! mutex only that thread and an occasional reader take, so the query path writes no shared
-//! cache line and takes no global lock. Readers merge every thread's state on demand. The
-//! state of a thread that has exited is folded into `retired` by the next reader, so a churn of
-//! short-lived threads does not grow the list.
+//! Every thread that records gets its own state in the `Stats` (a `thread_local::ThreadLocal`,
+//! made on the thread's first record): counters as single-writer atomics, everything else
+//! behind a mutex only that thread and an occasional reader take, so the query path writes no
+//! shared cache line and takes no global lock. Readers merge every thread's state on demand.
+//! The state of a thread that has exited stays, and the next thread given its id carries on
+//! counting into it, so a churn of short-lived threads neither grows the states nor loses counts.
 
 mod command;
 mod counter;
@@ -21,12 +21,13 @@ use crate::config::StatsSection;
 use digest::DigestTable;
 use hdrhistogram::Histogram;
 use rates::RateRing;
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use thread_local::ThreadLocal;
 
 /// One finished statement, as the thread that ran it reports it.
 #[derive(Debug, Clone, Copy)]
@@ -239,22 +240,6 @@ impl Local {
     }
 }
 
-/// What exited threads left behind.
-#[derive(Default)]
-struct Retired {
-    counters: Vec<u64>,
-    data: LocalData,
-}
-
-/// Distinguishes `Stats` instances, so a thread never records into a dropped one's state.
-static GENERATION: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    /// This thread's state, by `Stats` generation (one in a running proxy; entries of dropped
-    /// instances are forgotten when the thread next registers).
-    static LOCAL: RefCell<Vec<(u64, Arc<Local>)>> = const { RefCell::new(Vec::new()) };
-}
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panicking holder leaves counts, never broken invariants worth losing the stats over.
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -287,33 +272,29 @@ fn unix_secs(t: Instant) -> u64 {
 
 /// The statistics of one running proxy, held as `Arc<Stats>`.
 pub struct Stats {
-    generation: u64,
     digests_on: AtomicBool,
     max_digests: AtomicUsize,
     max_digest_length: AtomicUsize,
     long_query_us: AtomicU64,
-    /// Every live thread's state. Locked when a thread registers and when read.
-    threads: Mutex<Vec<Arc<Local>>>,
-    retired: Mutex<Retired>,
+    /// Every thread's state, exited threads' included (a new thread may be given one).
+    locals: ThreadLocal<Local>,
     rates: Mutex<RateRing>,
 }
 
 impl std::fmt::Debug for Stats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Stats").field("generation", &self.generation).finish()
+        f.debug_struct("Stats").field("digests_on", &self.digests_on).finish_non_exhaustive()
     }
 }
 
 impl Stats {
     pub fn new(settings: &StatsSection) -> Stats {
         let s = Stats {
-            generation: GENERATION.fetch_add(1, Relaxed),
             digests_on: AtomicBool::new(false),
             max_digests: AtomicUsize::new(0),
             max_digest_length: AtomicUsize::new(0),
             long_query_us: AtomicU64::new(u64::MAX),
-            threads: Mutex::new(Vec::new()),
-            retired: Mutex::new(Retired::default()),
+            locals: ThreadLocal::new(),
             rates: Mutex::new(RateRing::default()),
         };
         s.apply(settings);
@@ -329,24 +310,18 @@ impl Stats {
         self.long_query_us.store(settings.long_query_time_ms.saturating_mul(1000), Relaxed);
     }
 
-    /// Runs `f` on this thread's state, registering it on first use. During thread teardown
-    /// (thread-locals gone) the event is dropped.
+    /// Runs `f` on this thread's state, making it on first use.
     fn with_local(&self, f: impl FnOnce(&Local)) {
-        let _ = LOCAL.try_with(|cell| {
-            {
-                let Ok(list) = cell.try_borrow() else { return };
-                if let Some((_, local)) = list.iter().find(|(g, _)| *g == self.generation) {
-                    return f(local);
-                }
-            }
-            let Ok(mut list) = cell.try_borrow_mut() else { return };
-            let local = Arc::new(Local::new());
-            lock(&self.threads).push(local.clone());
-            // Forget states whose Stats is gone (then this thread is their only holder).
-            list.retain(|(_, l)| Arc::strong_count(l) > 1);
-            list.push((self.generation, local.clone()));
-            f(&local)
-        });
+        if let Some(local) = self.locals.get().or_else(|| self.first_local()) {
+            f(local)
+        }
+    }
+
+    /// This thread's first record. thread_local panics when that comes from a thread-local's
+    /// destructor after its own thread id was given back; such an event is dropped instead.
+    #[cold]
+    fn first_local(&self) -> Option<&Local> {
+        std::panic::catch_unwind(AssertUnwindSafe(|| self.locals.get_or(Local::new))).ok()
     }
 
     /// Whether statements should bring a digest (a relaxed load; readers of `apply` see it
@@ -399,54 +374,14 @@ impl Stats {
         });
     }
 
-    /// The live threads' states, after folding those of exited threads into `retired`.
-    fn locals(&self) -> Vec<Arc<Local>> {
-        let mut threads = lock(&self.threads);
-        let mut i = 0;
-        while i < threads.len() {
-            // Only this list holds it: its thread has exited and will not write again.
-            if threads.get(i).is_some_and(|l| Arc::strong_count(l) == 1) {
-                let gone = threads.swap_remove(i);
-                self.retire(&gone);
-            } else {
-                i += 1;
-            }
-        }
-        threads.clone()
-    }
-
-    fn retire(&self, gone: &Local) {
-        let mut r = lock(&self.retired);
-        let r = &mut *r;
-        if r.counters.is_empty() {
-            r.counters = vec![0; Counter::COUNT];
-        }
-        for (o, c) in r.counters.iter_mut().zip(&gone.counters) {
-            *o += c.load(Relaxed);
-        }
-        let data = std::mem::take(&mut *lock(&gone.data));
-        data.add_totals_to(&mut r.data);
-        let cap = self.max_digests.load(Relaxed);
-        let mut evicted = 0;
-        for e in data.digests.into_entries() {
-            evicted += r.data.digests.absorb(e, cap);
-        }
-        if let Some(c) = r.counters.get_mut(Counter::DigestEvictions as usize) {
-            *c += evicted;
-        }
-    }
-
     /// Every digest entry, merged over threads (same key on several threads: one row).
     pub fn digests(&self) -> Vec<DigestRow> {
         let mut all = DigestTable::default();
-        for local in self.locals() {
+        for local in &self.locals {
             let copies = lock(&local.data).digests.snapshot();
             for e in copies {
                 all.absorb(e, usize::MAX);
             }
-        }
-        for e in lock(&self.retired).data.digests.snapshot() {
-            all.absorb(e, usize::MAX);
         }
         all.into_entries().iter().map(|e| e.row()).collect()
     }
@@ -455,7 +390,7 @@ impl Stats {
     /// thread's table is taken whole under its lock, so a statement is reported exactly once.
     pub fn take_digests(&self) -> Vec<DigestRow> {
         let mut all = DigestTable::default();
-        for local in self.locals() {
+        for local in &self.locals {
             // Sized like the last table, allocated before taking the lock.
             let fresh = Vec::with_capacity(lock(&local.data).digests.len());
             let taken = lock(&local.data).digests.take(fresh);
@@ -463,19 +398,15 @@ impl Stats {
                 all.absorb(e, usize::MAX);
             }
         }
-        for e in lock(&self.retired).data.digests.take(Vec::new()) {
-            all.absorb(e, usize::MAX);
-        }
         all.into_entries().iter().map(|e| e.row()).collect()
     }
 
     /// Every thread's state but the digests, summed.
     fn totals(&self) -> LocalData {
         let mut sum = LocalData::default();
-        for local in self.locals() {
+        for local in &self.locals {
             lock(&local.data).add_totals_to(&mut sum);
         }
-        lock(&self.retired).data.add_totals_to(&mut sum);
         sum
     }
 
@@ -496,13 +427,10 @@ impl Stats {
     /// Every counter by its stats_mysql_global name, in `Counter::ALL` order.
     pub fn counters(&self) -> Vec<(&'static str, u64)> {
         let mut sums = vec![0u64; Counter::COUNT];
-        for local in self.locals() {
+        for local in &self.locals {
             for (s, c) in sums.iter_mut().zip(&local.counters) {
                 *s += c.load(Relaxed);
             }
-        }
-        for (s, c) in sums.iter_mut().zip(&lock(&self.retired).counters) {
-            *s += c;
         }
         Counter::ALL.iter().zip(sums).map(|(c, v)| (c.name(), v)).collect()
     }
@@ -547,16 +475,6 @@ impl Stats {
                 per_second_60s: ring.rate(i, w60),
             })
             .collect()
-    }
-}
-
-impl Drop for Stats {
-    /// Frees every thread's digests and histograms now; what stays in the thread-locals until
-    /// those threads next register is an empty shell.
-    fn drop(&mut self) {
-        for local in lock(&self.threads).iter() {
-            *lock(&local.data) = LocalData::default();
-        }
     }
 }
 
