@@ -186,9 +186,17 @@ impl Tail {
     /// Takes what of `buf` belongs to the packet: (bytes taken, whether the packet ended).
     /// Bytes after its end are left alone. Errors when the packet grows past `max_payload`.
     pub fn feed(&mut self, buf: &[u8]) -> Result<(usize, bool), ProtoError> {
+        self.feed_with(buf, |_| {})
+    }
+
+    /// `feed`, handing each run of payload bytes taken (not chunk headers) to `payload`.
+    pub fn feed_with(&mut self, buf: &[u8], mut payload: impl FnMut(&[u8])) -> Result<(usize, bool), ProtoError> {
         let mut pos = 0;
         loop {
             let take = self.left.min(buf.len() - pos);
+            if take > 0 {
+                payload(&buf[pos..pos + take]);
+            }
             pos += take;
             self.left -= take;
             if self.left > 0 {

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
@@ -175,6 +176,8 @@ pub struct Handshakes {
     total: AtomicUsize,
     /// Only touched when a connection starts or ends its handshake, never per statement.
     by_host: Mutex<HashMap<IpAddr, usize>>,
+    /// Woken when a slot frees, for connections waiting for one (`begin_within`).
+    freed: tokio::sync::Notify,
 }
 
 /// Why a handshake was not started.
@@ -201,6 +204,27 @@ impl Handshakes {
         }
         *n += 1;
         Ok(HandshakeSlot { handshakes: self, ip })
+    }
+
+    /// `begin`, waiting up to `wait` for a slot: a burst of connections from one client (a
+    /// pool filling up) is greeted as slots free rather than refused, while sockets that never
+    /// finish their handshake still cannot keep others out for longer than that.
+    pub async fn begin_within(&self, ip: IpAddr, max: usize, per_host: usize, wait: Duration) -> Result<HandshakeSlot<'_>, TooMany> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Registered before trying, so a slot freed in between is not missed.
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            match self.begin(ip, max, per_host) {
+                Ok(slot) => return Ok(slot),
+                Err(why) => {
+                    if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                        return Err(why);
+                    }
+                }
+            }
+        }
     }
 
     /// Handshakes in progress now.
@@ -230,6 +254,7 @@ impl Drop for HandshakeSlot<'_> {
         }
         drop(hosts);
         self.handshakes.total.fetch_sub(1, Ordering::AcqRel);
+        self.handshakes.freed.notify_waiters();
     }
 }
 

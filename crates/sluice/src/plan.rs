@@ -35,6 +35,8 @@ pub struct Facts<'a> {
     pub default_hostgroup: u32,
     /// Statistics want the digest even when no rule does.
     pub digests_on: bool,
+    /// The client may send several statements in one (CLIENT_MULTI_STATEMENTS).
+    pub multi_statements: bool,
 }
 
 /// What sluice does with a statement.
@@ -74,6 +76,10 @@ pub struct Plan {
     /// `PREPARE s FROM @v` / `EXECUTE IMMEDIATE @v`: the user variable whose text must be
     /// checked for a KILL before the statement is sent.
     pub dynamic_sql: Option<String>,
+    /// The statement is relayed beyond its head, and its unread rest could hold a statement
+    /// sluice must see (a KILL after `;`, or inside anything but a plain SELECT, INSERT…):
+    /// exec watches the rest for those words and refuses the statement if one comes.
+    pub watch_tail: bool,
 }
 
 impl Plan {
@@ -197,7 +203,8 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
     } else {
         None
     };
-    Plan { command, digest, decision, action, rewrite, effects, use_db, routed, dynamic_sql }
+    let watch_tail = !stmt.whole && (facts.multi_statements || !sql::classify::plain_dml(text));
+    Plan { command, digest, decision, action, rewrite, effects, use_db, routed, dynamic_sql, watch_tail }
 }
 
 impl Plan {
@@ -213,6 +220,7 @@ impl Plan {
             use_db: None,
             routed: route::route(&route::Facts { decision: &Decision::default(), default_hostgroup: facts.default_hostgroup }),
             dynamic_sql: None,
+            watch_tail: false,
         }
     }
 }

@@ -259,11 +259,33 @@ async fn half_open_handshakes_do_not_keep_clients_out() {
     let one: i64 = mysql_async::prelude::Queryable::query_first(&mut c, "SELECT 1").await.unwrap().unwrap();
     assert_eq!(one, 1);
     assert!(t.elapsed() < Duration::from_secs(3), "logged in after {:?}", t.elapsed());
-    // Of the half-open ones, 100 got a greeting; the rest were told 1040 at once.
+    // Of the half-open ones, 100 got a greeting; the rest waited 2 s for a slot (the greeted
+    // ones hold theirs for client_connect_timeout, 5 s) and were told 1040.
     let firsts = tokio::task::spawn_blocking(move || idle.iter_mut().map(first_packet).collect::<Vec<_>>()).await.unwrap();
     let greeted = firsts.iter().filter(|&&(first, _)| first == 10).count();
     let refused = firsts.iter().filter(|&&(first, code)| first == 0xFF && code == 1040).count();
     assert_eq!((greeted, refused), (100, 2900), "greetings and ER_CON_COUNT_ERROR");
+}
+
+/// A burst of logins from one address beyond max_handshakes_per_host (a pool filling up) waits
+/// for slots instead of being refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_burst_of_logins_from_one_client_waits_for_handshake_slots() {
+    let db = testkit::shared();
+    let proxy = ProxyProcess::start(db, "max_handshakes_per_host = 2\n");
+    let port = proxy.port;
+    let logins: Vec<_> = (0..40)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut c = mysql_async::Conn::new(opts(port, "root", "")).await?;
+                mysql_async::prelude::Queryable::query_drop(&mut c, "DO 1").await?;
+                c.disconnect().await
+            })
+        })
+        .collect();
+    for login in logins {
+        login.await.unwrap().expect("every login of the burst succeeds");
+    }
 }
 
 /// A TLS ClientHello, as a client starting TLS after its SSLRequest sends it.
@@ -415,4 +437,51 @@ replace_pattern = "SELECT 1+LENGTH('d"
     // Others are relayed and answered by the server.
     c.send(&statement(b'a', 3 * MIB));
     assert_eq!(single_value(&c.read_reply(proto::response::Reply::Query).unwrap()), (3 * MIB - 18).to_string());
+}
+
+/// A statement relayed beyond its head cannot be lexed whole: where its rest could hold a KILL
+/// (a compound statement, or anything with multi-statements on), the rest is watched for the
+/// words sluice must see, and such a statement is refused before the backend has all of it.
+#[tokio::test]
+async fn a_kill_in_the_unread_rest_of_a_relayed_statement_never_runs() {
+    let db = testkit::shared();
+    let text = r#"
+[proxy]
+listen = ["127.0.0.1:0"]
+workers = 2
+admin_listen = ""
+http_listen = ""
+max_buffered_packet = 262144
+[tls]
+enabled = false
+[[mysql_servers]]
+hostgroup_id = 0
+hostname = "127.0.0.1"
+port = {BACKEND_PORT}
+[[mysql_users]]
+username = "root"
+password = ""
+default_hostgroup = 0
+"#;
+    let proxy = Proxy::start(toml_config(text, db));
+    let filler = "x".repeat(MIB);
+    // A plain SELECT with the word in its data, multi-statements off: relayed and run.
+    let mut c = RawClient::connect(proxy.port, "root", "");
+    let select = format!("\x03SELECT LENGTH('{filler} kill')").into_bytes();
+    c.send(&select);
+    assert_eq!(single_value(&c.read_reply(proto::response::Reply::Query).unwrap()), (MIB + 5).to_string());
+    // A compound statement with a KILL past the head: refused, not run (the server would
+    // answer 1094 for the unknown thread), and the session ends after the error.
+    let compound = format!("\x03BEGIN NOT ATOMIC DO LENGTH('{filler}'); KILL 999999; END");
+    c.send(compound.as_bytes());
+    let (_, err) = c.read_packet().unwrap();
+    assert_eq!((err[0], u16::from_le_bytes([err[1], err[2]])), (0xFF, 1235), "{}", String::from_utf8_lossy(&err));
+    assert!(String::from_utf8_lossy(&err).contains("max_buffered_packet"), "{}", String::from_utf8_lossy(&err));
+    assert!(c.read_packet().is_err(), "the session ends");
+    // The same without the KILL runs.
+    let mut c = RawClient::connect(proxy.port, "root", "");
+    let compound = format!("\x03BEGIN NOT ATOMIC DO LENGTH('{filler}'); DO 1; END");
+    c.send(compound.as_bytes());
+    let (_, ok) = c.read_packet().unwrap();
+    assert_eq!(ok[0], 0, "{}", String::from_utf8_lossy(&ok));
 }

@@ -117,6 +117,67 @@ fn mentions_keywords(sql: &[u8]) -> bool {
     mentions(sql, &[b"kill"]) || mentions(sql, &[b"prepare", b"processlist"]) || mentions(sql, &[b"immediate"])
 }
 
+/// Watches the part of a statement sluice relays unread (larger than it holds) for the words
+/// `intercept` acts on: KILL, PREPARE, IMMEDIATE, PROCESSLIST, as whole words, quoted or not
+/// (no lexer runs over a stream). Bytes go in as they arrive, in any slices.
+#[derive(Debug, Clone, Default)]
+pub struct KeywordWatch {
+    /// The current word, lowercased, while it is no longer than the longest keyword.
+    word: [u8; 11],
+    len: usize,
+    in_word: bool,
+    too_long: bool,
+    found: bool,
+}
+
+impl KeywordWatch {
+    /// A watch over text that follows `before` (the last byte already read; a word in progress
+    /// there is not a keyword's start).
+    pub fn after(before: Option<u8>) -> KeywordWatch {
+        let in_word = before.is_some_and(is_word_byte);
+        KeywordWatch { in_word, too_long: in_word, ..Default::default() }
+    }
+
+    pub fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if is_word_byte(b) {
+                if !self.in_word {
+                    (self.in_word, self.len, self.too_long) = (true, 0, false);
+                }
+                if self.len < self.word.len() {
+                    self.word[self.len] = b.to_ascii_lowercase();
+                    self.len += 1;
+                } else {
+                    self.too_long = true;
+                }
+            } else if self.in_word {
+                self.end_word();
+            }
+        }
+    }
+
+    /// Whether a keyword was seen; `at_end`: the text ended (a word in progress is whole).
+    pub fn found(&mut self, at_end: bool) -> bool {
+        if at_end && self.in_word {
+            self.end_word();
+        }
+        self.found
+    }
+
+    fn end_word(&mut self) {
+        self.in_word = false;
+        if !self.too_long {
+            let w = &self.word[..self.len];
+            self.found |= matches!(w, b"kill" | b"prepare" | b"immediate" | b"processlist");
+        }
+    }
+}
+
+/// A byte of an unquoted identifier or keyword (`$`, `_`, digits, letters, any non-ASCII byte).
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
+}
+
 /// What sluice must do about a COM_QUERY (or COM_STMT_PREPARE) text before any backend sees
 /// it; `None` for nearly every statement, found without lexing it (`mentions_keywords`).
 ///
@@ -153,7 +214,7 @@ pub fn intercept(sql: &[u8]) -> Option<Intercept> {
 
 /// A single statement of a kind that cannot carry a KILL (a KILL inside it would be a syntax
 /// error): quotes it holds need no second reading. Such statements carry most quoted data.
-fn plain_dml(sql: &[u8]) -> bool {
+pub fn plain_dml(sql: &[u8]) -> bool {
     code(sql).next().is_some_and(|t| {
         ["SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE", "WITH", "VALUES", "CALL", "DO", "LOAD"].iter().any(|k| is_word(&t, sql, k))
     })
@@ -833,5 +894,38 @@ mod tests {
     fn first_keyword_skips_comments() {
         assert_eq!(first_keyword(b"/* hi */ -- x\n select 1"), b"select");
         assert_eq!(first_keyword(b"  "), b"");
+    }
+}
+
+#[cfg(test)]
+mod keyword_watch_tests {
+    use super::KeywordWatch;
+
+    fn watch(before: Option<u8>, parts: &[&[u8]]) -> bool {
+        let mut w = KeywordWatch::after(before);
+        parts.iter().for_each(|p| w.feed(p));
+        w.found(true)
+    }
+
+    #[test]
+    fn finds_whole_words_across_slices() {
+        assert!(watch(None, &[b"1; KI", b"LL QUERY 5"]));
+        assert!(watch(None, &[b"xx;kill"]), "at the end of the text");
+        assert!(watch(Some(b' '), &[b"EXECUTE IMMEDIATE @v"]));
+        assert!(watch(None, &[b"'a'/**/Prepare s FROM 'x'"]));
+        assert!(watch(None, &[b"SHOW FULL PROCESSLIST"]));
+        assert!(watch(None, &[b"'quoted kill counts too'"]), "no lexer over a stream");
+    }
+
+    #[test]
+    fn ignores_longer_words_and_word_continuations() {
+        assert!(!watch(None, &[b"skill killer prepared killkill processlists"]));
+        assert!(!watch(Some(b's'), &[b"kill more"]), "continues the head's last word: `skill`");
+        assert!(!watch(None, &[b"ki", b"l", b"ls"]));
+        let mut w = KeywordWatch::after(None);
+        w.feed(b"x kill");
+        assert!(!w.found(false), "a word still arriving may go on (`killer`)");
+        w.feed(b"er");
+        assert!(!w.found(true));
     }
 }

@@ -90,6 +90,9 @@ pub struct Request<'a> {
     /// The rest of a client packet too large to hold (`packets` is its head), still on the
     /// client socket: relayed to the backend as it arrives, before the reply.
     pub tail: Option<Tail>,
+    /// Watch the tail for words sluice must see before a backend does (`KeywordWatch`): a
+    /// statement text whose rest could hide a KILL.
+    pub watch_tail: bool,
 }
 
 /// How a forwarded request ended.
@@ -130,6 +133,10 @@ pub enum ExecError {
     ClientStalled(Duration),
     #[error("client protocol error: {0}")]
     ClientProtocol(String),
+    /// A relayed statement's unread rest holds a word sluice must check (KILL…): it was
+    /// not sent whole, so the backend connection has half a packet; `seq` is its last chunk's id.
+    #[error("a relayed statement holds a word sluice must check")]
+    TailRefused { seq: u8 },
     /// A relayed client packet grew past max_allowed_packet; `seq` is its last chunk's id.
     #[error("client packet larger than max_allowed_packet")]
     ClientPacketTooLarge { seq: u8 },
@@ -137,7 +144,7 @@ pub enum ExecError {
 
 /// Sends `request` and streams the reply.
 pub async fn forward(client: &mut Conn, backend: &mut Conn, request: Request<'_>, limits: &Limits) -> Result<Outcome, ExecError> {
-    let Request { packets, reply, format, tail } = request;
+    let Request { packets, reply, format, tail, watch_tail } = request;
     // The reply continues the sequence from the request's last chunk.
     let mut request_seq = proto::frame::frame(packets, usize::MAX).ok().flatten().map_or(0, |f| f.last_seq);
     if backend.write_all(packets).await.is_err() {
@@ -146,7 +153,8 @@ pub async fn forward(client: &mut Conn, backend: &mut Conn, request: Request<'_>
         return Err(ExecError::BackendLost { reply_seq });
     }
     if let Some(tail) = tail {
-        request_seq = relay_tail(client, backend, tail).await?;
+        let watch = watch_tail.then(|| sql::classify::KeywordWatch::after(packets.last().copied()));
+        request_seq = relay_tail(client, backend, tail, watch).await?;
     }
     let Some(reply) = reply else {
         return Ok(Outcome::default());
@@ -192,7 +200,7 @@ async fn relay_infile(client: &mut Conn, backend: &mut Conn, limits: &Limits) ->
             return Err(ExecError::BackendLost { reply_seq: None });
         }
         if let Some(tail) = tail {
-            relay_tail(client, backend, tail).await?;
+            relay_tail(client, backend, tail, None).await?;
         } else if frame.payload_len == 0 {
             return Ok(frame.last_seq);
         }
@@ -204,11 +212,27 @@ const RELAY_CHUNK: usize = 64 << 10;
 
 /// Relays the rest of a client packet whose head was sent, as it arrives, holding at most
 /// `RELAY_CHUNK` of it; returns its last chunk's sequence id. Bytes after its end stay in the
-/// client's buffer (a pipelined command).
-pub async fn relay_tail(client: &mut Conn, backend: &mut Conn, mut tail: Tail) -> Result<u8, ExecError> {
+/// client's buffer (a pipelined command). With a `watch`, bytes are checked before they are
+/// sent: a keyword in them stops the relay, the rest of the packet is read and dropped, and the
+/// backend, which has half a packet, never runs it (`TailRefused`).
+pub async fn relay_tail(
+    client: &mut Conn,
+    backend: &mut Conn,
+    mut tail: Tail,
+    mut watch: Option<sql::classify::KeywordWatch>,
+) -> Result<u8, ExecError> {
     loop {
         if !client.rbuf.is_empty() {
-            let (n, done) = tail.feed(&client.rbuf).map_err(|_| ExecError::ClientPacketTooLarge { seq: tail.last_seq() })?;
+            let fed = match watch.as_mut() {
+                Some(w) => tail.feed_with(&client.rbuf, |payload| w.feed(payload)),
+                None => tail.feed(&client.rbuf),
+            };
+            let (n, done) = fed.map_err(|_| ExecError::ClientPacketTooLarge { seq: tail.last_seq() })?;
+            if watch.as_mut().is_some_and(|w| w.found(done)) {
+                client.consume(n);
+                let seq = if done { tail.last_seq() } else { discard_tail(client, tail).await? };
+                return Err(ExecError::TailRefused { seq });
+            }
             if n > 0 {
                 let res = backend.write_all(&client.rbuf[..n]).await;
                 client.consume(n);

@@ -18,6 +18,7 @@ fn facts() -> Facts<'static> {
         session_id: 42,
         default_hostgroup: 5,
         digests_on: true,
+        multi_statements: false,
     }
 }
 
@@ -146,4 +147,22 @@ fn a_streamed_statement_is_planned_from_its_head_and_never_rewritten() {
         &mut PlanScratch::default(),
     );
     assert!(p.rewrite.is_none());
+}
+
+#[test]
+fn a_relayed_statement_is_watched_when_its_rest_could_hold_a_statement() {
+    let relayed = |text: &str, multi: bool| {
+        let f = Facts { multi_statements: multi, ..facts() };
+        plan(
+            &Statement { text: text.as_bytes(), whole: false, chunks: 1, first_seq: 0 },
+            &f,
+            &RuleSet::default(),
+            &mut PlanScratch::default(),
+        )
+        .watch_tail
+    };
+    assert!(!relayed("INSERT INTO t VALUES ('", false), "one plain INSERT cannot hold a KILL");
+    assert!(relayed("INSERT INTO t VALUES ('", true), "with multi-statements, `; KILL` may follow");
+    assert!(relayed("BEGIN NOT ATOMIC SELECT '", false), "a compound statement may hold one");
+    assert!(!plan_of("BEGIN NOT ATOMIC SELECT 1; END", &RuleSet::default()).watch_tail, "held whole: checked by intercept");
 }

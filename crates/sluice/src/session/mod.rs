@@ -67,6 +67,8 @@ struct Session {
     /// still on the client socket: relayed by the forward, else read and dropped before any
     /// answer (which needs its last sequence id).
     tail: Option<proto::frame::Tail>,
+    /// The plan asks exec to watch that rest (`Plan::watch_tail`); reset by each forward.
+    watch_tail: bool,
     /// The client's stream is out of step (a request could not be read to its end): the
     /// session ends.
     client_broken: bool,
@@ -106,6 +108,10 @@ fn streams(cmd: u8) -> bool {
 /// The largest packet of a command sluice must read whole (COM_STMT_PREPARE, COM_CHANGE_USER…).
 const MAX_WHOLE_PACKET: usize = proto::frame::MAX_CHUNK - 1;
 
+/// How long a new connection may wait for a handshake slot (`max_handshakes`,
+/// `max_handshakes_per_host`) before it is refused with 1040.
+const HANDSHAKE_SLOT_WAIT: Duration = Duration::from_secs(2);
+
 /// Serves one client connection until it ends. Never panics on client input; every error ends
 /// this session only.
 pub async fn run(data: Arc<DataPath>, tcp: tokio::net::TcpStream, peer: SocketAddr) {
@@ -120,7 +126,11 @@ pub async fn run(data: Arc<DataPath>, tcp: tokio::net::TcpStream, peer: SocketAd
     let slot = if data.clients.load(std::sync::atomic::Ordering::Acquire) >= max_connections {
         None
     } else {
-        data.handshakes.begin(peer.ip(), max_handshakes, per_host).inspect_err(|why| debug!(%peer, "handshake refused: {why:?}")).ok()
+        data.handshakes
+            .begin_within(peer.ip(), max_handshakes, per_host, HANDSHAKE_SLOT_WAIT)
+            .await
+            .inspect_err(|why| debug!(%peer, "handshake refused: {why:?}"))
+            .ok()
     };
     let Some(slot) = slot else {
         data.stats.add(Counter::AccessDeniedMaxConnections, 1);
@@ -207,6 +217,7 @@ async fn start(
         handle,
         out: Vec::new(),
         tail: None,
+        watch_tail: false,
         client_broken: false,
         _counted: counted,
         failed_change_user: 0,
@@ -616,6 +627,7 @@ impl Session {
         let timeout = sleep_or_never(timeout);
         tokio::pin!(timeout);
         let tail = self.tail.take();
+        let watch_tail = std::mem::take(&mut self.watch_tail);
         let connect_timeout = self.snap.config.connect_timeout();
         let monitor = self.snap.config.monitor.as_ref();
         // The client's own net_write_timeout, when it set one, bounds how long it may stall.
@@ -627,8 +639,12 @@ impl Session {
             // Borrowed field by field: nothing is cloned per statement for a KILL that rarely comes.
             let (handle, login, thread) = (&self.handle, &self.login, backend.thread_id);
             let server = &backend.server;
-            let exchange =
-                exec::forward(&mut self.client, &mut backend.conn, exec::Request { packets: request, reply, format, tail }, &limits);
+            let exchange = exec::forward(
+                &mut self.client,
+                &mut backend.conn,
+                exec::Request { packets: request, reply, format, tail, watch_tail },
+                &limits,
+            );
             tokio::pin!(exchange);
             loop {
                 tokio::select! {
@@ -698,6 +714,18 @@ impl Session {
                         );
                     }
                 }
+                None
+            }
+            Err(ExecError::TailRefused { seq }) => {
+                // The backend holds half a packet: that connection ends, and with it any
+                // transaction on it, so the session ends too, after saying why.
+                backend.broken = true;
+                let msg = format!(
+                    "sluice refuses a statement larger than max_buffered_packet ({} bytes) whose unread part holds KILL, PREPARE, \
+                     EXECUTE IMMEDIATE or PROCESSLIST: it was not run; send it as smaller statements",
+                    self.limits.max_buffered
+                );
+                self.reply_err(seq.wrapping_add(1), ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, &msg).await;
                 None
             }
             Err(ExecError::ClientPacketTooLarge { seq }) => {

@@ -37,6 +37,7 @@ impl Session {
             session_id: self.id,
             default_hostgroup: self.user.default_hostgroup,
             digests_on: self.digests_on(),
+            multi_statements: self.negotiated.capabilities.contains(proto::CapabilityFlags::CLIENT_MULTI_STATEMENTS),
         };
         plan::plan(&stmt, &facts, &self.snap.config.rules, &mut self.plan_scratch)
     }
@@ -110,6 +111,7 @@ impl Session {
             }
             None => self.client.rbuf.split_to(frame.wire_len).freeze(),
         };
+        self.watch_tail = plan.watch_tail;
         let Some(outcome) = self.forward(&mut held.backend, &request, Some(Reply::Query), timeout).await else { return Flow::End };
         let sent = request.get(5..request.len().min(4 + proto::frame::MAX_CHUNK)).unwrap_or_default();
         self.observed(&watch, Some(&held.backend.server), &outcome, request.len(), &self.plan_scratch.digest_text, sent);
