@@ -195,3 +195,23 @@ async fn get_lock_stays_with_its_session_and_ends_with_it() {
     other.query_drop(format!("DO RELEASE_LOCK('{name}')")).await.unwrap();
     other.disconnect().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_privilege_revoked_directly_on_the_server_is_gone_soon_after() {
+    let db = shared();
+    let user = unique("direct");
+    let victim = unique("victim");
+    db.sql(&format!("CREATE USER {user}; GRANT CREATE USER ON *.* TO {user}")).unwrap();
+    let proxy = Proxy::quick(db);
+    let mut a = connect_as(proxy.port, &user).await;
+    let _: Option<i64> = a.query_first("SELECT 1").await.unwrap();
+    a.disconnect().await.unwrap();
+    // Not through sluice: the account recheck (backend_users_refresh_ms, 1 s) notices.
+    db.sql(&format!("REVOKE CREATE USER ON *.* FROM {user}")).unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let mut b = connect_as(proxy.port, &user).await;
+    let err = b.query_drop(format!("CREATE USER {victim}")).await.expect_err("the privilege was revoked");
+    assert_eq!(server_code(&err), Some(1227), "{err}");
+    b.disconnect().await.unwrap();
+    db.sql(&format!("DROP USER {user}; DROP USER IF EXISTS {victim}")).unwrap();
+}
