@@ -357,6 +357,10 @@ impl Session {
             // applied.
             debug!(id = self.id, "accounts, privileges or globals changed: pooled connections are renewed");
             held.backend.server.pool.renew_connections();
+            // This session keeps its own server session, as it would on the server: its login
+            // privileges and session values, and a login that may no longer work (its own
+            // password changed).
+            held.pins.untracked = true;
         }
         held.pins.follow_status(outcome.status);
         if outcome.error {
