@@ -30,7 +30,13 @@ pub struct BackendAccounts {
     /// (skip_name_resolve), 3 could not be read (taken as yes, MariaDB's default).
     names: AtomicU8,
     last_recheck: std::sync::Mutex<Option<Instant>>,
+    /// `Lookup::digest` per name, as first read since the last recheck: a recheck that reads
+    /// another one (privileges changed directly on the server) renews pooled connections.
+    digests: std::sync::Mutex<HashMap<String, u64>>,
 }
+
+/// Names whose digest is remembered at most (a login storm of distinct names forgets them).
+const MAX_DIGESTS: usize = 4096;
 
 struct Question {
     name: String,
@@ -94,6 +100,15 @@ impl BackendAccounts {
         let read = read_accounts(live, link, &names).await;
         if let Some(l) = link.as_ref() {
             self.names.store(if l.resolves_names { 1 } else { 2 }, Ordering::Relaxed);
+        }
+        if let Ok((rows, _)) = &read {
+            let mut digests = self.digests.lock().unwrap_or_else(|p| p.into_inner());
+            if digests.len() + names.len() > MAX_DIGESTS {
+                digests.clear();
+            }
+            for name in &names {
+                digests.entry(name.to_string()).or_insert_with(|| crate::users::rows_digest(rows, name));
+            }
         }
         for q in batch {
             let answer = match &read {
@@ -168,6 +183,25 @@ impl BackendAccounts {
         let answers = self.lookup_many(live, &refs).await;
         let lookups: HashMap<&str, Lookup> =
             refs.iter().zip(answers).filter_map(|(name, answer)| answer.ok().map(|l| (*name, l))).collect();
+        let changed: Vec<&str> = {
+            let mut digests = self.digests.lock().unwrap_or_else(|p| p.into_inner());
+            let mut changed = Vec::new();
+            for (name, lookup) in &lookups {
+                let now = lookup.digest(name);
+                if digests.insert(name.to_string(), now).is_some_and(|before| before != now) {
+                    changed.push(*name);
+                }
+            }
+            changed
+        };
+        if !changed.is_empty() {
+            // Global privileges are fixed at login: every connection that logged in before is
+            // closed instead of reused (idle ones at their next checkout).
+            tracing::info!(accounts = ?changed, "backend accounts changed on the server: pooled connections are renewed");
+            if let Some(server) = snapshot.hostgroups.servers().first() {
+                server.pool.renew_connections();
+            }
+        }
         for server in snapshot.hostgroups.servers() {
             let closed = server.pool.close_idle_logins(|login| {
                 lookups.get(login.username.as_str()).is_some_and(|l| l.outdated(&login.username, &login.credential))

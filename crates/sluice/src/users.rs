@@ -179,6 +179,9 @@ pub struct AccountRow {
     /// REQUIRE: 0 nothing, 1 SSL, 2 X509, 3 ISSUER/SUBJECT/CIPHER.
     pub ssl_type: u8,
     pub is_role: bool,
+    /// A hash of the whole row (mysql.global_priv's `Priv`: global privileges, lock, limits…),
+    /// to notice a change made directly on the server; 0 when read from mysql.user.
+    pub digest: u64,
 }
 
 impl AccountRow {
@@ -210,8 +213,24 @@ impl AccountRow {
             lifetime_days: v.get("password_lifetime").and_then(|x| x.as_i64()).filter(|d| *d >= 0),
             ssl_type: v.get("ssl_type").and_then(|x| x.as_u64()).map_or(0, |t| t.min(3) as u8),
             is_role: v.get("is_role").and_then(|x| x.as_bool()).unwrap_or(false),
+            digest: {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                privileges.hash(&mut h);
+                h.finish()
+            },
         })
     }
+}
+
+/// `Lookup::digest` over `rows`.
+pub fn rows_digest(rows: &[AccountRow], name: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    rows.iter().filter(|r| r.user == name).fold(0u64, |sum, r| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (&r.host, r.digest).hash(&mut h);
+        sum.wrapping_add(h.finish())
+    })
 }
 
 /// What the server adds to the rows when it decides a login.
@@ -251,6 +270,12 @@ pub struct LookupFailed {
 }
 
 impl Lookup {
+    /// What the rows of `name` say beyond its passwords, as one number (`AccountRow::digest`,
+    /// with each row's host): it changes when the account's global privileges change.
+    pub fn digest(&self, name: &str) -> u64 {
+        rows_digest(&self.rows, name)
+    }
+
     /// The account the server would pick for `name` from `client` — the most specific host
     /// first, anonymous accounts included, as in MariaDB's account order — if sluice can check
     /// its password (mysql_native_password or none). Sessions go to `hostgroup`.

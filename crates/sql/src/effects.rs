@@ -59,6 +59,13 @@ pub const UNKNOWN_SET: u32 = 1 << 15;
 pub const SAVEPOINT: u32 = 1 << 16;
 /// `COMMIT` or `ROLLBACK` (not `ROLLBACK TO`): the transaction and its savepoints end.
 pub const TRANSACTION_END: u32 = 1 << 17;
+/// Accounts or privileges change: `GRANT`, `REVOKE`, `CREATE | DROP | RENAME | ALTER USER`,
+/// `CREATE | DROP ROLE`, `SET PASSWORD`, `SET DEFAULT ROLE`, `FLUSH PRIVILEGES`. A backend
+/// connection that logged in before it keeps the account and global privileges it had.
+pub const ACCOUNTS: u32 = 1 << 18;
+/// A global variable is set (`SET GLOBAL`, `@@global.`, `PERSIST`, `SET GLOBAL TRANSACTION`):
+/// a backend connection opened before it keeps the session values it took from the old globals.
+pub const GLOBALS: u32 = 1 << 19;
 
 /// What one COM_QUERY text (possibly several statements separated by `;`) may do to session
 /// state.
@@ -125,6 +132,10 @@ fn opens_effect_statement(word: &[u8]) -> bool {
         "SAVEPOINT",
         "COMMIT",
         "ROLLBACK",
+        "GRANT",
+        "REVOKE",
+        "RENAME",
+        "ALTER",
     ]
     .iter()
     .any(|k| word.eq_ignore_ascii_case(k.as_bytes()))
@@ -348,9 +359,18 @@ impl Parser<'_> {
             } else if is("PREPARE") {
                 self.toks.bump();
                 self.prepare();
+            } else if is("GRANT") || is("REVOKE") {
+                self.flag(ACCOUNTS);
+            } else if is("RENAME") || is("ALTER") {
+                self.toks.bump();
+                if self.eat_word("USER") {
+                    self.flag(ACCOUNTS);
+                }
             } else if is("DEALLOCATE") || is("DROP") {
                 self.toks.bump();
-                if self.eat_word("PREPARE") {
+                if is("DROP") && (self.eat_word("USER") || self.eat_word("ROLE")) {
+                    self.flag(ACCOUNTS);
+                } else if self.eat_word("PREPARE") {
                     if let Some(name) = self.eat_name() {
                         let name = statement_name(name.text(sql));
                         self.out.prepared.retain(|p| **p != *name);
@@ -398,10 +418,15 @@ impl Parser<'_> {
             return false;
         }
         if self.is_word(first, "PASSWORD") {
+            self.flag(ACCOUNTS);
             return false;
         }
-        if self.is_word(first, "ROLE") || (self.is_word(first, "DEFAULT") && self.is_word(second, "ROLE")) {
+        if self.is_word(first, "ROLE") {
             self.flag(SET_ROLE);
+            return false;
+        }
+        if self.is_word(first, "DEFAULT") && self.is_word(second, "ROLE") {
+            self.flag(SET_ROLE | ACCOUNTS);
             return false;
         }
         if self.is_word(first, "TRANSACTION") {
@@ -538,6 +563,7 @@ impl Parser<'_> {
     /// `name` unquoted.
     fn sysvar(&mut self, scope: Scope, name: &[u8]) {
         if scope == Scope::Global {
+            self.flag(GLOBALS);
             return;
         }
         if ONE_SHOT_VARS.iter().any(|v| name.eq_ignore_ascii_case(v.as_bytes())) {
@@ -595,7 +621,7 @@ impl Parser<'_> {
                     push_unique(&mut self.out.sysvars, b"tx_read_only", true);
                 }
             }
-            Some(Scope::Global) => {}
+            Some(Scope::Global) => self.flag(GLOBALS),
         }
     }
 
@@ -609,9 +635,14 @@ impl Parser<'_> {
         self.eat_word("SERIALIZABLE")
     }
 
-    /// After CREATE: temporary tables, and stored programs (whose bodies run later, not now).
+    /// After CREATE: temporary tables, accounts, and stored programs (whose bodies run later,
+    /// not now).
     fn create(&mut self) {
         if self.eat_word("OR") && !self.eat_word("REPLACE") {
+            return;
+        }
+        if self.eat_word("USER") || self.eat_word("ROLE") {
+            self.flag(ACCOUNTS);
             return;
         }
         if self.eat_word("TEMPORARY") {
@@ -696,10 +727,19 @@ impl Parser<'_> {
         }
     }
 
-    /// After FLUSH: `[LOCAL | NO_WRITE_TO_BINLOG] TABLE[S] [names] WITH READ LOCK | FOR EXPORT`.
+    /// After FLUSH: `[LOCAL | NO_WRITE_TO_BINLOG] TABLE[S] [names] WITH READ LOCK | FOR EXPORT`,
+    /// or a list of flush options that includes `PRIVILEGES`.
     fn flush(&mut self) {
         if !self.eat_word("LOCAL") {
             self.eat_word("NO_WRITE_TO_BINLOG");
+        }
+        if !self.is_word(self.toks.peek(), "TABLES") && !self.is_word(self.toks.peek(), "TABLE") {
+            while let Some(t) = self.next_in_statement() {
+                if self.is_word(Some(t), "PRIVILEGES") {
+                    self.flag(ACCOUNTS);
+                }
+            }
+            return;
         }
         if !(self.eat_word("TABLES") || self.eat_word("TABLE")) {
             return;
@@ -1041,10 +1081,14 @@ mod tests {
 
     #[test]
     fn set_forms_and_scopes() {
-        assert!(fx("SET GLOBAL max_connections = 100").is_empty());
-        assert!(fx("SET @@global.max_connections = 100").is_empty());
-        assert!(fx("SET PERSIST max_connections = 100, PERSIST_ONLY back_log = 10").is_empty());
-        assert!(fx("SET @@persist_only.back_log = 10, @@persist.max_connections = 1").is_empty());
+        for global in [
+            "SET GLOBAL max_connections = 100",
+            "SET @@global.max_connections = 100",
+            "SET PERSIST max_connections = 100, PERSIST_ONLY back_log = 10",
+            "SET @@persist_only.back_log = 10, @@persist.max_connections = 1",
+        ] {
+            assert_eq!(fx(global), Effects { flags: GLOBALS, ..Effects::default() }, "{global}");
+        }
         assert_eq!(sysvars("SET GLOBAL a=1, b=2, SESSION c=3, d=4"), ["c", "d"]);
         assert_eq!(sysvars("SET @@global.a=1, b=2"), ["b"]);
         assert_eq!(sysvars("SET GLOBAL a=1, @@session.b=2, c=3"), ["b"]);
@@ -1054,8 +1098,45 @@ mod tests {
         assert_eq!(sysvars("SET sql_mode = 'A', SQL_MODE = 'B', @@sql_mode = 'C'"), ["sql_mode"]);
         assert_eq!(sysvars("SET SESSION hot_cache.key_buffer_size = 0"), ["hot_cache.key_buffer_size"]);
         assert_eq!(sysvars("SET a = (SELECT x, y FROM t WHERE b IN (1, 2) LIMIT 1), c = IF(1, 'x,y', 2)"), ["a", "c"]);
-        assert!(fx("SET PASSWORD = PASSWORD('x')").is_empty());
-        assert!(fx("SET PASSWORD FOR 'u'@'h' = 'x'").is_empty());
+        assert_eq!(flags("SET PASSWORD = PASSWORD('x')"), ACCOUNTS);
+        assert_eq!(flags("SET PASSWORD FOR 'u'@'h' = 'x'"), ACCOUNTS);
+        assert_eq!(flags("SET GLOBAL a=1, SESSION c=3"), GLOBALS);
+        assert_eq!(flags("SET c=3"), 0);
+    }
+
+    #[test]
+    fn account_and_privilege_changes() {
+        for sql in [
+            "GRANT SELECT ON db.* TO u",
+            "grant create user on *.* to 'qux'@'%'",
+            "REVOKE CREATE USER ON *.* FROM qux",
+            "CREATE USER qux",
+            "CREATE OR REPLACE USER 'a'@'h' IDENTIFIED BY 'x'",
+            "CREATE ROLE r",
+            "DROP USER IF EXISTS qux",
+            "DROP ROLE r",
+            "RENAME USER a TO b",
+            "ALTER USER a ACCOUNT LOCK",
+            "FLUSH PRIVILEGES",
+            "FLUSH LOCAL PRIVILEGES",
+            "FLUSH HOSTS, PRIVILEGES",
+            "SELECT 1; GRANT ALL ON *.* TO a",
+            "/*!GRANT SELECT ON *.* TO a */",
+        ] {
+            assert_eq!(flags(sql) & ACCOUNTS, ACCOUNTS, "{sql}");
+        }
+        for sql in [
+            "ALTER TABLE t ADD c INT",
+            "RENAME TABLE a TO b",
+            "DROP TABLE user",
+            "CREATE TABLE user (a INT)",
+            "FLUSH TABLES",
+            "FLUSH STATUS",
+            "SELECT 'GRANT'",
+            "SELECT * FROM privileges",
+        ] {
+            assert_eq!(flags(sql) & ACCOUNTS, 0, "{sql}");
+        }
     }
 
     #[test]
@@ -1098,7 +1179,7 @@ mod tests {
         assert_eq!(sysvars("SET SESSION TRANSACTION READ ONLY"), ["tx_read_only"]);
         assert_eq!(sysvars("SET LOCAL TRANSACTION ISOLATION LEVEL SERIALIZABLE, READ WRITE"), ["tx_isolation", "tx_read_only"]);
         assert_eq!(sysvars("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED;"), ["tx_isolation"]);
-        assert!(fx("SET GLOBAL TRANSACTION ISOLATION LEVEL READ COMMITTED").is_empty());
+        assert_eq!(flags("SET GLOBAL TRANSACTION ISOLATION LEVEL READ COMMITTED"), GLOBALS);
         // `@@name` without a scope: the next transaction (MySQL), the session too (MariaDB).
         let e = fx("SET @@transaction_isolation = 'READ-COMMITTED'");
         assert_eq!((e.flags, names(&e.sysvars)), (NEXT_TRANSACTION, vec!["transaction_isolation"]));
@@ -1122,9 +1203,10 @@ mod tests {
 
     #[test]
     fn roles_and_unknown_sets() {
-        for sql in ["SET ROLE app_reader", "SET ROLE NONE", "SET DEFAULT ROLE app_reader FOR bob", "set role all"] {
+        for sql in ["SET ROLE app_reader", "SET ROLE NONE", "set role all"] {
             assert_eq!(flags(sql), SET_ROLE, "{sql}");
         }
+        assert_eq!(flags("SET DEFAULT ROLE app_reader FOR bob"), SET_ROLE | ACCOUNTS);
         for sql in [
             "SET",
             "SET a",
@@ -1222,7 +1304,7 @@ mod tests {
         for sql in ["UNLOCK TABLES", "unlock table", "UNLOCK INSTANCE", "BACKUP STAGE END", "BACKUP UNLOCK"] {
             assert_eq!(flags(sql), UNLOCK_TABLES, "{sql}");
         }
-        for sql in ["FLUSH TABLES", "FLUSH PRIVILEGES", "FLUSH TABLES t", "FLUSH STATUS"] {
+        for sql in ["FLUSH TABLES", "FLUSH TABLES t", "FLUSH STATUS"] {
             assert!(fx(sql).is_empty(), "{sql}");
         }
         for sql in ["XA START 'x'", "XA BEGIN 'x', 'b', 1", "xa start X'01' JOIN"] {

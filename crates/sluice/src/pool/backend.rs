@@ -111,6 +111,8 @@ pub struct Backend {
     pub needs_reset: bool,
     pub created: Instant,
     pub idle_since: Instant,
+    /// The pool's privilege epoch when it logged in (`ServerPool::epoch`).
+    pub epoch: u64,
     /// Prepared statements this connection has, by registry entry.
     pub statements: super::prepared::Statements,
     /// The runtime whose I/O driver the socket is registered with: it is kept running while
@@ -521,6 +523,7 @@ async fn connect_inner(p: &ConnectParams<'_>) -> Result<Backend, BackendError> {
         needs_reset: false,
         created: now,
         idle_since: now,
+        epoch: 0,
         statements: Default::default(),
         runtime: super::RuntimeTag::current(),
         greeting,

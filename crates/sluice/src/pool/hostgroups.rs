@@ -11,6 +11,7 @@ use super::{ServerPool, Waiters};
 use std::cell::Cell;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 /// An ONLINE server of `group`, each as likely as its weight: where a statement goes first,
@@ -87,6 +88,9 @@ impl std::fmt::Debug for Server {
 /// Servers grouped by hostgroup (each group contiguous, in file order).
 pub struct Hostgroups {
     servers: Vec<Server>,
+    /// The privilege epoch every server's pool shares (`ServerPool::epoch`): a change through
+    /// one server reaches the others by replication, and their connections too logged in before.
+    epoch: Arc<AtomicU64>,
 }
 
 impl Hostgroups {
@@ -101,6 +105,7 @@ impl Hostgroups {
         rows.sort_by_key(|s| s.hostgroup_id);
         let mut servers: Vec<Server> = Vec::new();
         let mut waiters = Arc::new(Waiters::default());
+        let epoch = old.map(|o| o.epoch.clone()).unwrap_or_default();
         for s in rows {
             let tls = if s.use_ssl { Some(crate::tls::client_config(s.ssl_ca.as_deref())?) } else { None };
             let previous = old.and_then(|o| o.find(s.hostgroup_id, &s.hostname, s.port));
@@ -110,7 +115,7 @@ impl Hostgroups {
             }
             let pool = match previous {
                 Some(p) => p.pool.clone(),
-                None => Arc::new(ServerPool::new(s.status, s.max_connections, config.workers, waiters.clone())),
+                None => Arc::new(ServerPool::new(s.status, s.max_connections, config.workers, waiters.clone(), epoch.clone())),
             };
             servers.push(Server {
                 hostgroup: s.hostgroup_id,
@@ -122,7 +127,7 @@ impl Hostgroups {
                 tls,
             });
         }
-        Ok(Hostgroups { servers })
+        Ok(Hostgroups { servers, epoch })
     }
 
     /// Puts this (new) snapshot's server statuses and limits in force, and retires the servers

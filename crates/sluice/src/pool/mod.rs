@@ -20,7 +20,7 @@ use crate::stats::Counter;
 pub use hostgroups::{Hostgroups, NoServer, Server};
 use proto::CapabilityFlags;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -110,6 +110,10 @@ pub struct ServerPool {
     pub max_used: AtomicU32,
     /// Logins that have used this server, for keeping `min_idle` connections warm.
     logins: Mutex<Vec<Arc<Login>>>,
+    /// Privilege epoch, shared by every server (`Hostgroups`): bumped after a statement that
+    /// changes accounts, privileges or global variables. A connection opened under an older
+    /// epoch logged in with what that statement changed, so it is closed instead of reused.
+    epoch: Arc<AtomicU64>,
 }
 
 /// Whether an idle connection can serve a session of `login`: a session can move a connection
@@ -119,7 +123,7 @@ fn fits(b: &Backend, login: &Login, has_schema: bool) -> bool {
 }
 
 impl ServerPool {
-    pub fn new(status: ServerStatus, max_connections: u32, shards: usize, waiters: Arc<Waiters>) -> ServerPool {
+    pub fn new(status: ServerStatus, max_connections: u32, shards: usize, waiters: Arc<Waiters>, epoch: Arc<AtomicU64>) -> ServerPool {
         static NEXT_ID: AtomicU32 = AtomicU32::new(1);
         ServerPool {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -132,7 +136,20 @@ impl ServerPool {
             connects_failed: Default::default(),
             max_used: AtomicU32::new(0),
             logins: Mutex::new(Vec::new()),
+            epoch,
         }
+    }
+
+    /// The privilege epoch now: connections opened under an older one are not reused.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// After a statement changed accounts, privileges or global variables: every pooled
+    /// connection open now (on any server) is closed instead of checked out or checked in.
+    /// Connections in use finish what they pin first.
+    pub fn renew_connections(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
     }
 
     pub fn status(&self) -> ServerStatus {
@@ -380,7 +397,13 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
 /// An idle connection of `server` that fits, checked for a server-side close if it sat long
 /// enough (dead ones are closed on the way).
 fn live_idle(server: &Server, req: &Request<'_>, has_schema: bool, check_after: Duration) -> Option<Backend> {
+    let epoch = server.pool.epoch();
     while let Some(mut b) = server.pool.take_idle(req.login, has_schema, req.state, req.any_shard) {
+        if b.epoch != epoch {
+            tracing::debug!(server = %server.name, thread = b.thread_id, "idle pooled connection predates a privilege or global change; closed");
+            b.close();
+            continue;
+        }
         if b.idle_for() < check_after || b.is_alive() {
             return Some(b);
         }
@@ -393,6 +416,8 @@ fn live_idle(server: &Server, req: &Request<'_>, has_schema: bool, check_after: 
 /// Opens a pooled connection on `server`, whose slot is already reserved.
 async fn open(server: &Server, req: &Request<'_>) -> Result<Backend, BackendError> {
     let login = req.login;
+    // Read before logging in: a change that lands during the login makes this connection stale.
+    let epoch = server.pool.epoch();
     let params = ConnectParams {
         server,
         username: &login.username,
@@ -412,6 +437,7 @@ async fn open(server: &Server, req: &Request<'_>) -> Result<Backend, BackendErro
             server.pool.remember(login);
             b.login = login.clone();
             b.pooled = true;
+            b.epoch = epoch;
             Ok(b)
         }
         Err(e) => {
@@ -433,8 +459,9 @@ fn checkin_to(mut b: Backend, settings: &PoolSection, shard: usize) {
     // Bytes buffered past the last reply would answer the next user's statement: never reuse.
     let unread = !b.conn.rbuf.is_empty();
     let old = b.age() > Duration::from_millis(settings.max_lifetime_ms);
-    if !b.pooled || b.broken || unread || old || !b.server.accepts_new() || RuntimeTag::retired(&b) {
-        tracing::debug!(server = %b.server.name, thread = b.thread_id, broken = b.broken, unread, old, "closing a connection instead of pooling it");
+    let stale = b.epoch != b.server.pool.epoch();
+    if !b.pooled || b.broken || unread || old || stale || !b.server.accepts_new() || RuntimeTag::retired(&b) {
+        tracing::debug!(server = %b.server.name, thread = b.thread_id, broken = b.broken, unread, old, stale, "closing a connection instead of pooling it");
         b.close();
         return;
     }
@@ -466,6 +493,7 @@ pub async fn maintain(
                 let max_idle = Duration::from_millis(settings.max_idle_ms);
                 let lifetime = Duration::from_millis(settings.max_lifetime_ms);
                 let keep = settings.min_idle as usize;
+                let epoch = pool.epoch();
                 let mut out = Vec::new();
                 let mut n = 0;
                 while n < idle.len() {
@@ -473,6 +501,7 @@ pub async fn maintain(
                     let b = &mut idle[n];
                     let stale = (surplus && b.idle_for() > max_idle)
                         || b.age() > lifetime
+                        || b.epoch != epoch
                         || !b.is_alive()
                         || !b.server.accepts_new()
                         || RuntimeTag::retired(b);
@@ -487,7 +516,7 @@ pub async fn maintain(
             Err(_) => Vec::new(),
         };
         for b in expired {
-            tracing::debug!(server = %b.server.name, thread = b.thread_id, "closing an idle connection (idle too long, too old, closed by the server or its server not ONLINE)");
+            tracing::debug!(server = %b.server.name, thread = b.thread_id, "closing an idle connection (idle too long, too old, predating a privilege change, closed by the server or its server not ONLINE)");
             b.quit().await;
         }
         if settings.min_idle == 0 || !server.accepts_new() {

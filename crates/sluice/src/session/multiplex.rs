@@ -351,6 +351,17 @@ impl Session {
     /// reading back changed variables when it set any. False when the read-back failed, so the
     /// connection is kept (pinned) rather than replayed wrongly.
     pub(super) async fn after_statement(&mut self, held: &mut Held, e: &Effects, outcome: &Outcome, use_db: Option<String>) {
+        if e.flags & (effects::ACCOUNTS | effects::GLOBALS) != 0 {
+            // Pooled connections logged in with the old account, privileges or global defaults:
+            // none is reused. Even after an error, as part of a multi-statement text may have
+            // applied.
+            debug!(id = self.id, "accounts, privileges or globals changed: pooled connections are renewed");
+            held.backend.server.pool.renew_connections();
+            // This session keeps its own server session, as it would on the server: its login
+            // privileges and session values, and a login that may no longer work (its own
+            // password changed).
+            held.pins.untracked = true;
+        }
         held.pins.follow_status(outcome.status);
         if outcome.error {
             held.pins.next_statement = true;
@@ -463,14 +474,37 @@ impl Session {
     }
 
     /// Gives back every kept connection (session end, COM_CHANGE_USER, COM_RESET_CONNECTION):
-    /// whatever server state they hold is the old session's, so they are reset before reuse.
+    /// whatever server state they hold is the old session's (table locks, a transaction,
+    /// GET_LOCK locks), which must end now as it would with a direct connection, so each is
+    /// reset at once, in the background, and pooled only once the server confirmed the reset.
     pub(super) fn release_all(&mut self) {
-        for mut h in std::mem::take(&mut self.held) {
-            h.backend.needs_reset = true;
-            pool::checkin(h.backend, &self.snap.config.pool);
+        for h in std::mem::take(&mut self.held) {
+            reset_then_checkin(h.backend, self.snap.clone());
         }
         self.handle.clear_backend();
     }
+}
+
+/// Resets a connection a session leaves while it holds that session's server state, then
+/// pools it; one the reset fails on (or that cannot be reset) is closed, so the server ends
+/// that state either way.
+fn reset_then_checkin(mut b: Backend, snap: Arc<crate::datapath::Snapshot>) {
+    b.needs_reset = true;
+    let runtime = match tokio::runtime::Handle::try_current() {
+        Ok(r) if b.pooled && !b.broken => r,
+        // Closed by the checkin (broken, not pooled), or reset before its next use.
+        _ => return pool::checkin(b, &snap.config.pool),
+    };
+    runtime.spawn(async move {
+        let limit = snap.config.connect_timeout();
+        let outcome = tokio::time::timeout(limit, reset(&mut b)).await;
+        match outcome {
+            Ok(Ok(())) => return pool::checkin(b, &snap.config.pool),
+            Ok(Err(e)) => debug!(thread = b.thread_id, "resetting a connection a session left failed ({e}); closing it"),
+            Err(_) => debug!(thread = b.thread_id, "resetting a connection a session left timed out; closing it"),
+        }
+        b.close();
+    });
 }
 
 /// COM_RESET_CONNECTION (COM_CHANGE_USER with the same login on servers without it): the
