@@ -25,7 +25,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const ER_QUERY_INTERRUPTED: u16 = 1317;
-const ER_CONNECTION_KILLED: u16 = 1927;
 const ER_NO_SUCH_QUERY: u16 = 1957;
 const ER_KILL_QUERY_DENIED_ERROR: u16 = 1979;
 const SQLSTATE_INTERRUPTED: &[u8; 5] = b"70100";
@@ -463,8 +462,7 @@ async fn read_raw_result(backend: &mut Backend, sql: &str) -> Result<RawResult, 
     match first.first() {
         Some(0xFF) => {
             let e = proto::packet::parse_err(&first).map_err(|_| protocol("malformed error packet"))?;
-            let message = String::from_utf8_lossy(e.message).into_owned();
-            return Err(BackendError::Rejected { server: server.clone(), code: e.code, sqlstate: e.sqlstate, message });
+            return Err(BackendError::Rejected { server: server.clone(), code: e.code, sqlstate: e.sqlstate, message: e.message.into() });
         }
         Some(0x00) | None => return Err(protocol("no result set")),
         _ => {}
