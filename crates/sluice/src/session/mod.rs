@@ -633,7 +633,12 @@ impl Session {
                     r = &mut exchange => break r,
                     hard = handle.kill_query_requested(), if killer.is_none() => {
                         self.data.stats.add(Counter::KilledBackendQueries, 1);
-                        killer = Some(kill::kill_query(server, thread, login, monitor, hard, connect_timeout));
+                        // KILL CONNECTION of this session ends its backend connection too.
+                        killer = Some(if handle.is_killed() {
+                            kill::kill_connection(server, thread, login, monitor, hard.hard, connect_timeout)
+                        } else {
+                            kill::kill_query(server, thread, login, monitor, hard, connect_timeout)
+                        });
                     }
                     _ = &mut timeout, if killer.is_none() => {
                         self.data.stats.add(Counter::KilledBackendQueries, 1);
