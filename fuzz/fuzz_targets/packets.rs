@@ -6,7 +6,8 @@
 use libfuzzer_sys::fuzz_target;
 use sluice_proto::frame::frame;
 use sluice_proto::packet::{
-    parse_eof, parse_err, parse_ok, terminator_status, write_eof, write_err, write_ok, EOF_HEADER, ERR_HEADER, OK_HEADER,
+    parse_eof, parse_err, parse_ok, terminator_status, write_eof, write_err_bytes, write_ok, EOF_HEADER, ERR_HEADER,
+    OK_HEADER,
 };
 
 /// The payload of the single packet a writer appended.
@@ -52,7 +53,7 @@ fuzz_target!(|data: &[u8]| {
         if !sluice_proto::errors::CLIENT_CODES.contains(&e.code) {
             let mut out = Vec::new();
             let mut seq = 0;
-            write_err(&mut out, &mut seq, e.code, &e.sqlstate, e.message);
+            write_err_bytes(&mut out, &mut seq, e.code, &e.sqlstate, e.message);
             let back = parse_err(payload(&out)).expect("written ERR parses");
             assert_eq!(back, e);
         }

@@ -82,12 +82,16 @@ pub fn parse_err(payload: &[u8]) -> Result<Err<'_>, ProtoError> {
     }
 }
 
-/// Appends an ERR packet (protocol 4.1 form, with SQLSTATE). The message goes as given: a
-/// server's may be in the connection's character set, not UTF-8. `code` must be a server's
-/// (never a client library's 2000–2999: libmariadb takes those for a malformed packet).
-pub fn write_err(out: &mut Vec<u8>, seq: &mut u8, code: u16, sqlstate: &[u8; 5], message: impl AsRef<[u8]>) {
+/// Appends an ERR packet (protocol 4.1 form, with SQLSTATE). `code` must be a server's (never
+/// a client library's 2000–2999: libmariadb takes those for a malformed packet).
+pub fn write_err(out: &mut Vec<u8>, seq: &mut u8, code: u16, sqlstate: &[u8; 5], message: &str) {
+    write_err_bytes(out, seq, code, sqlstate, message.as_bytes());
+}
+
+/// `write_err` with the message as bytes: a server's is in the connection's character set
+/// (latin1, sjis…), not always UTF-8, and is relayed as it came.
+pub fn write_err_bytes(out: &mut Vec<u8>, seq: &mut u8, code: u16, sqlstate: &[u8; 5], message: &[u8]) {
     debug_assert!(!crate::errors::CLIENT_CODES.contains(&code), "client-library error code {code} in an ERR packet");
-    let message = message.as_ref();
     let b = PacketBuilder::begin(out);
     out.push(ERR_HEADER);
     out.extend_from_slice(&code.to_le_bytes());
@@ -240,7 +244,7 @@ mod tests {
     #[test]
     fn err_message_bytes_go_unchanged() {
         let mut out = Vec::new();
-        write_err(&mut out, &mut 0, 1064, b"42000", b"near '\xe9t\xe9' at line 1");
+        write_err_bytes(&mut out, &mut 0, 1064, b"42000", b"near '\xe9t\xe9' at line 1");
         assert_eq!(parse_err(&out[4..]).unwrap().message, b"near '\xe9t\xe9' at line 1");
     }
 

@@ -275,8 +275,8 @@ struct Negotiated {
 fn write_backend_error(out: &mut Vec<u8>, seq: &mut u8, e: &BackendError) {
     let (code, sqlstate) = e.client_error();
     match e {
-        BackendError::Rejected { message, .. } => proto::packet::write_err(out, seq, code, &sqlstate, message.as_bytes()),
-        _ => proto::packet::write_err(out, seq, code, &sqlstate, e.to_string()),
+        BackendError::Rejected { message, .. } => proto::packet::write_err_bytes(out, seq, code, &sqlstate, message.as_bytes()),
+        _ => proto::packet::write_err(out, seq, code, &sqlstate, &e.to_string()),
     }
 }
 
