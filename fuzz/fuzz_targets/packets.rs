@@ -6,7 +6,8 @@
 use libfuzzer_sys::fuzz_target;
 use sluice_proto::frame::frame;
 use sluice_proto::packet::{
-    parse_eof, parse_err, parse_ok, terminator_status, write_eof, write_err, write_ok, EOF_HEADER, ERR_HEADER, OK_HEADER,
+    parse_eof, parse_err, parse_ok, terminator_status, write_eof, write_err_bytes, write_ok, EOF_HEADER, ERR_HEADER,
+    OK_HEADER,
 };
 
 /// The payload of the single packet a writer appended.
@@ -48,10 +49,11 @@ fuzz_target!(|data: &[u8]| {
         // The message is the payload's tail, after the code and the optional #SQLSTATE.
         assert!(data.ends_with(e.message));
         assert!(data.len() - e.message.len() == 3 || data.len() - e.message.len() == 9);
-        if let Ok(msg) = std::str::from_utf8(e.message) {
+        // Any message bytes; never a client library's code (write_err refuses those).
+        if !sluice_proto::errors::CLIENT_CODES.contains(&e.code) {
             let mut out = Vec::new();
             let mut seq = 0;
-            write_err(&mut out, &mut seq, e.code, &e.sqlstate, msg);
+            write_err_bytes(&mut out, &mut seq, e.code, &e.sqlstate, e.message);
             let back = parse_err(payload(&out)).expect("written ERR parses");
             assert_eq!(back, e);
         }

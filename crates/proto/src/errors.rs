@@ -15,9 +15,10 @@ pub const ER_WRONG_ARGUMENTS: u16 = 1210;
 pub const ER_UNKNOWN_STMT_HANDLER: u16 = 1243;
 pub const ER_STMT_HAS_NO_OPEN_CURSOR: u16 = 1421;
 pub const ER_MAX_PREPARED_STMT_COUNT_REACHED: u16 = 1461;
-/// Client-library codes, used when a backend cannot be reached or is lost mid-reply.
-pub const CR_CONN_HOST_ERROR: u16 = 2003;
-pub const CR_SERVER_LOST: u16 = 2013;
+/// The server ended the connection. sluice's answer when a backend connection is lost during
+/// a statement: 2000–2999 (CR_SERVER_LOST…) are client-library codes, which libmariadb refuses
+/// in an ERR packet (it reports 2027 "Malformed packet" instead).
+pub const ER_CONNECTION_KILLED: u16 = 1927;
 
 pub const SQLSTATE_GENERAL: &[u8; 5] = b"HY000";
 pub const SQLSTATE_ACCESS_DENIED: &[u8; 5] = b"28000";
@@ -25,9 +26,15 @@ pub const SQLSTATE_UNKNOWN_COM: &[u8; 5] = b"08S01";
 pub const SQLSTATE_CONN_COUNT: &[u8; 5] = b"08004";
 pub const SQLSTATE_NOT_SUPPORTED: &[u8; 5] = b"42000";
 pub const SQLSTATE_SHUTDOWN: &[u8; 5] = b"08S01";
+pub const SQLSTATE_CONNECTION_KILLED: &[u8; 5] = b"70100";
+
+/// Codes a client library keeps for itself (CR_*); never sent by a server, and refused by
+/// libmariadb when one is.
+pub const CLIENT_CODES: std::ops::Range<u16> = 2000..3000;
 
 /// What ProxySQL answers when a query rule's error_msg blocks a statement (kept for alerting
 /// that already knows it).
 pub const ER_NOT_ALLOWED_COMMAND: u16 = 1148;
-/// No backend of the chosen hostgroup can take the statement (ProxySQL's number for it).
+/// No backend of the chosen hostgroup can take the statement, or the chosen one cannot be
+/// reached (ProxySQL's number for it).
 pub const ER_PROXY_NO_BACKEND: u16 = 9001;

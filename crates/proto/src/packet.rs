@@ -82,14 +82,22 @@ pub fn parse_err(payload: &[u8]) -> Result<Err<'_>, ProtoError> {
     }
 }
 
-/// Appends an ERR packet (protocol 4.1 form, with SQLSTATE).
+/// Appends an ERR packet (protocol 4.1 form, with SQLSTATE). `code` must be a server's (never
+/// a client library's 2000–2999: libmariadb takes those for a malformed packet).
 pub fn write_err(out: &mut Vec<u8>, seq: &mut u8, code: u16, sqlstate: &[u8; 5], message: &str) {
+    write_err_bytes(out, seq, code, sqlstate, message.as_bytes());
+}
+
+/// `write_err` with the message as bytes: a server's is in the connection's character set
+/// (latin1, sjis…), not always UTF-8, and is relayed as it came.
+pub fn write_err_bytes(out: &mut Vec<u8>, seq: &mut u8, code: u16, sqlstate: &[u8; 5], message: &[u8]) {
+    debug_assert!(!crate::errors::CLIENT_CODES.contains(&code), "client-library error code {code} in an ERR packet");
     let b = PacketBuilder::begin(out);
     out.push(ERR_HEADER);
     out.extend_from_slice(&code.to_le_bytes());
     out.push(b'#');
     out.extend_from_slice(sqlstate);
-    out.extend_from_slice(message.as_bytes());
+    out.extend_from_slice(message);
     b.finish(out, seq);
 }
 
@@ -234,6 +242,20 @@ mod tests {
     }
 
     #[test]
+    fn err_message_bytes_go_unchanged() {
+        let mut out = Vec::new();
+        write_err_bytes(&mut out, &mut 0, 1064, b"42000", b"near '\xe9t\xe9' at line 1");
+        assert_eq!(parse_err(&out[4..]).unwrap().message, b"near '\xe9t\xe9' at line 1");
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "client-library error code 2013")]
+    fn err_with_a_client_library_code_is_refused() {
+        write_err(&mut Vec::new(), &mut 0, 2013, b"HY000", "Lost connection");
+    }
+
+    #[test]
     fn eof_byte_vector() {
         assert_eq!(parse_eof(&[0xFE, 0x01, 0x00, 0x22, 0x00]), Ok((1, 0x22)));
         let mut out = Vec::new();
@@ -256,7 +278,7 @@ mod tests {
         }
 
         #[test]
-        fn err_round_trip(code in any::<u16>(), msg in "[ -~]{0,100}") {
+        fn err_round_trip(code in (1u16..2000).prop_union(3000..u16::MAX), msg in "[ -~]{0,100}") {
             let mut out = Vec::new();
             let mut seq = 0;
             write_err(&mut out, &mut seq, code, b"42S02", &msg);

@@ -333,7 +333,9 @@ impl Scanner {
                 }
                 Ok(self.more_results_or_done())
             }
-            Some(LOCAL_INFILE_HEADER) if self.reply == Reply::Query => Ok(Event::LocalInfile),
+            // A prepared LOAD DATA LOCAL asks for the file in its execute reply, as COM_QUERY
+            // does (0xFB is no column count: as a length-encoded integer it means NULL).
+            Some(LOCAL_INFILE_HEADER) if matches!(self.reply, Reply::Query | Reply::Execute { .. }) => Ok(Event::LocalInfile),
             _ => {
                 let (n, used) = read_lenenc(p).ok_or(ProtoError::Malformed("column count"))?;
                 if n == 0 {
@@ -600,9 +602,15 @@ mod tests {
         let mut seq = 4;
         write_ok(&mut out, &mut seq, 0, &OkP { affected_rows: 10, status: 2, ..Default::default() }, b"");
         assert_eq!(s.feed(&out).unwrap(), (out.len(), Event::Done { error: false }));
-        // Execute never treats 0xFB as an infile request: it is a column count prefix there.
+        // COM_STMT_EXECUTE of LOAD DATA LOCAL asks the same way.
         let mut e = Scanner::new(Reply::Execute { cursor: false }, true);
-        assert!(e.feed(&req).is_err());
+        assert_eq!(e.feed(&req).unwrap(), (req.len(), Event::LocalInfile));
+        e.after_infile(3);
+        assert_eq!(e.feed(&out).unwrap(), (out.len(), Event::Done { error: false }));
+        // Nothing else reads 0xFB as an infile request.
+        for reply in [Reply::Fetch, Reply::FieldList, Reply::Single] {
+            assert_ne!(Scanner::new(reply, true).feed(&req).ok(), Some((req.len(), Event::LocalInfile)), "{reply:?}");
+        }
     }
 
     #[test]

@@ -82,7 +82,7 @@ impl BackendAccounts {
             }
         }
         let lost =
-            || Err(LookupFailed { code: proto::errors::CR_CONN_HOST_ERROR, message: "reading the backend's accounts failed".into() });
+            || Err(LookupFailed { code: proto::errors::ER_PROXY_NO_BACKEND, message: "reading the backend's accounts failed".into() });
         answers.into_iter().map(|a| a.unwrap_or_else(lost)).collect()
     }
 
@@ -285,7 +285,7 @@ pub async fn read_accounts(
         Err(_) => {
             *link = None;
             Err(LookupFailed {
-                code: proto::errors::CR_CONN_HOST_ERROR,
+                code: proto::errors::ER_PROXY_NO_BACKEND,
                 message: format!("reading the backend's accounts timed out after {} ms", (timeout * 2).as_millis()),
             })
         }
@@ -342,7 +342,7 @@ pub async fn open_link<'a>(live: &Live, slot: &'a mut Option<AccountsLink>) -> R
     if !slot.as_mut().is_some_and(|l| usable(live, l)) {
         *slot = Some(connect_link(live).await?);
     }
-    slot.as_ref().ok_or_else(|| LookupFailed { code: proto::errors::CR_CONN_HOST_ERROR, message: "no accounts connection".into() })
+    slot.as_ref().ok_or_else(|| LookupFailed { code: proto::errors::ER_PROXY_NO_BACKEND, message: "no accounts connection".into() })
 }
 
 /// Still open, opened under the config in force, and not keeping a retired runtime alive.
@@ -376,11 +376,7 @@ async fn connect_link(live: &Live) -> Result<AccountsLink, LookupFailed> {
 }
 
 fn failed(e: &BackendError) -> LookupFailed {
-    let code = match e {
-        BackendError::Rejected { code, .. } => *code,
-        BackendError::Unavailable(_) => proto::errors::ER_PROXY_NO_BACKEND,
-        _ => proto::errors::CR_CONN_HOST_ERROR,
-    };
+    let (code, _) = e.client_error();
     tracing::warn!("cannot read the backend's accounts: {e}");
     LookupFailed { code, message: format!("cannot read the backend's accounts: {e}") }
 }

@@ -19,7 +19,7 @@ async fn backend_down_at_connect_names_the_backend() {
     cfg.workers = 1;
     let proxy = Proxy::start(cfg);
     let Err(e) = mysql_async::Conn::new(opts(proxy.port, "root", "")).await else { panic!("login must fail") };
-    assert_eq!(server_code(&e), Some(2003), "{e}");
+    assert_eq!(server_code(&e), Some(proto::errors::ER_PROXY_NO_BACKEND), "{e}");
     assert!(e.to_string().contains(&format!("127.0.0.1:{port}")), "names the backend: {e}");
 }
 
@@ -46,7 +46,7 @@ async fn backend_dying_mid_result_is_an_error_not_a_short_result() {
     let e = outcome.expect_err("the reply must end in an error, never look complete");
     assert!(rows >= 1000);
     if let Some(code) = server_code(&e) {
-        assert_eq!(code, 2013, "{e}");
+        assert_eq!(code, proto::errors::ER_CONNECTION_KILLED, "{e}");
         assert!(e.to_string().contains(&db.addr()), "names the backend: {e}");
     }
     drop(result);

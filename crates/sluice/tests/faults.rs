@@ -240,7 +240,7 @@ async fn connections_the_server_drops_under_stalled_clients_free_their_slots_at_
     // The stalled clients get the whole rows sluice held, then the error, when they read again.
     for raw in [&mut a, &mut b] {
         let (code, packets) = read_until_error(raw);
-        assert_eq!(code, proto::errors::CR_SERVER_LOST);
+        assert_eq!(code, proto::errors::ER_CONNECTION_KILLED);
         assert!(packets > 100, "rows came before the error ({packets} packets)");
     }
 }

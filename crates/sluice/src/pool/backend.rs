@@ -6,6 +6,7 @@ use super::Server;
 use super::{state, Login};
 use crate::net::{tune, Conn, Stream};
 use proto::auth;
+use proto::errors::*;
 use proto::handshake::{self, ClientHello, ServerGreeting};
 use proto::packet;
 use proto::CapabilityFlags;
@@ -41,13 +42,51 @@ pub enum BackendError {
     Timeout { server: String, ms: u128 },
     /// The backend refused (bad credentials, unknown database…): its ERR payload, for the client.
     #[error("backend server '{server}' refused the login: {message}")]
-    Rejected { server: String, code: u16, sqlstate: [u8; 5], message: String },
+    Rejected { server: String, code: u16, sqlstate: [u8; 5], message: ServerMessage },
     #[error("backend server '{server}': {what}")]
     Protocol { server: String, what: String },
     #[error("Lost connection to backend server '{server}' ({source})")]
     Lost { server: String, source: std::io::Error },
     #[error("{0}")]
     Unavailable(#[from] super::NoServer),
+}
+
+/// An error message as the server sent it: in the connection's character set (latin1, sjis…),
+/// so kept as bytes for the client; shown lossily as UTF-8 in logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerMessage(Box<[u8]>);
+
+impl ServerMessage {
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl From<&[u8]> for ServerMessage {
+    fn from(bytes: &[u8]) -> Self {
+        ServerMessage(bytes.into())
+    }
+}
+
+impl std::fmt::Display for ServerMessage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&String::from_utf8_lossy(&self.0))
+    }
+}
+
+impl BackendError {
+    /// The error a client gets for this failure: the backend's own when it refused; otherwise
+    /// a server code (a client library's 2000–2999 would read as a malformed packet): 1927 for
+    /// a connection lost after it was made, 9001 for a backend that cannot be reached or used.
+    pub fn client_error(&self) -> (u16, [u8; 5]) {
+        match self {
+            BackendError::Rejected { code, sqlstate, .. } => (*code, *sqlstate),
+            BackendError::Lost { .. } => (ER_CONNECTION_KILLED, *SQLSTATE_CONNECTION_KILLED),
+            BackendError::Connect { .. } | BackendError::Timeout { .. } | BackendError::Protocol { .. } | BackendError::Unavailable(_) => {
+                (ER_PROXY_NO_BACKEND, *SQLSTATE_GENERAL)
+            }
+        }
+    }
 }
 
 /// Everything needed to open one backend connection.
@@ -661,12 +700,7 @@ const MARIADB_CLIENT_EXTENDED_METADATA: u32 = 1 << 3;
 
 pub(super) fn rejected(server: &str, payload: &[u8]) -> BackendError {
     match packet::parse_err(payload) {
-        Ok(e) => BackendError::Rejected {
-            server: server.to_string(),
-            code: e.code,
-            sqlstate: e.sqlstate,
-            message: String::from_utf8_lossy(e.message).into_owned(),
-        },
+        Ok(e) => BackendError::Rejected { server: server.to_string(), code: e.code, sqlstate: e.sqlstate, message: e.message.into() },
         Err(_) => BackendError::Protocol { server: server.to_string(), what: "malformed error packet".into() },
     }
 }

@@ -13,7 +13,7 @@ pub mod hostgroups;
 pub mod prepared;
 pub mod state;
 
-pub use backend::{connect, Backend, BackendError, ConnectParams, Credential};
+pub use backend::{connect, Backend, BackendError, ConnectParams, Credential, ServerMessage};
 
 use crate::config::{PoolSection, ServerStatus};
 use crate::stats::Counter;

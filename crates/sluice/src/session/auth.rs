@@ -329,8 +329,8 @@ async fn find_account(data: &Arc<DataPath>, a: &Attempt<'_>) -> Result<Option<Ac
 async fn prove(data: &DataPath, user: &User, credential: &Credential, a: &Attempt<'_>, used_password: bool) -> Result<(), Denied> {
     let snapshot = data.live.load_full();
     let no_backend = |e: &crate::pool::BackendError| {
-        let code = if matches!(e, crate::pool::BackendError::Unavailable(_)) { ER_PROXY_NO_BACKEND } else { CR_CONN_HOST_ERROR };
-        Denied::backend(code, e.to_string())
+        let (code, sqlstate) = e.client_error();
+        Denied { code, sqlstate, message: e.to_string() }
     };
     let server = snapshot.hostgroups.pick(user.default_hostgroup).map_err(|e| no_backend(&e.into()))?;
     let (username, credential) = user.backend_credential(credential.clone());
@@ -348,7 +348,9 @@ async fn prove(data: &DataPath, user: &User, credential: &Credential, a: &Attemp
         Err(crate::pool::BackendError::Rejected { code: ER_ACCESS_DENIED_ERROR, .. }) => {
             Err(Denied::access(a.user, &client_host(data, a).await, used_password))
         }
-        Err(crate::pool::BackendError::Rejected { code, sqlstate, message, .. }) => Err(Denied { code, sqlstate, message }),
+        Err(crate::pool::BackendError::Rejected { code, sqlstate, message, .. }) => {
+            Err(Denied { code, sqlstate, message: message.to_string() })
+        }
         Err(e) => Err(no_backend(&e)),
     }
 }

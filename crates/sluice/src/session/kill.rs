@@ -25,7 +25,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const ER_QUERY_INTERRUPTED: u16 = 1317;
-const ER_CONNECTION_KILLED: u16 = 1927;
 const ER_NO_SUCH_QUERY: u16 = 1957;
 const ER_KILL_QUERY_DENIED_ERROR: u16 = 1979;
 const SQLSTATE_INTERRUPTED: &[u8; 5] = b"70100";
@@ -150,9 +149,13 @@ impl Session {
                 }
             };
         }
-        handle.request_kill_query(hard.into());
+        // Killed first: a session woken by the request in its statement then ends the backend
+        // connection too (`kill_connection`).
         if scope == KillScope::Connection {
             handle.kill();
+        }
+        handle.request_kill_query(hard.into());
+        if scope == KillScope::Connection {
             let _ = tokio::time::timeout(CLOSE_WAIT, handle.closed()).await;
         }
         self.reply_ok(seq, "").await
@@ -186,10 +189,10 @@ impl Session {
                 killed_self = scope == KillScope::Connection;
                 continue;
             }
-            h.request_kill_query(hard.into());
             if scope == KillScope::Connection {
                 h.kill();
             }
+            h.request_kill_query(hard.into());
         }
         if scope == KillScope::Connection {
             let others = targets.iter().filter(|h| h.id != self.id);
@@ -463,8 +466,7 @@ async fn read_raw_result(backend: &mut Backend, sql: &str) -> Result<RawResult, 
     match first.first() {
         Some(0xFF) => {
             let e = proto::packet::parse_err(&first).map_err(|_| protocol("malformed error packet"))?;
-            let message = String::from_utf8_lossy(e.message).into_owned();
-            return Err(BackendError::Rejected { server: server.clone(), code: e.code, sqlstate: e.sqlstate, message });
+            return Err(BackendError::Rejected { server: server.clone(), code: e.code, sqlstate: e.sqlstate, message: e.message.into() });
         }
         Some(0x00) | None => return Err(protocol("no result set")),
         _ => {}
@@ -532,17 +534,48 @@ pub(super) fn kill_query(
     timeout: Duration,
 ) -> tokio::task::JoinHandle<()> {
     let request = request.into();
-    let (server, login) = (server.clone(), login.clone());
-    let monitor = monitor.filter(|m| !m.username.is_empty()).map(monitor_login);
-    let modifier = match request.hard {
-        Some(true) => "HARD ",
-        Some(false) => "SOFT ",
-        None => "",
-    };
+    let modifier = kill_modifier(request.hard);
     let sql = match request.query_id {
         0 => format!("KILL {modifier}QUERY {thread}"),
         id => format!("KILL {modifier}QUERY ID {id}"),
     };
+    kill_on(server, login, monitor, sql, timeout)
+}
+
+/// Ends backend connection `thread` of `server` (its statement with it), as `kill_query` does
+/// a statement: for a session killed by KILL CONNECTION while its statement runs. A KILL QUERY
+/// would not do: the server can lose one that lands while a stored program moves from one
+/// statement to the next (`LOOP DO 1; END LOOP` runs on), never a KILL CONNECTION.
+pub(super) fn kill_connection(
+    server: &Server,
+    thread: u32,
+    login: &Arc<Login>,
+    monitor: Option<&MonitorSection>,
+    hard: Option<bool>,
+    timeout: Duration,
+) -> tokio::task::JoinHandle<()> {
+    let sql = format!("KILL {}CONNECTION {thread}", kill_modifier(hard));
+    kill_on(server, login, monitor, sql, timeout)
+}
+
+fn kill_modifier(hard: Option<bool>) -> &'static str {
+    match hard {
+        Some(true) => "HARD ",
+        Some(false) => "SOFT ",
+        None => "",
+    }
+}
+
+/// Runs a KILL statement on `server` from a side connection of `login`, else of the monitor.
+fn kill_on(
+    server: &Server,
+    login: &Arc<Login>,
+    monitor: Option<&MonitorSection>,
+    sql: String,
+    timeout: Duration,
+) -> tokio::task::JoinHandle<()> {
+    let (server, login) = (server.clone(), login.clone());
+    let monitor = monitor.filter(|m| !m.username.is_empty()).map(monitor_login);
     tokio::spawn(async move {
         let Err(e) = rows_on(&server, &login, &sql, timeout).await else { return };
         match monitor {

@@ -281,22 +281,19 @@ struct Negotiated {
     attrs: Vec<(String, String)>,
 }
 
-/// A backend error as the client sees it: the backend's own ERR when it refused, otherwise
-/// an error naming the server.
+/// A backend error as the client sees it: the backend's own ERR (its bytes) when it refused,
+/// otherwise an error naming the server.
 fn write_backend_error(out: &mut Vec<u8>, seq: &mut u8, e: &BackendError) {
+    let (code, sqlstate) = e.client_error();
     match e {
-        BackendError::Rejected { code, sqlstate, message, .. } => proto::packet::write_err(out, seq, *code, sqlstate, message),
-        _ => proto::packet::write_err(out, seq, backend_error_code(e), SQLSTATE_GENERAL, &e.to_string()),
+        BackendError::Rejected { message, .. } => proto::packet::write_err_bytes(out, seq, code, &sqlstate, message.as_bytes()),
+        _ => proto::packet::write_err(out, seq, code, &sqlstate, &e.to_string()),
     }
 }
 
 /// The error code the client sees for `e`.
 fn backend_error_code(e: &BackendError) -> u16 {
-    match e {
-        BackendError::Rejected { code, .. } => *code,
-        BackendError::Unavailable(_) => ER_PROXY_NO_BACKEND,
-        _ => CR_CONN_HOST_ERROR,
-    }
+    e.client_error().0
 }
 
 /// Whether the session goes on after a command.
@@ -652,7 +649,12 @@ impl Session {
                     r = &mut exchange => break r,
                     hard = handle.kill_query_requested(), if killer.is_none() => {
                         self.data.stats.add(Counter::KilledBackendQueries, 1);
-                        killer = Some(kill::kill_query(server, thread, login, monitor, hard, connect_timeout));
+                        // KILL CONNECTION of this session ends its backend connection too.
+                        killer = Some(if handle.is_killed() {
+                            kill::kill_connection(server, thread, login, monitor, hard.hard, connect_timeout)
+                        } else {
+                            kill::kill_query(server, thread, login, monitor, hard, connect_timeout)
+                        });
                     }
                     _ = &mut timeout, if killer.is_none() => {
                         self.data.stats.add(Counter::KilledBackendQueries, 1);
@@ -702,7 +704,7 @@ impl Session {
                     let msg = format!("Lost connection to backend server '{}' during query", backend.server.name);
                     self.data.stats.add(Counter::GeneratedErrorPackets, 1);
                     self.out.clear();
-                    proto::packet::write_err(&mut self.out, &mut { seq }, CR_SERVER_LOST, SQLSTATE_GENERAL, &msg);
+                    proto::packet::write_err(&mut self.out, &mut { seq }, ER_CONNECTION_KILLED, SQLSTATE_CONNECTION_KILLED, &msg);
                     let write = async {
                         self.client.write_all(&received).await?;
                         self.client.write_all(&self.out).await

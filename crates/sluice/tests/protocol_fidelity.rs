@@ -1,0 +1,164 @@
+//! What reaches the client is what a server would send: error codes a client library accepts
+//! from a server, error messages byte for byte, LOAD DATA LOCAL through a prepared statement,
+//! and KILL CONNECTION of a session whose statement runs on the backend.
+
+mod common;
+
+use common::*;
+use mysql_async::prelude::*;
+use std::time::{Duration, Instant};
+use testkit::{shared, MariaDb};
+
+/// The `mariadb` CLI (libmariadb) takes an error code of 2000–2999 from a server for a
+/// malformed packet (it prints 2027): a backend sluice cannot reach must be reported with a
+/// server code, and the CLI must show sluice's message naming the backend.
+#[test]
+fn the_cli_shows_why_a_backend_cannot_be_reached() {
+    let port = testkit::free_port();
+    let mut cfg = sluice::config::quick_start(vec!["127.0.0.1:0".into()], &format!("127.0.0.1:{port}"), "root", "").unwrap();
+    cfg.workers = 1;
+    let proxy = Proxy::start(cfg);
+    let e = mariadb_cli(proxy.port, "root", None, "SELECT 1").expect_err("no backend to log in to");
+    assert!(!e.contains("alformed"), "{e}");
+    assert!(e.contains("ERROR 9001") && e.contains(&format!("Can't connect to backend server '127.0.0.1:{port}'")), "{e}");
+}
+
+/// A backend that dies while the CLI's statement runs: the CLI shows that the backend
+/// connection was lost (ER_CONNECTION_KILLED, naming the server), not "Malformed packet".
+#[test]
+fn the_cli_shows_a_backend_lost_during_its_statement() {
+    let mut db = MariaDb::start().unwrap();
+    let proxy = Proxy::quick(&db);
+    let marker = unique("lost");
+    let port = proxy.port;
+    // (The CLI strips comments: the marker goes in a string.)
+    let sql = format!("SELECT SLEEP(60), '{marker}'");
+    let cli = std::thread::spawn(move || mariadb_cli(port, "root", None, &sql));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let running = format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '%{marker}%' AND ID <> CONNECTION_ID()");
+    while db.sql(&running).unwrap().trim() != "1" {
+        assert!(Instant::now() < deadline, "the statement runs on the backend");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    db.kill();
+    let e = cli.join().unwrap().expect_err("the statement cannot succeed");
+    assert!(!e.contains("alformed"), "{e}");
+    assert!(e.contains("ERROR 1927") && e.contains(&format!("Lost connection to backend server '{}' during query", db.addr())), "{e}");
+}
+
+/// A prepared `LOAD DATA LOCAL INFILE` (COM_STMT_EXECUTE answered with the server's request for
+/// the file) loads the file and leaves the session usable, as directly.
+#[tokio::test]
+async fn load_data_local_infile_as_a_prepared_statement() {
+    let db = shared();
+    let proxy = Proxy::quick(db);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rows.txt");
+    let text: String = (0..5000).map(|i| format!("{i}\trow {i}\n")).collect();
+    std::fs::write(&path, text).unwrap();
+    let file = path.to_str().unwrap().to_string();
+    let load = |port: u16| {
+        let o = opts(port, "root", "").local_infile_handler(Some(mysql_async::WhiteListFsHandler::new(&[file.as_str()][..])));
+        let file = file.clone();
+        async move {
+            let mut c = mysql_async::Conn::new(o).await.unwrap();
+            let t = unique("ps_infile");
+            c.query_drop(format!("CREATE TABLE {t} (id INT, s VARCHAR(20))")).await.unwrap();
+            // exec_* prepares the text (COM_STMT_PREPARE) and runs it with COM_STMT_EXECUTE.
+            c.exec_drop(format!("LOAD DATA LOCAL INFILE '{file}' INTO TABLE {t}"), ()).await.unwrap();
+            let affected = c.affected_rows();
+            let loaded: Option<(u64, String)> = c.exec_first(format!("SELECT COUNT(*), MAX(s) FROM {t}"), ()).await.unwrap();
+            c.query_drop(format!("DROP TABLE {t}")).await.unwrap();
+            c.ping().await.unwrap();
+            (affected, loaded)
+        }
+    };
+    let direct = load(db.port()).await;
+    assert_eq!(direct, (5000, Some((5000, "row 999".to_string()))));
+    assert_eq!(load(proxy.port).await, direct);
+}
+
+/// The ERR payload a COM_STMT_PREPARE gets on a latin1 connection, read by a raw client.
+fn prepare_error(port: u16, text: &[u8]) -> Vec<u8> {
+    let mut c = RawClient::connect(port, "root", "");
+    let mut set = vec![proto::command::COM_QUERY];
+    set.extend_from_slice(b"SET NAMES latin1");
+    c.send(&set);
+    let (_, ok) = c.read_packet().unwrap();
+    assert_eq!(ok[0], 0, "SET NAMES: {ok:?}");
+    let mut prepare = vec![proto::command::COM_STMT_PREPARE];
+    prepare.extend_from_slice(text);
+    c.send(&prepare);
+    let (_, err) = c.read_packet().unwrap();
+    assert_eq!(err[0], 0xFF, "the prepare fails: {err:?}");
+    err
+}
+
+/// A 1064 quoting latin1 text (not UTF-8) reaches the client byte for byte.
+#[test]
+fn prepare_errors_keep_the_servers_bytes() {
+    let db = shared();
+    let proxy = Proxy::quick(db);
+    let text = b"SELECT 1 FROM WHERE '\xe9t\xe9'";
+    let direct = prepare_error(db.port(), text);
+    assert!(direct.windows(5).any(|w| w == b"'\xe9t\xe9'"), "the server quotes the latin1 text: {direct:?}");
+    let through = prepare_error(proxy.port, text);
+    assert_eq!(through, direct, "through sluice {:?}, directly {:?}", String::from_utf8_lossy(&through), String::from_utf8_lossy(&direct));
+}
+
+/// KILL (CONNECTION) of a session whose statement runs on the backend answers at once, stops
+/// the statement on the server and ends the session; the killed client gets an error, as
+/// directly.
+#[tokio::test]
+async fn kill_connection_of_a_session_running_a_statement() {
+    let db = shared();
+    let proxy = Proxy::quick(db);
+    // (statement, run as a prepared statement, how many times). The server loses about half
+    // the KILL QUERYs sent to a running LOOP (not a KILL CONNECTION): several rounds.
+    let statements = [
+        ("SELECT SLEEP(100) /* {marker} */", false, 1),
+        ("SELECT SLEEP(100) /* {marker} */", true, 1),
+        ("BEGIN NOT ATOMIC /* {marker} */ LOOP DO 1; END LOOP; END", false, 6),
+    ];
+    let rounds = statements.iter().flat_map(|&(statement, prepared, n)| std::iter::repeat_n((statement, prepared), n));
+    for (port, how) in [(db.port(), "directly"), (proxy.port, "through sluice")] {
+        for (statement, prepared) in rounds.clone() {
+            let marker = unique("killed");
+            let sql = statement.replace("{marker}", &marker);
+            let mut victim = connect(port).await;
+            let id = victim.id();
+            let run = tokio::spawn(async move {
+                let r = if prepared { victim.exec_drop(sql, ()).await } else { victim.query_drop(sql).await };
+                let after = victim.ping().await;
+                (r, after)
+            });
+            let mut direct = connect(db.port()).await;
+            let running =
+                format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '%{marker}%' AND ID <> CONNECTION_ID()");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while direct.query_first::<u64, _>(&running).await.unwrap() != Some(1) {
+                assert!(Instant::now() < deadline, "{how}: the statement runs on the server");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let mut killer = connect(port).await;
+            let started = Instant::now();
+            tokio::time::timeout(Duration::from_secs(10), killer.query_drop(format!("KILL {id}")))
+                .await
+                .unwrap_or_else(|_| panic!("{how}: KILL {id} of `{statement}` did not return"))
+                .unwrap();
+            assert!(started.elapsed() < Duration::from_secs(5), "{how}: KILL took {:?}", started.elapsed());
+            let (r, after) = tokio::time::timeout(Duration::from_secs(10), run)
+                .await
+                .unwrap_or_else(|_| panic!("{how}: the session killed in `{statement}` (prepared: {prepared}) did not end"))
+                .unwrap();
+            assert!(r.is_err(), "{how}: the killed statement fails");
+            assert!(after.is_err(), "{how}: the killed connection is closed");
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while direct.query_first::<u64, _>(&running).await.unwrap() != Some(0) {
+                assert!(Instant::now() < deadline, "{how}: `{statement}` still runs on the server");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            killer.ping().await.unwrap();
+        }
+    }
+}
