@@ -46,6 +46,24 @@ fn the_cli_shows_a_backend_lost_during_its_statement() {
     assert!(e.contains("ERROR 1927") && e.contains(&format!("Lost connection to backend server '{}' during query", db.addr())), "{e}");
 }
 
+/// A logged-in session whose backend is down (restarting) gets 1927 for its statements, as a
+/// direct client's lost connection (mysqltest's wait_until_connected_again.inc retries on it),
+/// and the same session works again once the backend is back.
+#[tokio::test]
+async fn a_session_whose_backend_restarts_gets_1927_then_goes_on() {
+    let mut db = MariaDb::start().unwrap();
+    let proxy = Proxy::quick(&db);
+    let mut c = connect(proxy.port).await;
+    c.query_drop("DO 1").await.unwrap();
+    db.kill();
+    let e = c.query_drop("SELECT 1").await.unwrap_err();
+    assert_eq!(server_code(&e), Some(1927), "{e}");
+    assert!(e.to_string().contains(&db.addr()), "names the backend: {e}");
+    db.restart().unwrap();
+    let one: Option<i64> = c.query_first("SELECT 1").await.unwrap();
+    assert_eq!(one, Some(1));
+}
+
 /// A prepared `LOAD DATA LOCAL INFILE` (COM_STMT_EXECUTE answered with the server's request for
 /// the file) loads the file and leaves the session usable, as directly.
 #[tokio::test]

@@ -78,6 +78,17 @@ impl BackendError {
     /// The error a client gets for this failure: the backend's own when it refused; otherwise
     /// a server code (a client library's 2000–2999 would read as a malformed packet): 1927 for
     /// a connection lost after it was made, 9001 for a backend that cannot be reached or used.
+    /// `client_error` for a logged-in session: a backend it cannot reach now (restarting,
+    /// down) also ends what the session had on the server, as a lost connection does, so it is
+    /// 1927 too (as MaxScale answers); clients and test tools take that as "reconnect and
+    /// retry". A hostgroup with no usable server or a full pool stays 9001.
+    pub fn session_error(&self) -> (u16, [u8; 5]) {
+        match self {
+            BackendError::Connect { .. } | BackendError::Timeout { .. } => (ER_CONNECTION_KILLED, *SQLSTATE_CONNECTION_KILLED),
+            _ => self.client_error(),
+        }
+    }
+
     pub fn client_error(&self) -> (u16, [u8; 5]) {
         match self {
             BackendError::Rejected { code, sqlstate, .. } => (*code, *sqlstate),
