@@ -19,7 +19,7 @@ async fn backend_down_at_connect_names_the_backend() {
     cfg.workers = 1;
     let proxy = Proxy::start(cfg);
     let Err(e) = mysql_async::Conn::new(opts(proxy.port, "root", "")).await else { panic!("login must fail") };
-    assert_eq!(server_code(&e), Some(proto::errors::ER_PROXY_NO_BACKEND), "{e}");
+    assert_eq!(server_code(&e), Some(proto::errors::ER_CONNECTION_KILLED), "{e}");
     assert!(e.to_string().contains(&format!("127.0.0.1:{port}")), "names the backend: {e}");
 }
 

@@ -20,7 +20,7 @@ fn the_cli_shows_why_a_backend_cannot_be_reached() {
     let proxy = Proxy::start(cfg);
     let e = mariadb_cli(proxy.port, "root", None, "SELECT 1").expect_err("no backend to log in to");
     assert!(!e.contains("alformed"), "{e}");
-    assert!(e.contains("ERROR 9001") && e.contains(&format!("Can't connect to backend server '127.0.0.1:{port}'")), "{e}");
+    assert!(e.contains("ERROR 1927") && e.contains(&format!("Can't connect to backend server '127.0.0.1:{port}'")), "{e}");
 }
 
 /// A backend that dies while the CLI's statement runs: the CLI shows that the backend

@@ -76,26 +76,18 @@ impl std::fmt::Display for ServerMessage {
 
 impl BackendError {
     /// The error a client gets for this failure: the backend's own when it refused; otherwise
-    /// a server code (a client library's 2000–2999 would read as a malformed packet): 1927 for
-    /// a connection lost after it was made, 9001 for a backend that cannot be reached or used.
-    /// `client_error` for a logged-in session: a backend it cannot reach now (restarting,
-    /// down) also ends what the session had on the server, as a lost connection does, so it is
-    /// 1927 too (as MaxScale answers); clients and test tools take that as "reconnect and
-    /// retry". A hostgroup with no usable server or a full pool stays 9001.
-    pub fn session_error(&self) -> (u16, [u8; 5]) {
-        match self {
-            BackendError::Connect { .. } | BackendError::Timeout { .. } => (ER_CONNECTION_KILLED, *SQLSTATE_CONNECTION_KILLED),
-            _ => self.client_error(),
-        }
-    }
-
+    /// a server code (a client library's 2000–2999 would read as a malformed packet).
     pub fn client_error(&self) -> (u16, [u8; 5]) {
         match self {
             BackendError::Rejected { code, sqlstate, .. } => (*code, *sqlstate),
-            BackendError::Lost { .. } => (ER_CONNECTION_KILLED, *SQLSTATE_CONNECTION_KILLED),
-            BackendError::Connect { .. } | BackendError::Timeout { .. } | BackendError::Protocol { .. } | BackendError::Unavailable(_) => {
-                (ER_PROXY_NO_BACKEND, *SQLSTATE_GENERAL)
+            // The backend connection is gone or cannot be made (down, restarting): what a
+            // direct client sees as a lost connection or a failed connect. 1927, as MaxScale
+            // answers; retry logic (and mysqltest's wait_until_connected_again) takes it.
+            BackendError::Lost { .. } | BackendError::Connect { .. } | BackendError::Timeout { .. } => {
+                (ER_CONNECTION_KILLED, *SQLSTATE_CONNECTION_KILLED)
             }
+            // No usable server in the hostgroup, a full pool, a backend speaking nonsense.
+            BackendError::Protocol { .. } | BackendError::Unavailable(_) => (ER_PROXY_NO_BACKEND, *SQLSTATE_GENERAL),
         }
     }
 }

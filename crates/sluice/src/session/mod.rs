@@ -252,7 +252,7 @@ async fn start(
         Err(e) => {
             data.registry.unregister(id);
             session.out.clear();
-            write_backend_error(&mut session.out, &mut seq, &e, false);
+            write_backend_error(&mut session.out, &mut seq, &e);
             let _ = session.client.write_all(&session.out).await;
             Err(e.to_string())
         }
@@ -283,8 +283,8 @@ struct Negotiated {
 
 /// A backend error as the client sees it: the backend's own ERR (its bytes) when it refused,
 /// otherwise an error naming the server.
-fn write_backend_error(out: &mut Vec<u8>, seq: &mut u8, e: &BackendError, logged_in: bool) {
-    let (code, sqlstate) = if logged_in { e.session_error() } else { e.client_error() };
+fn write_backend_error(out: &mut Vec<u8>, seq: &mut u8, e: &BackendError) {
+    let (code, sqlstate) = e.client_error();
     match e {
         BackendError::Rejected { message, .. } => proto::packet::write_err_bytes(out, seq, code, &sqlstate, message.as_bytes()),
         _ => proto::packet::write_err(out, seq, code, &sqlstate, &e.to_string()),
@@ -293,7 +293,7 @@ fn write_backend_error(out: &mut Vec<u8>, seq: &mut u8, e: &BackendError, logged
 
 /// The error code the client sees for `e`.
 fn backend_error_code(e: &BackendError) -> u16 {
-    e.session_error().0
+    e.client_error().0
 }
 
 /// Whether the session goes on after a command.
@@ -760,7 +760,7 @@ impl Session {
             self.data.stats.add(Counter::GeneratedErrorPackets, 1);
         }
         self.out.clear();
-        write_backend_error(&mut self.out, &mut seq, e, true);
+        write_backend_error(&mut self.out, &mut seq, e);
         Flow::written(self.client.write_all(&self.out).await.is_ok())
     }
 

@@ -248,7 +248,7 @@ impl Session {
                 held.backend.note_failure(&e);
                 held.pins.next_statement = true;
                 out.clear();
-                super::write_backend_error(&mut out, &mut seq.clone(), &e, true);
+                super::write_backend_error(&mut out, &mut seq.clone(), &e);
             }
         }
         let written = self.client.write_all(&out).await.is_ok();
