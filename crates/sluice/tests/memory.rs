@@ -382,10 +382,8 @@ async fn max_allowed_packet_defaults_to_the_backends() {
     assert_eq!((err[0], u16::from_le_bytes([err[1], err[2]])), (0xFF, 1153), "{}", String::from_utf8_lossy(&err));
 }
 
-#[tokio::test]
-async fn rules_see_the_head_of_a_relayed_statement() {
-    let db = testkit::shared();
-    let text = r#"
+/// One backend and root, with statements over 256 KiB relayed beyond their head.
+const RELAYING: &str = r#"
 [proxy]
 listen = ["127.0.0.1:0"]
 workers = 2
@@ -402,7 +400,13 @@ port = {BACKEND_PORT}
 username = "root"
 password = ""
 default_hostgroup = 0
-[[mysql_query_rules]]
+"#;
+
+#[tokio::test]
+async fn rules_see_the_head_of_a_relayed_statement() {
+    let db = testkit::shared();
+    let text = RELAYING.to_string()
+        + r#"[[mysql_query_rules]]
 rule_id = 1
 active = true
 match_pattern = "^SELECT LENGTH\\('b"
@@ -413,7 +417,7 @@ active = true
 match_pattern = "^SELECT LENGTH\\('c"
 replace_pattern = "SELECT 1+LENGTH('d"
 "#;
-    let proxy = Proxy::start(toml_config(text, db));
+    let proxy = Proxy::start(toml_config(&text, db));
     let mut c = RawClient::connect(proxy.port, "root", "");
     let statement = |letter: u8, len: usize| {
         let mut p = b"\x03SELECT LENGTH('".to_vec();
@@ -445,25 +449,7 @@ replace_pattern = "SELECT 1+LENGTH('d"
 #[tokio::test]
 async fn a_kill_in_the_unread_rest_of_a_relayed_statement_never_runs() {
     let db = testkit::shared();
-    let text = r#"
-[proxy]
-listen = ["127.0.0.1:0"]
-workers = 2
-admin_listen = ""
-http_listen = ""
-max_buffered_packet = 262144
-[tls]
-enabled = false
-[[mysql_servers]]
-hostgroup_id = 0
-hostname = "127.0.0.1"
-port = {BACKEND_PORT}
-[[mysql_users]]
-username = "root"
-password = ""
-default_hostgroup = 0
-"#;
-    let proxy = Proxy::start(toml_config(text, db));
+    let proxy = Proxy::start(toml_config(RELAYING, db));
     let filler = "x".repeat(MIB);
     // A plain SELECT with the word in its data, multi-statements off: relayed and run.
     let mut c = RawClient::connect(proxy.port, "root", "");
