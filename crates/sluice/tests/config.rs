@@ -305,7 +305,13 @@ fn quickstart_runs_a_second_instance_beside_the_first() {
     // Given ports that are taken: refused before sluice starts.
     let mut busy = QuickStart::start(&db, &["--admin-listen", "", "--http-listen", &http]);
     assert_eq!(busy.child.wait().unwrap().code(), Some(1));
-    assert!(busy.stderr().contains(&format!("{http} (--http-listen) is already in use")), "{}", busy.stderr());
+    // (The exit can come before the reader thread has taken the script's last line.)
+    let refusal = format!("{http} (--http-listen) is already in use");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !busy.stderr().contains(&refusal) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(busy.stderr().contains(&refusal), "{}", busy.stderr());
     // Only its own --listen: the admin and HTTP ports move to free ones, printed.
     let mut second = QuickStart::start(&db, &[]);
     second.wait_listening();
