@@ -4,7 +4,7 @@
 //! (answered with the session id sluice announced, so the id stays stable whatever backend
 //! serves it); USE.
 
-use crate::lexer::{code_tokens, Kind, Lexer, Token};
+use crate::lexer::{code_tokens, is_word_byte, Kind, Lexer, Token};
 
 fn eq_ignore_case(a: &[u8], b: &str) -> bool {
     a.eq_ignore_ascii_case(b.as_bytes())
@@ -113,9 +113,14 @@ fn mentions(sql: &[u8], words: &[&[u8]]) -> bool {
 /// Could the text hold anything `intercept` acts on? Each needs a keyword spelled out in code
 /// (a keyword cannot be escaped, and quoted it is an identifier): KILL, PREPARE or IMMEDIATE
 /// (dynamic SQL), PROCESSLIST. Text without them is passed on without being lexed.
+/// Grouped by first letter for `mentions`; the same words as `INTERCEPT_WORDS`.
 fn mentions_keywords(sql: &[u8]) -> bool {
     mentions(sql, &[b"kill"]) || mentions(sql, &[b"prepare", b"processlist"]) || mentions(sql, &[b"immediate"])
 }
+
+/// The words `intercept` acts on (`mentions_keywords` looks for the same ones).
+const INTERCEPT_WORDS: [&[u8]; 4] = [b"kill", b"prepare", b"processlist", b"immediate"];
+const LONGEST_INTERCEPT_WORD: usize = b"processlist".len();
 
 /// Watches the part of a statement sluice relays unread (larger than it holds) for the words
 /// `intercept` acts on: KILL, PREPARE, IMMEDIATE, PROCESSLIST, as whole words, quoted or not
@@ -123,7 +128,7 @@ fn mentions_keywords(sql: &[u8]) -> bool {
 #[derive(Debug, Clone, Default)]
 pub struct KeywordWatch {
     /// The current word, lowercased, while it is no longer than the longest keyword.
-    word: [u8; 11],
+    word: [u8; LONGEST_INTERCEPT_WORD],
     len: usize,
     in_word: bool,
     too_long: bool,
@@ -168,14 +173,9 @@ impl KeywordWatch {
         self.in_word = false;
         if !self.too_long {
             let w = &self.word[..self.len];
-            self.found |= matches!(w, b"kill" | b"prepare" | b"immediate" | b"processlist");
+            self.found |= INTERCEPT_WORDS.contains(&w);
         }
     }
-}
-
-/// A byte of an unquoted identifier or keyword (`$`, `_`, digits, letters, any non-ASCII byte).
-fn is_word_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
 }
 
 /// What sluice must do about a COM_QUERY (or COM_STMT_PREPARE) text before any backend sees
@@ -915,6 +915,15 @@ mod keyword_watch_tests {
         assert!(watch(None, &[b"'a'/**/Prepare s FROM 'x'"]));
         assert!(watch(None, &[b"SHOW FULL PROCESSLIST"]));
         assert!(watch(None, &[b"'quoted kill counts too'"]), "no lexer over a stream");
+    }
+
+    #[test]
+    fn watches_the_words_intercept_looks_for() {
+        for w in super::INTERCEPT_WORDS {
+            assert!(super::mentions_keywords(w), "{}", String::from_utf8_lossy(w));
+            assert!(w.len() <= super::LONGEST_INTERCEPT_WORD);
+            assert!(watch(None, &[w]));
+        }
     }
 
     #[test]
