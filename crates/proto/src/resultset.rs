@@ -1,6 +1,7 @@
 //! Text-protocol result sets written by sluice itself (side path: the admin port answers its
 //! SQL with them): column count, column definitions, rows of length-encoded strings, and the
-//! EOF or OK terminator that CLIENT_DEPRECATE_EOF asks for.
+//! EOF or OK terminator that CLIENT_DEPRECATE_EOF asks for; and binary-protocol rows for the
+//! result sets sluice answers a COM_STMT_EXECUTE with.
 //!
 //! Every packet goes through `PacketBuilder`, so a row of 16 MiB or more is split into chunks
 //! as the protocol requires.
@@ -9,8 +10,15 @@ use crate::codec::{write_lenenc, write_lenenc_str};
 use crate::frame::PacketBuilder;
 use crate::packet::{write_eof, write_ok, Ok, EOF_HEADER};
 
-/// `MYSQL_TYPE_LONGLONG`.
+/// `MYSQL_TYPE_*`: the types the binary protocol encodes as numbers.
+pub const TYPE_TINY: u8 = 0x01;
+pub const TYPE_SHORT: u8 = 0x02;
+pub const TYPE_LONG: u8 = 0x03;
+pub const TYPE_FLOAT: u8 = 0x04;
+pub const TYPE_DOUBLE: u8 = 0x05;
 pub const TYPE_LONGLONG: u8 = 0x08;
+pub const TYPE_INT24: u8 = 0x09;
+pub const TYPE_YEAR: u8 = 0x0D;
 /// `MYSQL_TYPE_VAR_STRING`.
 pub const TYPE_VAR_STRING: u8 = 0xFD;
 /// utf8_general_ci.
@@ -131,6 +139,37 @@ where
     }
 }
 
+/// Appends one binary-protocol row (the reply to COM_STMT_EXECUTE) from values in their text
+/// form, each encoded as its column's type says: the integer types, FLOAT and DOUBLE in their
+/// binary forms; every other type (strings, DECIMAL, BLOB…) as a length-encoded string, which
+/// is their binary form too. Date and time types are not converted (sluice's own result sets
+/// have none). A number that does not parse is sent as 0, as the server converts it.
+pub fn write_binary_row_from_text<'r>(out: &mut Vec<u8>, seq: &mut u8, types: &[u8], values: impl IntoIterator<Item = Option<&'r [u8]>>) {
+    let b = PacketBuilder::begin(out);
+    out.push(0x00);
+    // The NULL bitmap starts at bit 2.
+    let bitmap_at = out.len();
+    out.resize(bitmap_at + (types.len() + 9) / 8, 0);
+    for (i, v) in values.into_iter().enumerate() {
+        let Some(v) = v else {
+            out[bitmap_at + (i + 2) / 8] |= 1 << ((i + 2) % 8);
+            continue;
+        };
+        let text = std::str::from_utf8(v).unwrap_or("").trim();
+        let int = || text.parse::<i64>().ok().or_else(|| text.parse::<u64>().ok().map(|u| u as i64)).unwrap_or(0);
+        match types.get(i).copied().unwrap_or(TYPE_VAR_STRING) {
+            TYPE_TINY => out.push(int() as u8),
+            TYPE_SHORT | TYPE_YEAR => out.extend_from_slice(&(int() as u16).to_le_bytes()),
+            TYPE_LONG | TYPE_INT24 => out.extend_from_slice(&(int() as u32).to_le_bytes()),
+            TYPE_LONGLONG => out.extend_from_slice(&int().to_le_bytes()),
+            TYPE_FLOAT => out.extend_from_slice(&text.parse::<f32>().unwrap_or(0.0).to_le_bytes()),
+            TYPE_DOUBLE => out.extend_from_slice(&text.parse::<f64>().unwrap_or(0.0).to_le_bytes()),
+            _ => write_lenenc_str(out, v),
+        }
+    }
+    b.finish(out, seq);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,5 +270,23 @@ mod tests {
         // 0xFFFFFF + 10 needs the 8-byte length form, so the row starts with 0xFE.
         assert_eq!(&row[..9], &[0xFE, 0x09, 0x00, 0x00, 0x01, 0, 0, 0, 0]);
         assert_eq!(row.len(), 9 + big.len());
+    }
+
+    #[test]
+    fn binary_rows_encode_numbers_by_type_and_nulls_in_the_bitmap() {
+        let mut out = Vec::new();
+        let mut seq = 1;
+        let types = [TYPE_LONGLONG, TYPE_VAR_STRING, TYPE_VAR_STRING, TYPE_LONG, TYPE_DOUBLE, TYPE_TINY];
+        let row: [Option<&[u8]>; 6] = [Some(b"7"), Some(b"root"), None, Some(b"12"), Some(b"0.000"), Some(b"x")];
+        write_binary_row_from_text(&mut out, &mut seq, &types, row);
+        let mut expected = vec![0x00, 0b0001_0000];
+        expected.extend_from_slice(&7i64.to_le_bytes());
+        expected.extend_from_slice(b"\x04root");
+        expected.extend_from_slice(&12u32.to_le_bytes());
+        expected.extend_from_slice(&0f64.to_le_bytes());
+        expected.push(0);
+        assert_eq!(&out[4..], &expected[..]);
+        assert_eq!(out[3], 1, "sequence id");
+        assert_eq!(seq, 2);
     }
 }

@@ -108,11 +108,17 @@ async fn kill_never_reaches_a_backend_thread_of_another_client() {
             assert_eq!(code(killer.query_drop(&form).await), Some(1094), "{form}");
         }
     }
+    // An expression is evaluated by the session, and its value names no session either.
+    for killer in [&mut same_user, &mut other_user] {
+        for form in [format!("KILL QUERY {thread}+0"), format!("KILL QUERY ({thread})"), format!("KILL QUERY '{thread}'")] {
+            assert_eq!(code(killer.query_drop(&form).await), Some(1094), "{form}");
+        }
+        let e = killer.query_drop("KILL QUERY ID user 'foo'").await.unwrap_err();
+        assert_eq!(server_code(&e), Some(1054), "the server's error for the expression");
+        assert!(e.to_string().contains("Unknown column 'user' in 'KILL'"), "{e}");
+    }
     // Forms sluice cannot resolve are refused, never passed on.
     let refused = [
-        format!("KILL QUERY {thread}+0"),
-        format!("KILL QUERY ({thread})"),
-        format!("KILL QUERY '{thread}'"),
         format!("SELECT 1; KILL QUERY {thread}"),
         format!("EXECUTE IMMEDIATE 'KILL QUERY {thread}'"),
         format!("EXECUTE IMMEDIATE CONCAT('KILL QUERY ', {thread})"),
@@ -124,12 +130,21 @@ async fn kill_never_reaches_a_backend_thread_of_another_client() {
         for form in &refused {
             assert_eq!(code(killer.query_drop(form).await), Some(proto::errors::ER_NOT_SUPPORTED_YET), "{form}");
         }
+        // An id in a user variable is read, and names no session either.
+        killer.query_drop(format!("SET @t = {thread}")).await.unwrap();
+        assert_eq!(code(killer.query_drop("KILL QUERY @t").await), Some(1094));
         // Dynamic SQL from a user variable: its value is read and checked first.
         killer.query_drop(format!("SET @k = 'KILL QUERY {thread}'")).await.unwrap();
         assert_eq!(code(killer.query_drop("PREPARE s FROM @k").await), Some(proto::errors::ER_NOT_SUPPORTED_YET));
         assert_eq!(code(killer.query_drop("EXECUTE IMMEDIATE @k").await), Some(proto::errors::ER_NOT_SUPPORTED_YET));
-        // A prepared KILL (COM_STMT_PREPARE) would run on whichever connection executes it.
+        // A prepared KILL (COM_STMT_PREPARE) is sluice's too: the thread id names no session.
         let e = killer.exec_drop("KILL QUERY ?", (thread,)).await.unwrap_err();
+        assert_eq!(server_code(&e), Some(1094));
+        let e = killer.exec_drop(format!("KILL QUERY {thread}"), ()).await.unwrap_err();
+        assert_eq!(server_code(&e), Some(1094));
+        let e = killer.exec_drop(format!("KILL QUERY {thread}+0"), ()).await.unwrap_err();
+        assert_eq!(server_code(&e), Some(1094));
+        let e = killer.exec_drop("KILL QUERY ? + 0", (thread,)).await.unwrap_err();
         assert_eq!(server_code(&e), Some(proto::errors::ER_NOT_SUPPORTED_YET));
     }
     // A KILL in the part of a large statement sluice relays unread (past max_buffered_packet,
@@ -285,6 +300,80 @@ async fn processlist_shows_the_ids_kill_takes() {
         Err(e) => assert_eq!(server_code(&e), Some(1317)),
     }
     bob.ping().await.unwrap();
+}
+
+/// KILL and SHOW PROCESSLIST prepared (COM_STMT_PREPARE, as mysqltest's --ps-protocol and
+/// drivers with server-side statements send them) are answered by sluice as their text is:
+/// the same ids, permissions and columns, rows in the binary protocol, a `?` bound at execute.
+#[tokio::test]
+async fn prepared_kill_and_processlist_are_sluices_own() {
+    let db = shared();
+    let s = Setup::start(db);
+    let mut alice = s.connect("alice").await;
+    let bob = s.connect("bob").await;
+    let bob_id = bob.id();
+    let marker = unique("prepared");
+    let sleeper = sleep_in_background(bob, format!("SELECT SLEEP(20) /* {marker} */"));
+    backend_thread_running(db, &marker).await;
+    let mut root = s.connect("root").await;
+
+    // SHOW FULL PROCESSLIST through execute: the text answer's rows, decoded from binary.
+    let text: Vec<Row> = root.query("SHOW FULL PROCESSLIST").await.unwrap();
+    let binary: Vec<Row> = root.exec("SHOW FULL PROCESSLIST", ()).await.unwrap();
+    let summary = |rows: &[Row]| {
+        rows.iter()
+            .map(|r| (r.get::<u64, _>("Id").unwrap(), r.get::<String, _>("User").unwrap(), r.get::<Option<String>, _>("db").unwrap()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(summary(&binary), summary(&text));
+    let columns = |r: &Row| r.columns_ref().iter().map(|c| format!("{}:{:?}", c.name_str(), c.column_type())).collect::<Vec<_>>();
+    assert_eq!(columns(&binary[0]), columns(&text[0]));
+    let own = binary.iter().find(|r| r.get::<u32, _>("Id") == Some(root.id())).unwrap();
+    assert_eq!(own.get::<String, _>("Command").as_deref(), Some("Execute"), "as the server names an executed statement");
+    assert_eq!(own.get::<String, _>("Info").as_deref(), Some("SHOW FULL PROCESSLIST"));
+    let bob_row = binary.iter().find(|r| r.get::<u32, _>("Id") == Some(bob_id)).unwrap();
+    assert!(bob_row.get::<String, _>("Info").unwrap().contains(&marker));
+    assert!(bob_row.get::<u64, _>("Time").is_some());
+    assert!(bob_row.get::<f64, _>("Progress").is_some());
+    // Without PROCESS, alice sees only her own session, as in the text protocol.
+    let ids: Vec<u32> = alice.exec_map("SHOW PROCESSLIST", (), |r: Row| r.get(0).unwrap()).await.unwrap();
+    assert_eq!(ids, vec![alice.id()]);
+
+    // KILL with its id bound at execute: permissions as for the text.
+    let e = alice.exec_drop("KILL QUERY ?", (bob_id,)).await.unwrap_err();
+    assert_eq!(server_code(&e), Some(1095), "{e}");
+    // NULL and text that is no number are thread 0, as the server converts them.
+    let e = root.exec_drop("KILL QUERY ?", (None::<u32>,)).await.unwrap_err();
+    assert_eq!((server_code(&e), e.to_string().contains("Unknown thread id: 0")), (Some(1094), true), "{e}");
+    let e = root.exec_drop("KILL QUERY ?", ("x",)).await.unwrap_err();
+    assert_eq!(server_code(&e), Some(1094), "{e}");
+    // One statement, executed again with another id; then the id as text.
+    let stmt = root.prep("KILL QUERY ?").await.unwrap();
+    assert_eq!(stmt.num_params(), 1);
+    let e = root.exec_drop(&stmt, (u32::MAX,)).await.unwrap_err();
+    assert_eq!(server_code(&e), Some(1094));
+    root.exec_drop(&stmt, (bob_id.to_string(),)).await.unwrap();
+    let (mut bob, r, took) = sleeper.await.unwrap();
+    assert!(took < Duration::from_secs(15), "the prepared KILL QUERY interrupted bob's statement");
+    match r {
+        Ok(v) => assert_eq!(v, Some(1)),
+        Err(e) => assert_eq!(server_code(&e), Some(1317)),
+    }
+    bob.ping().await.unwrap();
+    root.close(stmt).await.unwrap();
+
+    // A literal id, KILL CONNECTION: bob's session ends.
+    root.exec_drop(format!("KILL {bob_id}"), ()).await.unwrap();
+    assert!(bob.ping().await.is_err(), "bob's connection was killed");
+    // Its own statement: interrupted (1317), as the text.
+    let me = alice.id();
+    let e = alice.exec_drop(format!("KILL QUERY {me}"), ()).await.unwrap_err();
+    assert_eq!(server_code(&e), Some(1317));
+    alice.ping().await.unwrap();
+    // The id in a user variable (mysqltest's `KILL @id`): read from the session, as the server reads it.
+    root.query_drop(format!("SET @victim = '{me}'")).await.unwrap();
+    root.query_drop("KILL @victim + 0").await.unwrap();
+    assert!(alice.ping().await.is_err(), "alice's connection was killed");
 }
 
 /// CONNECTION_ID() through COM_STMT_PREPARE/EXECUTE is the session id the greeting gave, as in

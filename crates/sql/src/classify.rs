@@ -33,6 +33,12 @@ pub enum KillTarget {
     User { name: Option<String>, host: Option<String> },
     /// `QUERY ID n`: a statement by the server's query id.
     QueryId(u64),
+    /// `?`: the id is an execute's parameter (a thread id, or a query id after `QUERY ID`).
+    /// Only a prepared statement (COM_STMT_PREPARE) has one; in a text it is a syntax error.
+    Parameter { query_id: bool },
+    /// Any other expression (`@id`, `37+0`, `'37'`, a column name): the id is its value, as
+    /// the session evaluates it (a thread id, or a query id after `QUERY ID`).
+    Expression { text: String, query_id: bool },
 }
 
 /// `KILL [HARD | SOFT] [CONNECTION | QUERY [ID]] <target>`, alone in its text.
@@ -70,8 +76,8 @@ impl Intercept {
 
 /// Why a text is refused (the client's error message).
 pub mod refusal {
-    pub const KILL_FORM: &str = "KILL through sluice takes a session id as a plain number, CONNECTION_ID() or USER name \
-         (sluice resolves it to its own sessions; an expression cannot be resolved)";
+    pub const KILL_FORM: &str = "KILL through sluice needs an id it can resolve to its own sessions: a number, an expression \
+         (a `?` only in a prepared KILL, and as the whole id), CONNECTION_ID() or USER name";
     pub const KILL_IN_TEXT: &str = "KILL must be a statement of its own through sluice, not one of several statements \
          or part of a compound statement (sluice resolves its id to its own sessions)";
     pub const KILL_IN_PROGRAM: &str = "KILL inside a stored procedure, function, trigger or event is refused by sluice: \
@@ -84,8 +90,6 @@ pub mod refusal {
          read differently under NO_BACKSLASH_ESCAPES, ANSI_QUOTES or multi-byte character sets";
     pub const PROCESSLIST_IN_TEXT: &str = "SHOW PROCESSLIST must be a statement of its own through sluice, which answers it \
          from its own sessions";
-    pub const PREPARED: &str = "KILL and SHOW PROCESSLIST cannot be prepared through sluice (COM_STMT_PREPARE): \
-         send them as text, so sluice can resolve them to its own sessions";
 }
 
 /// The tokens the server acts on (comments dropped), cloneable for look-ahead.
@@ -461,7 +465,8 @@ fn defines_program(sql: &[u8]) -> bool {
 /// A KILL statement alone in its text (with an optional `;`): what it names, or why sluice
 /// refuses it.
 fn parse_kill(sql: &[u8]) -> Intercept {
-    let mut toks: Vec<Token> = code(sql).take(16).collect();
+    // All of them: an expression id is evaluated whole.
+    let mut toks: Vec<Token> = code(sql).collect();
     if toks.last().is_some_and(|t| t.text(sql) == b";") {
         toks.pop();
     }
@@ -497,13 +502,26 @@ fn parse_kill(sql: &[u8]) -> Intercept {
             [f, open, close] if !by_query_id && is_word(f, sql, "CONNECTION_ID") && open.text(sql) == b"(" && close.text(sql) == b")" => {
                 Some(KillTarget::Own)
             }
+            [p] if p.kind == Kind::Placeholder => Some(KillTarget::Parameter { query_id: by_query_id }),
             _ => None,
         }
+        .or_else(|| expression(sql, rest).map(|text| KillTarget::Expression { text, query_id: by_query_id }))
     };
     match target {
         Some(target) => Intercept::Kill(Kill { scope, hard, target }),
         None => Intercept::Refuse(refusal::KILL_FORM),
     }
+}
+
+/// A KILL id that is an expression, as text sluice can have the session evaluate (`SELECT
+/// <text>`): one expression, no `;`, no `?`, UTF-8.
+fn expression(sql: &[u8], t: &[Token]) -> Option<String> {
+    let (first, last) = (t.first()?, t.last()?);
+    if t.iter().any(|t| t.kind == Kind::Placeholder || t.text(sql) == b";") {
+        return None;
+    }
+    let text = sql.get(first.start..last.end)?;
+    String::from_utf8(text.to_vec()).ok()
 }
 
 /// `user`, `user@host`, `'user'@'host'`, `user @ host`, `CURRENT_USER[()]`.
@@ -740,6 +758,15 @@ mod tests {
         assert_eq!(i("/*!KILL*/ 3"), kill(Connection, None, KillTarget::Id(3)));
         assert_eq!(i("KILL QUERY ID 4"), kill(Query, None, KillTarget::QueryId(4)));
         assert_eq!(i("KILL QUERY CONNECTION_ID()"), kill(Query, None, KillTarget::Own));
+        assert_eq!(i("KILL ?"), kill(Connection, None, KillTarget::Parameter { query_id: false }));
+        assert_eq!(i("KILL HARD QUERY ID ?"), kill(Query, Some(true), KillTarget::Parameter { query_id: true }));
+        assert_eq!(i("KILL ? + 1"), Some(Intercept::Refuse(refusal::KILL_FORM)));
+        let expr = |text: &str, query_id| KillTarget::Expression { text: text.into(), query_id };
+        assert_eq!(i("KILL QUERY ID @id"), kill(Query, None, expr("@id", true)));
+        assert_eq!(i("kill @`a b`"), kill(Connection, None, expr("@`a b`", false)));
+        assert_eq!(i("KILL QUERY 37 + /* c */ 0 ;"), kill(Query, None, expr("37 + /* c */ 0", false)));
+        assert_eq!(i("KILL (37)"), kill(Connection, None, expr("(37)", false)));
+        assert_eq!(i("kill query id user 'foo'"), kill(Query, None, expr("user 'foo'", true)));
         assert_eq!(i("KILL USER bob"), kill(Connection, None, user(Some("bob"), None)));
         assert_eq!(i("KILL QUERY USER 'bob'@'10.0.0.1'"), kill(Query, None, user(Some("bob"), Some("10.0.0.1"))));
         assert_eq!(i("KILL HARD CONNECTION USER `b``ob`@localhost;"), kill(Connection, Some(true), user(Some("b`ob"), Some("localhost"))));
@@ -749,24 +776,19 @@ mod tests {
 
     #[test]
     fn kill_forms_sluice_refuses() {
-        for sql in [
-            "KILL QUERY 37+0",
-            "KILL (37)",
-            "KILL '37'",
-            "KILL 0x25",
-            "KILL 5 6",
-            "KILL",
-            "KILL QUERY",
-            "KILL -5",
-            "KILL @id",
-            "KILL 5.0",
-            "KILL 5;;",
-        ] {
+        for sql in ["KILL", "KILL QUERY", "KILL 5;;", "KILL ? + 1", "KILL QUERY ID (?)"] {
             assert_eq!(i(sql), REFUSE_FORM, "{sql}");
         }
-        assert_eq!(i("KILL 99999999999999999999999"), REFUSE_FORM, "beyond u64");
+        assert_eq!(
+            i("KILL 99999999999999999999999"),
+            kill(KillScope::Connection, None, KillTarget::Expression { text: "99999999999999999999999".into(), query_id: false }),
+            "beyond u64: the server's conversion decides"
+        );
         assert_eq!(i("KILL USER"), REFUSE_FORM);
-        assert_eq!(i("KILL QUERY ID CONNECTION_ID()"), REFUSE_FORM);
+        assert_eq!(
+            i("KILL QUERY ID CONNECTION_ID()"),
+            kill(KillScope::Query, None, KillTarget::Expression { text: "CONNECTION_ID()".into(), query_id: true })
+        );
         for sql in [
             "SELECT 1; KILL QUERY 37",
             "KILL 5; SELECT 1",

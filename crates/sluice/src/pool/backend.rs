@@ -202,6 +202,11 @@ impl Backend {
         }
     }
 
+    /// The type byte of a column definition this connection received.
+    pub fn column_type(&self, def: &[u8]) -> Option<u8> {
+        column_type(def, self.mariadb_caps)
+    }
+
     pub fn deprecate_eof(&self) -> bool {
         self.capabilities.contains(CapabilityFlags::CLIENT_DEPRECATE_EOF)
     }

@@ -4,8 +4,9 @@
 //! CONNECTION_ID(), SHOW PROCESSLIST) are sluice's session ids, and KILL takes only those: with
 //! multiplexing, a backend thread serves whichever client runs a statement on it, so no KILL
 //! text may reach a backend. Text that could run a KILL sluice cannot resolve (an expression id,
-//! KILL among other statements, dynamic SQL sluice cannot read, a prepared KILL) is refused
-//! (`sql::classify::intercept`).
+//! KILL among other statements, dynamic SQL sluice cannot read) is refused
+//! (`sql::classify::intercept`). Prepared ones (COM_STMT_PREPARE) are answered here too, at
+//! each execute (`prepared.rs`).
 //!
 //! Privileges follow the server's rules, asked of the server with the killer's own login
 //! (SHOW GRANTS): a user may kill its own sessions, others need SUPER or CONNECTION ADMIN;
@@ -25,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const ER_QUERY_INTERRUPTED: u16 = 1317;
+const ER_BAD_FIELD_ERROR: u16 = 1054;
 const ER_NO_SUCH_QUERY: u16 = 1957;
 const ER_KILL_QUERY_DENIED_ERROR: u16 = 1979;
 const SQLSTATE_INTERRUPTED: &[u8; 5] = b"70100";
@@ -60,6 +62,18 @@ impl Privileges {
     }
 }
 
+/// A KILL id given as text (a user variable's value, a string parameter), converted to an
+/// unsigned integer as the server converts it: a negative number wraps, a fraction rounds,
+/// anything else is 0.
+pub(super) fn thread_id_from_text(text: &[u8]) -> u64 {
+    let text = std::str::from_utf8(text).unwrap_or("").trim();
+    text.parse::<u64>()
+        .ok()
+        .or_else(|| text.parse::<i64>().ok().map(|i| i as u64))
+        .or_else(|| text.parse::<f64>().ok().filter(|f| f.is_finite()).map(|f| f.round() as i64 as u64))
+        .unwrap_or(0)
+}
+
 fn decode_hex(hex: &[u8]) -> Option<Vec<u8>> {
     let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
     hex.chunks(2)
@@ -75,7 +89,7 @@ impl Session {
     pub(super) async fn intercepted(&mut self, intercept: Intercept, seq: u8) -> Flow {
         match intercept {
             Intercept::Kill(k) => self.kill_statement(k, seq).await,
-            Intercept::Processlist { full } => self.processlist(full, "Query", seq).await,
+            Intercept::Processlist { full } => self.processlist(full, "Query", false, seq).await,
             Intercept::Refuse(why) => self.refuse(seq, why).await,
             // Checked before forwarding (`check_dynamic_sql`).
             Intercept::Variable(_) => Flow::Continue,
@@ -93,28 +107,30 @@ impl Session {
         }
     }
 
-    /// COM_STMT_PREPARE of a text sluice would intercept: the refusal, if it must not be
-    /// prepared. KILL and SHOW PROCESSLIST would run on whichever connection executes them;
-    /// dynamic SQL cannot be prepared at all (the server says so itself).
-    pub(super) fn refuse_prepared(&self, text: &[u8]) -> Option<&'static str> {
-        match sql::classify::intercept(text)? {
-            Intercept::Kill(_) | Intercept::Processlist { .. } => Some(refusal::PREPARED),
-            Intercept::Refuse(why) => Some(why),
-            Intercept::Variable(_) => None,
-        }
-    }
-
-    async fn refuse(&mut self, seq: u8, why: &str) -> Flow {
+    pub(super) async fn refuse(&mut self, seq: u8, why: &str) -> Flow {
         self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, why).await;
         Flow::Continue
     }
 
-    async fn kill_statement(&mut self, k: Kill, seq: u8) -> Flow {
+    /// A KILL: in a text, or a prepared one executed (its `?` already bound to the id).
+    pub(super) async fn kill_statement(&mut self, k: Kill, seq: u8) -> Flow {
         match k.target {
             KillTarget::Id(id) => self.kill(id, k.scope, k.hard, seq).await,
             KillTarget::Own => self.kill(self.id.into(), k.scope, k.hard, seq).await,
             KillTarget::User { name, host } => self.kill_user(name, host, k.scope, k.hard, seq).await,
             KillTarget::QueryId(id) => self.kill_query_id(id, k.hard, seq).await,
+            // `?` outside a prepared statement: a syntax error on the server too.
+            KillTarget::Parameter { .. } => self.refuse(seq, refusal::KILL_FORM).await,
+            KillTarget::Expression { text, query_id } => {
+                let id = match self.evaluate_kill_id(&text).await {
+                    Ok(id) => id,
+                    Err(e) => return self.reply_backend_error(seq, &e).await,
+                };
+                match query_id {
+                    true => self.kill_query_id(id, k.hard, seq).await,
+                    false => self.kill(id, k.scope, k.hard, seq).await,
+                }
+            }
         }
     }
 
@@ -236,21 +252,26 @@ impl Session {
         pools.sort_unstable();
         pools.dedup();
         let timeout = self.snap.config.connect_timeout();
+        // Without PROCESS the killer's login sees only its own threads, where the server would
+        // answer 1979 for another user's query: the [monitor] login looks too.
+        let monitor = self.snap.config.monitor.as_ref().filter(|m| !m.username.is_empty()).map(monitor_login);
+        let sql = format!("SELECT ID FROM information_schema.PROCESSLIST WHERE QUERY_ID = {query_id}");
         let mut target = None;
-        for pool_id in pools {
+        'pools: for pool_id in pools {
             let Some(server) = self.snap.hostgroups.servers().iter().find(|s| s.pool.id == pool_id).cloned() else { continue };
-            let sql = format!("SELECT ID FROM information_schema.PROCESSLIST WHERE QUERY_ID = {query_id}");
-            let threads = match rows_on(&server, &self.login, &sql, timeout).await {
-                Ok(rows) => rows,
-                Err(e) => {
-                    tracing::warn!("finding query id {query_id} on {} failed: {e}", server.name);
-                    continue;
+            for login in std::iter::once(&*self.login).chain(monitor.as_ref()) {
+                let threads = match rows_on(&server, login, &sql, timeout).await {
+                    Ok(rows) => rows,
+                    Err(e) => {
+                        tracing::warn!("finding query id {query_id} on {} as {} failed: {e}", server.name, login.username);
+                        continue;
+                    }
+                };
+                let thread = threads.first().and_then(|r| r.first().cloned().flatten()).and_then(|t| t.parse::<u32>().ok());
+                if let Some(found) = thread.and_then(|t| running.iter().find(|r| r.1 == pool_id && r.2 == t)) {
+                    target = Some(found.0.clone());
+                    break 'pools;
                 }
-            };
-            let thread = threads.first().and_then(|r| r.first().cloned().flatten()).and_then(|t| t.parse::<u32>().ok());
-            if let Some(found) = thread.and_then(|t| running.iter().find(|r| r.1 == pool_id && r.2 == t)) {
-                target = Some(found.0.clone());
-                break;
             }
         }
         let Some(handle) = target else {
@@ -290,6 +311,51 @@ impl Session {
     /// connection in the session's state, is the statement that would run. The refusal if it
     /// is one sluice must not pass on.
     async fn variable_runs(&mut self, name: &str) -> Result<Option<&'static str>, BackendError> {
+        // NULL: the server refuses to prepare it.
+        let Some(text) = self.variable_text(name).await? else { return Ok(None) };
+        Ok(match sql::classify::intercept(&text) {
+            None => None,
+            Some(Intercept::Refuse(why)) => Some(why),
+            Some(_) => Some(refusal::DYNAMIC_KILL),
+        })
+    }
+
+    /// The value of a KILL's id expression, evaluated by the session's connection (`SELECT
+    /// <expression>`, CONNECTION_ID() meaning the session) and converted as the server
+    /// converts a KILL id. The expression runs as the server would run it in the KILL; its
+    /// errors are the server's, named as the KILL's.
+    async fn evaluate_kill_id(&mut self, expression: &str) -> Result<u64, BackendError> {
+        let sql = format!("SELECT {expression}");
+        let sql = match sql::classify::rewrite_connection_id(sql.as_bytes(), self.id) {
+            // Rewritten from UTF-8 text with ASCII: UTF-8 still.
+            Some(rewritten) => String::from_utf8(rewritten).unwrap_or(sql),
+            None => sql,
+        };
+        let mut held = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await?;
+        let rows = held.backend.query(&sql).await;
+        if let Err(e) = &rows {
+            held.backend.note_failure(e);
+        }
+        self.settle(held);
+        match rows {
+            Ok(rows) => Ok(rows.first().and_then(|r| r.first().cloned().flatten()).map_or(0, |v| thread_id_from_text(v.as_bytes()))),
+            Err(BackendError::Rejected { server, code, sqlstate, message }) => {
+                // ER_BAD_FIELD_ERROR names where the column was: the KILL, not a SELECT.
+                let bytes = message.as_bytes();
+                let place = (code == ER_BAD_FIELD_ERROR).then(|| bytes.windows(5).rposition(|w| w == b" in '")).flatten();
+                let message = match place {
+                    Some(at) => [&bytes[..at], b" in 'KILL'"].concat().as_slice().into(),
+                    None => message,
+                };
+                Err(BackendError::Rejected { server, code, sqlstate, message })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A user variable's value as text (its bytes, whatever its character set), from the
+    /// session's connection; `None` for NULL (or a variable never set).
+    async fn variable_text(&mut self, name: &str) -> Result<Option<Vec<u8>>, BackendError> {
         let sql = format!("SELECT HEX(CONVERT(@`{}` USING utf8mb4))", name.replace('`', "``"));
         let mut held = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await?;
         let rows = held.backend.query(&sql).await;
@@ -298,13 +364,7 @@ impl Session {
         }
         self.settle(held);
         let hex = rows?.into_iter().next().and_then(|r| r.into_iter().next().flatten());
-        // NULL: the server refuses to prepare it.
-        let Some(text) = hex.and_then(|h| decode_hex(h.as_bytes())) else { return Ok(None) };
-        Ok(match sql::classify::intercept(&text) {
-            None => None,
-            Some(Intercept::Refuse(why)) => Some(why),
-            Some(_) => Some(refusal::DYNAMIC_KILL),
-        })
+        Ok(hex.and_then(|h| decode_hex(h.as_bytes())))
     }
 
     /// An OK carrying an affected-row count, with the session's status flags.
@@ -323,7 +383,7 @@ impl Session {
     /// COM_PROCESS_INFO: SHOW PROCESSLIST by command. False when the session must end.
     pub(super) async fn process_info(&mut self, seq: u8) -> Flow {
         self.handle.begin(b"SHOW PROCESSLIST", &self.state, self.unrouted_hostgroup());
-        self.processlist(false, "Processlist", seq).await
+        self.processlist(false, "Processlist", false, seq).await
     }
 
     /// SHOW [FULL] PROCESSLIST from sluice's sessions: Id is the session id KILL takes, Host
@@ -332,9 +392,10 @@ impl Session {
     /// State and Progress of statements running on that server. Without PROCESS, only the
     /// user's own sessions are listed, as the server does.
     /// `own_command`: the Command the session's own row shows (the server's name for how it
-    /// was asked: "Query" for the statement, "Processlist" for COM_PROCESS_INFO).
-    async fn processlist(&mut self, full: bool, own_command: &str, seq: u8) -> Flow {
-        let answered = self.answer_processlist(full, own_command, seq).await;
+    /// was asked: "Query" for the statement, "Processlist" for COM_PROCESS_INFO, "Execute"
+    /// for a prepared one). `binary`: rows in the binary protocol (the reply to an execute).
+    pub(super) async fn processlist(&mut self, full: bool, own_command: &str, binary: bool, seq: u8) -> Flow {
+        let answered = self.answer_processlist(full, own_command, binary, seq).await;
         self.handle.end();
         match answered {
             Ok(written) => Flow::written(written),
@@ -342,7 +403,7 @@ impl Session {
         }
     }
 
-    async fn answer_processlist(&mut self, full: bool, own_command: &str, mut seq: u8) -> Result<bool, BackendError> {
+    async fn answer_processlist(&mut self, full: bool, own_command: &str, binary: bool, mut seq: u8) -> Result<bool, BackendError> {
         let privileges = self.privileges().await?;
         let mut held = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await?;
         let sql = if full { "SHOW FULL PROCESSLIST" } else { "SHOW PROCESSLIST" };
@@ -352,6 +413,10 @@ impl Session {
         }
         let pool_id = held.backend.server.pool.id;
         let deprecate_eof = held.backend.deprecate_eof();
+        let types: Vec<u8> = match &server {
+            Ok(r) if binary => r.columns.iter().map(|c| held.backend.column_type(c).unwrap_or(proto::resultset::TYPE_VAR_STRING)).collect(),
+            _ => Vec::new(),
+        };
         self.settle(held);
         let server = server?;
         self.status = server.status;
@@ -429,7 +494,12 @@ impl Session {
             proto::packet::write_eof(&mut out, &mut seq, 0, server.status);
         }
         for row in &rows {
-            proto::resultset::write_text_row(&mut out, &mut seq, row.iter().map(|v| v.as_deref()));
+            let values = row.iter().map(|v| v.as_deref());
+            if binary {
+                proto::resultset::write_binary_row_from_text(&mut out, &mut seq, &types, values);
+            } else {
+                proto::resultset::write_text_row(&mut out, &mut seq, values);
+            }
         }
         if deprecate_eof {
             let ok = proto::packet::Ok { status: server.status, ..Default::default() };
@@ -613,6 +683,15 @@ async fn rows_on(server: &Server, login: &Login, sql: &str, timeout: Duration) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kill_ids_from_text_convert_as_the_server_converts_them() {
+        assert_eq!(thread_id_from_text(b" 42 "), 42);
+        assert_eq!(thread_id_from_text(b"-1"), u64::MAX);
+        assert_eq!(thread_id_from_text(b"99.7"), 100);
+        assert_eq!(thread_id_from_text(b"abc"), 0);
+        assert_eq!(thread_id_from_text(b"\xff"), 0);
+    }
 
     #[test]
     fn privileges_from_show_grants() {

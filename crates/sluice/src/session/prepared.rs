@@ -7,6 +7,10 @@
 //! A statement with an open cursor or long data waiting holds server state on one connection:
 //! it pins the session there until the cursor is read out, the statement is reset, closed or
 //! executed.
+//!
+//! KILL and SHOW PROCESSLIST name sluice's sessions, so a prepared one never reaches a server:
+//! sluice answers the prepare itself and carries the statement out at each execute (a `?` in
+//! KILL is bound then), as it does their text (`kill.rs`).
 
 use super::multiplex::{Held, Needs};
 use super::{Flow, Session};
@@ -16,12 +20,15 @@ use proto::errors::*;
 use proto::frame::Frame;
 use proto::response::Reply;
 use proto::StatusFlags;
+use sql::classify::{Intercept, Kill, KillTarget};
 use std::collections::HashMap;
 use std::sync::Arc;
 
 /// A session's open statements.
 pub(super) struct ClientStatements {
     by_id: HashMap<u32, ClientStatement>,
+    /// Statements sluice answers itself (same id space).
+    answered: HashMap<u32, AnsweredStatement>,
     last_id: u32,
     /// Statements with an open cursor or long data waiting.
     pinning: u32,
@@ -42,9 +49,29 @@ impl ClientStatement {
     }
 }
 
+/// A prepared KILL or SHOW PROCESSLIST: answered by sluice at each execute.
+struct AnsweredStatement {
+    what: Answered,
+    /// The text, for the session's own row in SHOW PROCESSLIST while it runs.
+    text: Box<[u8]>,
+    /// The type of the `?` (KILL's id) from the client's last execute that sent it.
+    param_type: Option<u8>,
+}
+
+enum Answered {
+    Kill(Kill),
+    Processlist { full: bool },
+}
+
+impl Answered {
+    fn params(&self) -> u16 {
+        matches!(self, Answered::Kill(Kill { target: KillTarget::Parameter { .. }, .. })) as u16
+    }
+}
+
 impl ClientStatements {
     pub fn new(registry: Arc<Registry>) -> Self {
-        ClientStatements { by_id: HashMap::new(), last_id: 0, pinning: 0, registry }
+        ClientStatements { by_id: HashMap::new(), answered: HashMap::new(), last_id: 0, pinning: 0, registry }
     }
 
     /// Some statement holds server state on the connection that ran it.
@@ -52,15 +79,19 @@ impl ClientStatements {
         self.pinning > 0
     }
 
-    fn add(&mut self, entry: Arc<Entry>) -> u32 {
+    fn next_id(&mut self) -> u32 {
         loop {
             self.last_id = self.last_id.wrapping_add(1).max(1);
-            if !self.by_id.contains_key(&self.last_id) {
-                break;
+            if !self.by_id.contains_key(&self.last_id) && !self.answered.contains_key(&self.last_id) {
+                return self.last_id;
             }
         }
-        self.by_id.insert(self.last_id, ClientStatement { entry, types: None, cursor: false, long_data: false });
-        self.last_id
+    }
+
+    fn add(&mut self, entry: Arc<Entry>) -> u32 {
+        let id = self.next_id();
+        self.by_id.insert(id, ClientStatement { entry, types: None, cursor: false, long_data: false });
+        id
     }
 
     /// Changes a statement's cursor or long-data state, keeping `pinning` true.
@@ -73,6 +104,10 @@ impl ClientStatements {
     }
 
     fn remove(&mut self, id: u32) -> Option<ClientStatement> {
+        if self.answered.remove(&id).is_some() {
+            self.registry.close_handles(1);
+            return None;
+        }
         let s = self.by_id.remove(&id)?;
         self.pinning -= s.pins() as u32;
         self.registry.close_handles(1);
@@ -81,8 +116,9 @@ impl ClientStatements {
 
     /// Every statement closes (COM_RESET_CONNECTION, COM_CHANGE_USER), as on the server.
     pub fn clear(&mut self) {
-        self.registry.close_handles(self.by_id.len());
+        self.registry.close_handles(self.by_id.len() + self.answered.len());
         self.by_id.clear();
+        self.answered.clear();
         self.pinning = 0;
     }
 }
@@ -163,6 +199,9 @@ impl Session {
             }
             return Flow::Continue;
         };
+        if self.statements.answered.contains_key(&id) {
+            return self.answered_command(cmd, id, frame, seq).await;
+        }
         if !self.statements.by_id.contains_key(&id) {
             self.client.consume(frame.wire_len);
             // COM_STMT_CLOSE and SEND_LONG_DATA have no reply, whatever happens.
@@ -196,9 +235,12 @@ impl Session {
                 return Flow::Continue;
             }
         }
-        if let Some(why) = self.refuse_prepared(&text) {
-            self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, why).await;
-            return Flow::Continue;
+        match sql::classify::intercept(&text) {
+            Some(Intercept::Kill(k)) => return self.prepare_answered(Answered::Kill(k), text, seq).await,
+            Some(Intercept::Processlist { full }) => return self.prepare_answered(Answered::Processlist { full }, text, seq).await,
+            Some(Intercept::Refuse(why)) => return self.refuse(seq, why).await,
+            // Dynamic SQL cannot be prepared at all: the server says so itself.
+            Some(Intercept::Variable(_)) | None => {}
         }
         let sql = sql::classify::rewrite_connection_id(&text, self.id).unwrap_or(text);
         let mut held = match self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await {
@@ -475,6 +517,124 @@ impl Session {
         self.settle_statement(held);
     }
 }
+
+impl Session {
+    /// COM_STMT_PREPARE of a KILL or SHOW PROCESSLIST: sluice's own statement, answered as
+    /// the server answers its prepare (no columns until executed; a `?` described as the
+    /// server describes it).
+    async fn prepare_answered(&mut self, what: Answered, text: Vec<u8>, seq: u8) -> Flow {
+        if let Err(full) = self.data.statements.open_handle() {
+            let msg = format!(
+                "Can't create more than max_prepared_stmt_count statements (current value: {}; sluice's [pool] max_statements)",
+                full.cap
+            );
+            self.reply_err(seq, ER_MAX_PREPARED_STMT_COUNT_REACHED, SQLSTATE_NOT_SUPPORTED, &msg).await;
+            return Flow::Continue;
+        }
+        let params = what.params();
+        let id = self.statements.next_id();
+        self.statements.answered.insert(id, AnsweredStatement { what, text: text.into(), param_type: None });
+        let mut seq = self.finish_request(seq).await;
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
+        let mut ok = vec![0x00];
+        ok.extend_from_slice(&id.to_le_bytes());
+        ok.extend_from_slice(&0u16.to_le_bytes()); // columns
+        ok.extend_from_slice(&params.to_le_bytes());
+        ok.extend_from_slice(&[0, 0, 0]); // filler, warnings
+        proto::frame::write_packet(&mut out, &mut seq, &ok);
+        if params > 0 {
+            proto::frame::write_packet(&mut out, &mut seq, UNTYPED_PARAMETER);
+            if !self.negotiated.capabilities.contains(proto::CapabilityFlags::CLIENT_DEPRECATE_EOF) {
+                proto::packet::write_eof(&mut out, &mut seq, 0, self.status & StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits());
+            }
+        }
+        let written = self.client.write_all(&out).await.is_ok();
+        self.out = out;
+        Flow::written(written)
+    }
+
+    /// A COM_STMT_* command for a statement sluice answers itself.
+    async fn answered_command(&mut self, cmd: u8, id: u32, frame: Frame, seq: u8) -> Flow {
+        let payload = frame.first_chunk(&self.client.rbuf);
+        let param = match cmd {
+            COM_STMT_EXECUTE => self.statements.answered.get_mut(&id).and_then(|s| bound_parameter(s, payload)),
+            _ => None,
+        };
+        self.client.consume(frame.wire_len);
+        match cmd {
+            COM_STMT_EXECUTE => {}
+            COM_STMT_CLOSE => {
+                self.statements.remove(id);
+                return Flow::Continue;
+            }
+            // Nothing waits on a server for it: no long data kept, nothing to reset.
+            COM_STMT_SEND_LONG_DATA => return Flow::Continue,
+            COM_STMT_RESET => return self.reply_ok(seq, "").await,
+            COM_STMT_FETCH => return self.reply_no_cursor(id, seq).await,
+            _ => {
+                let msg = "This command is not supported in the prepared statement protocol yet";
+                self.reply_err(seq, ER_UNSUPPORTED_PS, SQLSTATE_GENERAL, msg).await;
+                return Flow::Continue;
+            }
+        }
+        let Some(stmt) = self.statements.answered.get(&id) else { return Flow::Continue };
+        match &stmt.what {
+            Answered::Processlist { full } => {
+                let full = *full;
+                self.handle.begin(&stmt.text.clone(), &self.state, self.unrouted_hostgroup());
+                self.processlist(full, "Execute", true, seq).await
+            }
+            Answered::Kill(k) => {
+                let mut k = k.clone();
+                if let KillTarget::Parameter { query_id } = k.target {
+                    // The server converts the value to an unsigned integer (NULL, text that is
+                    // no number: 0; a fraction rounds).
+                    let value = param.unwrap_or(0);
+                    k.target = if query_id { KillTarget::QueryId(value) } else { KillTarget::Id(value) };
+                }
+                self.kill_statement(k, seq).await
+            }
+        }
+    }
+}
+
+/// The value an execute binds to a prepared KILL's `?`, as the server converts it to a thread
+/// id; `None` when it has no parameter. Remembers the parameter's type (a client sends it with
+/// its first execute only).
+fn bound_parameter(stmt: &mut AnsweredStatement, payload: &[u8]) -> Option<u64> {
+    if stmt.what.params() == 0 {
+        return None;
+    }
+    // Flags, iteration count, a 1-byte NULL bitmap, new-params-bound, [type], value.
+    let null = payload.get(10)? & 1 != 0;
+    let mut at = 12;
+    if *payload.get(11)? == 1 {
+        stmt.param_type = Some(*payload.get(12)?);
+        at = 14;
+    }
+    if null {
+        return Some(0);
+    }
+    let value = payload.get(at..)?;
+    let unsigned_int = |n: usize| value.get(..n).map(|b| b.iter().rev().fold(0u64, |v, &x| v << 8 | x as u64));
+    let signed = |n: usize| unsigned_int(n).map(|u| ((u << (64 - 8 * n)) as i64 >> (64 - 8 * n)) as u64);
+    Some(match stmt.param_type? {
+        proto::resultset::TYPE_TINY => signed(1)?,
+        proto::resultset::TYPE_SHORT | proto::resultset::TYPE_YEAR => signed(2)?,
+        proto::resultset::TYPE_LONG | proto::resultset::TYPE_INT24 => signed(4)?,
+        proto::resultset::TYPE_LONGLONG => unsigned_int(8)?,
+        proto::resultset::TYPE_FLOAT => f32::from_le_bytes(value.get(..4)?.try_into().ok()?).round() as i64 as u64,
+        proto::resultset::TYPE_DOUBLE => f64::from_le_bytes(value.get(..8)?.try_into().ok()?).round() as i64 as u64,
+        _ => {
+            let (text, _) = proto::codec::read_lenenc_str(value)?;
+            super::kill::thread_id_from_text(text)
+        }
+    })
+}
+
+/// The definition the server sends for a `?` it cannot type: named `?`, binary, type NULL.
+const UNTYPED_PARAMETER: &[u8] = b"\x03def\x00\x00\x00\x01?\x00\x0c\x3f\x00\x00\x00\x00\x00\x06\x80\x00\x00\x00\x00";
 
 impl Session {
     /// The client's packet for `frame`, naming the server's statement `backend_id` instead.
