@@ -1,4 +1,4 @@
-//! Test-only helpers for sluice: private MariaDB servers, TLS test certificates, a Prometheus exposition checker,
+//! Test-only helpers for sluice: private MariaDB servers (alone or as a replication topology), TLS test certificates, a Prometheus exposition checker,
 //! headless Chromium for page checks.
 //!
 //! ```no_run
@@ -11,12 +11,14 @@ mod certs;
 pub mod chromium;
 mod mariadb;
 pub mod prometheus;
+mod replication;
 mod spawner;
 mod temp;
 mod template;
 
 pub use certs::TestCerts;
 pub use mariadb::{shared, MariaDb, MariaDbOptions};
+pub use replication::Replication;
 
 /// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it back, release it).
 ///

@@ -127,3 +127,26 @@ fn free_port_is_bindable() {
     let port = free_port();
     assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
 }
+
+#[test]
+fn a_replication_topology_replicates_and_promotes() -> anyhow::Result<()> {
+    let t = sluice_testkit::Replication::start(2)?;
+    assert_eq!(t.primary.sql("SELECT @@read_only")?, "0\n");
+    t.primary.sql("CREATE TABLE test.rt (id INT PRIMARY KEY); INSERT INTO test.rt VALUES (1), (2);")?;
+    t.sync()?;
+    for r in &t.replicas {
+        // Asked alone: MariaDB 10.11 answers @@read_only as 0 in a statement that reads a table.
+        assert_eq!(r.sql("SELECT @@read_only")?, "1\n");
+        assert_eq!(r.sql("SELECT COUNT(*) FROM test.rt")?, "2\n");
+    }
+    // The primary dies; replica 0 is promoted and replica 1 follows it: writes go on, once each.
+    let mut t = t;
+    t.primary.kill();
+    let new_primary = t.promote(0)?.port();
+    t.replicate(1, new_primary)?;
+    t.replicas[0].sql("INSERT INTO test.rt VALUES (3)")?;
+    let pos = t.replicas[0].sql("SELECT @@gtid_binlog_pos")?;
+    assert_eq!(t.replicas[1].sql(&format!("SELECT MASTER_GTID_WAIT('{}', 30)", pos.trim()))?, "0\n");
+    assert_eq!(t.replicas[1].sql("SELECT GROUP_CONCAT(id ORDER BY id) FROM test.rt")?, "1,2,3\n");
+    Ok(())
+}
