@@ -272,6 +272,54 @@ pub struct ServerRow {
     pub comment: String,
 }
 
+/// A `[[mysql_replication_hostgroups]]` row (ProxySQL's columns, and `causal_reads`): a writer
+/// hostgroup and its reader hostgroup. With one, the statements of a user whose default
+/// hostgroup is the writer's are split: reads to the readers, everything else to the writer.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicationHostgroupRow {
+    pub writer_hostgroup: u32,
+    pub reader_hostgroup: u32,
+    /// How the monitor tells a writer from a replica: `read_only`, `innodb_read_only`,
+    /// `super_read_only` (ProxySQL's values; MariaDB has `read_only`).
+    #[serde(default = "default_check_type")]
+    pub check_type: String,
+    /// Read-your-writes across pooled connections: `off`, `local` (a session sees its own
+    /// writes) or `global` (every session sees every acknowledged write).
+    #[serde(default)]
+    pub causal_reads: CausalReads,
+    #[serde(default)]
+    pub comment: String,
+}
+
+/// MaxScale's `causal_reads` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CausalReads {
+    Off,
+    /// What an application written against one server assumes: its own writes are visible.
+    #[default]
+    Local,
+    Global,
+}
+
+impl CausalReads {
+    pub fn name(self) -> &'static str {
+        match self {
+            CausalReads::Off => "off",
+            CausalReads::Local => "local",
+            CausalReads::Global => "global",
+        }
+    }
+}
+
+/// ProxySQL's `check_type` values.
+pub const CHECK_TYPES: [&str; 5] = ["read_only", "innodb_read_only", "super_read_only", "read_only|innodb_read_only", "read_only&innodb_read_only"];
+
+fn default_check_type() -> String {
+    "read_only".into()
+}
+
 /// A `[[mysql_users]]` row (ProxySQL's mysql_users columns).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -313,6 +361,8 @@ pub struct FileConfig {
     #[serde(default)]
     pub mysql_servers: Vec<ServerRow>,
     #[serde(default)]
+    pub mysql_replication_hostgroups: Vec<ReplicationHostgroupRow>,
+    #[serde(default)]
     pub mysql_users: Vec<UserRow>,
     #[serde(default)]
     pub mysql_query_rules: Vec<QueryRuleRow>,
@@ -339,6 +389,7 @@ pub struct Config {
     pub stats: StatsSection,
     pub querylog: QueryLogSection,
     pub servers: Vec<ServerRow>,
+    pub replication_hostgroups: Vec<ReplicationHostgroupRow>,
     pub users: Vec<UserRow>,
     pub query_rules: Vec<QueryRuleRow>,
     /// `query_rules` compiled and indexed.
@@ -363,6 +414,7 @@ impl Config {
             stats: self.stats.clone(),
             querylog: self.querylog.clone(),
             mysql_servers: self.servers.clone(),
+            mysql_replication_hostgroups: self.replication_hostgroups.clone(),
             mysql_users: self.users.clone(),
             mysql_query_rules: self.query_rules.clone(),
         }
@@ -595,6 +647,7 @@ impl FileConfig {
         self.check_stats(&mut out);
         self.check_querylog(&mut out);
         self.check_servers(&mut out);
+        self.check_replication_hostgroups(&mut out);
         self.check_users(&mut out);
         out
     }
@@ -733,6 +786,30 @@ impl FileConfig {
         }
     }
 
+    /// `[[mysql_replication_hostgroups]]`: each hostgroup in one pair at most, the writer's
+    /// with servers (the readers' may start empty: the monitor moves replicas there).
+    fn check_replication_hostgroups(&self, out: &mut Vec<Problem>) {
+        use PathPart::{Index, Key};
+        let rows = &self.mysql_replication_hostgroups;
+        for (i, r) in rows.iter().enumerate() {
+            let at = |k| vec![Key("mysql_replication_hostgroups"), Index(i), Key(k)];
+            if r.reader_hostgroup == r.writer_hostgroup {
+                out.push(problem(at("reader_hostgroup"), format!("must differ from writer_hostgroup ({})", r.writer_hostgroup)));
+            }
+            if !self.mysql_servers.iter().any(|s| s.hostgroup_id == r.writer_hostgroup) && !self.mysql_servers.is_empty() {
+                out.push(problem(at("writer_hostgroup"), format!("hostgroup {} has no [[mysql_servers]] row", r.writer_hostgroup)));
+            }
+            if !CHECK_TYPES.contains(&r.check_type.to_ascii_lowercase().as_str()) {
+                out.push(problem(at("check_type"), format!("`{}` is not one of {}", r.check_type, CHECK_TYPES.join(", "))));
+            }
+            for (column, hostgroup) in [("writer_hostgroup", r.writer_hostgroup), ("reader_hostgroup", r.reader_hostgroup)] {
+                if let Some(j) = rows[..i].iter().position(|o| o.writer_hostgroup == hostgroup || o.reader_hostgroup == hostgroup) {
+                    out.push(problem(at(column), format!("hostgroup {hostgroup} is already in mysql_replication_hostgroups row {j}")));
+                }
+            }
+        }
+    }
+
     /// `[[mysql_users]]`.
     fn check_users(&self, out: &mut Vec<Problem>) {
         use PathPart::{Index, Key};
@@ -792,6 +869,7 @@ impl FileConfig {
             stats: self.stats,
             querylog: self.querylog,
             servers: self.mysql_servers,
+            replication_hostgroups: self.mysql_replication_hostgroups,
             users: self.mysql_users,
             query_rules: self.mysql_query_rules,
             rules,

@@ -186,6 +186,11 @@ pub(crate) fn server_key(hostgroup_id: impl std::fmt::Display, hostname: &str, p
     format!("mysql_servers (hostgroup_id={hostgroup_id}, hostname={}, port={port})", quoted(hostname))
 }
 
+/// `mysql_replication_hostgroups writer_hostgroup=0`.
+pub(crate) fn replication_key(writer_hostgroup: impl std::fmt::Display) -> String {
+    format!("mysql_replication_hostgroups writer_hostgroup={writer_hostgroup}")
+}
+
 /// `mysql_users username='app'`.
 pub(crate) fn user_key(username: &str) -> String {
     format!("mysql_users username={}", quoted(username))
@@ -216,6 +221,14 @@ pub fn describe_row(module: Module, fc: &FileConfig, index: usize) -> String {
 /// match_pattern: …`, and `proxy.workers` becomes the variable `mysql-threads`.
 pub fn describe_config_error(fc: &FileConfig, e: &ConfigError) -> String {
     let field = e.field.as_str();
+    if let Some(rest) = field.strip_prefix("mysql_replication_hostgroups[") {
+        if let Some((index, column)) = rest.split_once(']') {
+            let row = index.parse::<usize>().ok().and_then(|i| fc.mysql_replication_hostgroups.get(i));
+            if let Some(r) = row {
+                return format!("{}: {}: {}", replication_key(r.writer_hostgroup), column.trim_start_matches('.'), e.message);
+            }
+        }
+    }
     let rows =
         [("mysql_servers", Module::MysqlServers), ("mysql_users", Module::MysqlUsers), ("mysql_query_rules", Module::MysqlQueryRules)];
     for (table, module) in rows {

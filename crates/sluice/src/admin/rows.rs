@@ -4,8 +4,8 @@
 //! primary key and the column.
 
 use super::schema::qualified;
-use super::{quoted, rule_key, server_key, user_key, AdminError, Layer, RowError};
-use crate::config::{QueryRuleRow, ServerRow, ServerStatus, UserRow};
+use super::{quoted, replication_key, rule_key, server_key, user_key, AdminError, Layer, RowError};
+use crate::config::{CausalReads, QueryRuleRow, ReplicationHostgroupRow, ServerRow, ServerStatus, UserRow};
 use rusqlite::types::Value;
 use rusqlite::{params, Connection};
 use std::path::PathBuf;
@@ -205,6 +205,41 @@ pub(crate) fn read_servers(conn: &Connection, layer: Layer) -> Result<Vec<Server
             max_connections: r.ranged("max_connections", "0 to 4294967295")?,
             use_ssl: r.boolean("use_ssl")?,
             ssl_ca,
+            comment: r.text_or_empty("comment")?,
+        });
+    }
+    Ok(out)
+}
+
+const REPLICATION_COLUMNS: &[&str] = &["writer_hostgroup", "reader_hostgroup", "check_type", "causal_reads", "comment"];
+
+pub(crate) fn write_replication_hostgroups(conn: &Connection, layer: Layer, rows: &[ReplicationHostgroupRow]) -> Result<(), AdminError> {
+    let table = qualified(layer, "mysql_replication_hostgroups");
+    conn.execute(&format!("DELETE FROM {table}"), [])?;
+    let mut insert = conn.prepare(&format!("INSERT INTO {table} ({}) VALUES (?1, ?2, ?3, ?4, ?5)", REPLICATION_COLUMNS.join(", ")))?;
+    for r in rows {
+        insert
+            .execute(params![r.writer_hostgroup, r.reader_hostgroup, r.check_type, r.causal_reads.name(), r.comment])
+            .map_err(write_err(replication_key(r.writer_hostgroup)))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn read_replication_hostgroups(conn: &Connection, layer: Layer) -> Result<Vec<ReplicationHostgroupRow>, RowError> {
+    let mut out = Vec::new();
+    for values in select(conn, layer, "mysql_replication_hostgroups", REPLICATION_COLUMNS, "1", "rowid")? {
+        let r = Rec::new(REPLICATION_COLUMNS, values, |r| replication_key(shown_bare(r.value("writer_hostgroup"))));
+        let causal_reads = match r.text_or_empty("causal_reads")?.to_ascii_lowercase().as_str() {
+            "off" => CausalReads::Off,
+            "local" => CausalReads::Local,
+            "global" => CausalReads::Global,
+            other => return Err(r.err("causal_reads", format!("`{other}` is not off, local or global"))),
+        };
+        out.push(ReplicationHostgroupRow {
+            writer_hostgroup: r.ranged("writer_hostgroup", "0 to 4294967295")?,
+            reader_hostgroup: r.ranged("reader_hostgroup", "0 to 4294967295")?,
+            check_type: r.text_or_empty("check_type")?.to_ascii_lowercase(),
+            causal_reads,
             comment: r.text_or_empty("comment")?,
         });
     }

@@ -36,6 +36,15 @@ const MYSQL_SERVERS_SSL_PARAMS: &str = "
     comment VARCHAR NOT NULL DEFAULT '',
     PRIMARY KEY (hostname, port, username)";
 
+/// ProxySQL's columns, then sluice's `causal_reads`.
+const MYSQL_REPLICATION_HOSTGROUPS: &str = "
+    writer_hostgroup INT CHECK (writer_hostgroup >= 0) NOT NULL PRIMARY KEY,
+    reader_hostgroup INT NOT NULL CHECK (reader_hostgroup <> writer_hostgroup AND reader_hostgroup >= 0),
+    check_type VARCHAR CHECK (LOWER(check_type) IN ('read_only', 'innodb_read_only', 'super_read_only', 'read_only|innodb_read_only', 'read_only&innodb_read_only')) NOT NULL DEFAULT 'read_only',
+    comment VARCHAR NOT NULL DEFAULT '',
+    causal_reads VARCHAR CHECK (LOWER(causal_reads) IN ('off', 'local', 'global')) NOT NULL DEFAULT 'local',
+    UNIQUE (reader_hostgroup)";
+
 /// ProxySQL's columns, then sluice's `backend_username` and `backend_password`.
 const MYSQL_USERS: &str = "
     username VARCHAR NOT NULL,
@@ -102,6 +111,7 @@ const GLOBAL_VARIABLES: &str = "
 pub(crate) const CONFIG_TABLES: &[(&str, &str)] = &[
     ("mysql_servers", MYSQL_SERVERS),
     ("mysql_servers_ssl_params", MYSQL_SERVERS_SSL_PARAMS),
+    ("mysql_replication_hostgroups", MYSQL_REPLICATION_HOSTGROUPS),
     ("mysql_users", MYSQL_USERS),
     ("mysql_query_rules", MYSQL_QUERY_RULES),
     ("global_variables", GLOBAL_VARIABLES),
@@ -110,7 +120,7 @@ pub(crate) const CONFIG_TABLES: &[(&str, &str)] = &[
 /// The tables a module's rows live in.
 pub(crate) fn module_tables(module: Module) -> &'static [&'static str] {
     match module {
-        Module::MysqlServers => &["mysql_servers", "mysql_servers_ssl_params"],
+        Module::MysqlServers => &["mysql_servers", "mysql_servers_ssl_params", "mysql_replication_hostgroups"],
         Module::MysqlUsers => &["mysql_users"],
         Module::MysqlQueryRules => &["mysql_query_rules"],
         Module::MysqlVariables | Module::AdminVariables => &["global_variables"],

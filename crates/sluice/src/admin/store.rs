@@ -289,7 +289,10 @@ impl Store {
     pub fn read(&self, layer: Layer, module: Module, into: &mut FileConfig) -> Result<(), RowError> {
         let _internal = self.fence.internal();
         match module {
-            Module::MysqlServers => into.mysql_servers = rows::read_servers(&self.conn, layer)?,
+            Module::MysqlServers => {
+                into.mysql_servers = rows::read_servers(&self.conn, layer)?;
+                into.mysql_replication_hostgroups = rows::read_replication_hostgroups(&self.conn, layer)?;
+            }
             Module::MysqlUsers => into.mysql_users = rows::read_users(&self.conn, layer)?,
             Module::MysqlQueryRules => into.mysql_query_rules = rows::read_rules(&self.conn, layer)?,
             Module::MysqlVariables | Module::AdminVariables => {
@@ -501,7 +504,10 @@ fn fill_table<R: IntoIterator<Item = Vec<Cell>>>(conn: &Connection, fence: &Fenc
 /// Writes one module of `fc` to one layer's tables.
 fn write_module(conn: &Connection, layer: Layer, module: Module, fc: &FileConfig) -> Result<(), AdminError> {
     match module {
-        Module::MysqlServers => rows::write_servers(conn, layer, &fc.mysql_servers),
+        Module::MysqlServers => {
+            rows::write_servers(conn, layer, &fc.mysql_servers)?;
+            rows::write_replication_hostgroups(conn, layer, &fc.mysql_replication_hostgroups)
+        }
         Module::MysqlUsers => rows::write_users(conn, layer, &fc.mysql_users),
         Module::MysqlQueryRules => rows::write_rules(conn, layer, &fc.mysql_query_rules),
         Module::MysqlVariables | Module::AdminVariables => {

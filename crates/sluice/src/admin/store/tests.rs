@@ -32,6 +32,11 @@ port = 3307
 status = "OFFLINE_SOFT"
 use_ssl = true
 max_connections = 50
+[[mysql_replication_hostgroups]]
+writer_hostgroup = 0
+reader_hostgroup = 1
+causal_reads = "global"
+comment = "shop"
 [[mysql_users]]
 username = "app"
 password = "pw"
@@ -84,6 +89,7 @@ fn same_rules(a: &[QueryRuleRow], b: &[QueryRuleRow]) {
 
 fn assert_same(a: &FileConfig, b: &FileConfig) {
     assert_eq!(a.mysql_servers, b.mysql_servers);
+    assert_eq!(a.mysql_replication_hostgroups, b.mysql_replication_hostgroups);
     assert_eq!(a.mysql_users, b.mysql_users);
     same_rules(&a.mysql_query_rules, &b.mysql_query_rules);
     assert_eq!(a.proxy, b.proxy);
@@ -666,4 +672,30 @@ fn results_and_memory_are_bounded() {
     assert!(store.query("SELECT length(zeroblob(100000000))").is_err());
     store.set_limits(512 << 20).unwrap();
     assert_eq!(text(&rows_of(store.query("SELECT COUNT(*) FROM mysql_servers").unwrap())), vec![vec!["0"]]);
+}
+
+#[test]
+fn replication_hostgroups_round_trip_and_bad_rows_are_named() {
+    let fc = config();
+    assert_eq!(fc.mysql_replication_hostgroups.len(), 1);
+    assert_eq!(fc.mysql_replication_hostgroups[0].check_type, "read_only", "ProxySQL's default");
+    let (mut store, _) = Store::open(None).unwrap();
+    store.seed(&[Module::MysqlServers], &fc, &[Layer::Memory]).unwrap();
+    let out = store.query("SELECT writer_hostgroup, reader_hostgroup, check_type, causal_reads FROM mysql_replication_hostgroups").unwrap();
+    assert_eq!(text(&rows_of(out)), vec![vec!["0", "1", "read_only", "global"]]);
+    // The table's CHECKs are ProxySQL's (and sluice's causal_reads values).
+    assert!(store.query("INSERT INTO mysql_replication_hostgroups (writer_hostgroup, reader_hostgroup) VALUES (5, 5)").is_err());
+    assert!(store
+        .query("INSERT INTO mysql_replication_hostgroups (writer_hostgroup, reader_hostgroup, causal_reads) VALUES (5, 6, 'some')")
+        .is_err());
+    // A writer hostgroup with no servers: named by its row when the tables are loaded.
+    store.query("INSERT INTO mysql_replication_hostgroups (writer_hostgroup, reader_hostgroup) VALUES (9, 10)").unwrap();
+    let mut loaded = fc.clone();
+    store.read(Layer::Memory, Module::MysqlServers, &mut loaded).unwrap();
+    assert_eq!(loaded.mysql_replication_hostgroups.len(), 2);
+    let e = loaded.clone().validate(None, None).unwrap_err();
+    assert_eq!(
+        describe_config_error(&loaded, &e),
+        "mysql_replication_hostgroups writer_hostgroup=9: writer_hostgroup: hostgroup 9 has no [[mysql_servers]] row"
+    );
 }
