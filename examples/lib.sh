@@ -34,8 +34,9 @@ else
 	BOLD="" RED="" GREEN="" RESET=""
 fi
 step() { printf '\n%s== %s%s\n' "$BOLD" "$*" "$RESET"; }
+indent() { sed 's/^/    /'; }
 # show TEXT: output of a demonstration, indented.
-show() { [ -z "$1" ] || printf '%s\n' "$1" | sed 's/^/    /'; }
+show() { [ -z "$1" ] || indent <<<"$1"; }
 die() {
 	printf '%sFAIL [%s]: %s%s\n' "$RED" "$EXAMPLE" "$*" "$RESET" >&2
 	exit 1
@@ -56,6 +57,9 @@ declare -A DB_PID=() SESSION_PID=() SESSION_FD=()
 # check WHAT EXPECTED ACTUAL: ACTUAL must equal EXPECTED.
 check() {
 	if [ "$3" != "$2" ]; then
+		if [[ $2$3 == *$'\n'* ]]; then
+			die "$1"$'\n'"  expected:"$'\n'"$(indent <<<"$2")"$'\n'"  got:"$'\n'"$(indent <<<"$3")"
+		fi
 		die "$1"$'\n'"  expected: $2"$'\n'"  got:      $3"
 	fi
 	CHECKS=$((CHECKS + 1))
@@ -65,7 +69,7 @@ check() {
 # check_match WHAT REGEX ACTUAL: some line of ACTUAL must match the extended regex REGEX.
 check_match() {
 	if ! grep -qE -- "$2" <<<"$3"; then
-		die "$1"$'\n'"  expected a line matching: $2"$'\n'"  got:"$'\n'"$(sed 's/^/    /' <<<"$3")"
+		die "$1"$'\n'"  expected a line matching: $2"$'\n'"  got:"$'\n'"$(indent <<<"$3")"
 	fi
 	CHECKS=$((CHECKS + 1))
 	printf '  %sok%s %s\n' "$GREEN" "$RESET" "$1"
@@ -165,13 +169,13 @@ template_datadir() {
 # Sets NAME_PORT (upper case, e.g. PRIMARY_PORT). Root logs in over $WORK/NAME/sock without a
 # password (see `db`); the database `test` exists.
 start_mariadb() {
-	local name=$1 dir=$WORK/$1 port var attempt i
+	local name=$1 dir=$WORK/$1 port var i
 	shift
 	var=${name^^}_PORT
 	template_datadir
 	mkdir -p "$dir"
 	cp -a "$WORK/template" "$dir/data"
-	for attempt in 1 2 3; do
+	for _ in 1 2 3; do
 		free_port port
 		mariadbd --no-defaults --datadir="$dir/data" --port="$port" --bind-address=127.0.0.1 \
 			--socket="$dir/sock" --pid-file="$dir/mariadbd.pid" --log-error="$dir/error.log" \
@@ -240,15 +244,14 @@ render() {
 # into $WORK/sluice.toml and runs sluice on it, logging to $WORK/sluice.log. Picks free ports for
 # SLUICE_PORT, ADMIN_PORT and HTTP_PORT the first time (a restart keeps them).
 start_sluice() {
-	local template=${1:-$EXAMPLE_DIR/sluice.toml} attempt i
+	local template=${1:-$EXAMPLE_DIR/sluice.toml} i log_start
 	[ $# -gt 0 ] && shift
 	[ -n "$SLUICE_FOUND" ] || find_sluice
-	for attempt in 1 2 3; do
+	for _ in 1 2 3; do
 		[ -n "${SLUICE_PORT:-}" ] || free_port SLUICE_PORT
 		[ -n "${ADMIN_PORT:-}" ] || free_port ADMIN_PORT
 		[ -n "${HTTP_PORT:-}" ] || free_port HTTP_PORT
 		render "$template" "$WORK/sluice.toml"
-		local log_start
 		touch "$WORK/sluice.log"
 		log_start=$(wc -l <"$WORK/sluice.log")
 		"$SLUICE_BIN" --config "$WORK/sluice.toml" "$@" </dev/null >>"$WORK/sluice.log" 2>&1 &
@@ -340,7 +343,7 @@ session_close() {
 # --- teardown -------------------------------------------------------------------------
 cleanup() {
 	local rc=$? name
-	trap - EXIT INT TERM
+	trap - EXIT INT TERM HUP ERR
 	set +e
 	for name in "${!SESSION_FD[@]}"; do session_close "$name"; done
 	if [ "$rc" != 0 ] && [ "$rc" != 130 ] && [ "$rc" != 143 ]; then
@@ -362,6 +365,15 @@ cleanup() {
 	fi
 	exit "$rc"
 }
+# A command that fails outside a check (set -e) says which, before the script stops.
+set -E
+on_error() {
+	[ "$BASH_SUBSHELL" = 0 ] || return 0 # reported once, by the main shell
+	# shellcheck disable=SC2016 # the backquotes are text
+	printf '%sFAIL [%s]: %s: `%s` failed (status %s)%s\n' "$RED" "$EXAMPLE" "$3" "$2" "$1" "$RESET" >&2
+}
+trap 'on_error $? "$BASH_COMMAND" "${BASH_SOURCE[0]}:$LINENO"' ERR
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+trap 'exit 129' HUP # the terminal closed

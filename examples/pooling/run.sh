@@ -36,7 +36,7 @@ check "sluice holds $SESSIONS + 1 client sessions" $((SESSIONS + 1)) "$sessions"
 check_between "the server sees 1 or 2 connections for them" 1 2 "$backends"
 pool=$(admin -e "SELECT srv_port, ConnUsed, ConnFree, ConnOK FROM stats_mysql_connection_pool")
 show "stats_mysql_connection_pool (srv_port, ConnUsed, ConnFree, ConnOK): $pool"
-read -r _ used free opened <<<"$pool"
+read -r _ used free _ <<<"$pool"
 check "between statements no session holds a connection (ConnUsed)" 0 "$used"
 check "the pool's idle connections are the server's connections (ConnFree)" "$backends" "$free"
 

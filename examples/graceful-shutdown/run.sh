@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# examples/graceful-shutdown: on SIGTERM sluice stops taking connections, lets a statement in
+# flight finish and exits 0; a statement still running after shutdown_timeout_ms is killed on
+# the server (KILL QUERY) and sluice exits 0 all the same. See README.md.
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+
+step "one MariaDB server and sluice (shutdown_timeout_ms = 3000)"
+start_mariadb primary
+db primary -e "CREATE USER app@'127.0.0.1' IDENTIFIED BY 'app-secret'"
+start_sluice
+
+# in_flight SQL: runs SQL through sluice in the background, its output to $WORK/in-flight.out,
+# and waits until the server runs it.
+in_flight() {
+	(sql app app-secret -e "$1" >"$WORK/in-flight.out" 2>&1 || true) &
+	CLIENT_PID=$!
+	for ((i = 0; i < 100; i++)); do
+		[ "$(db primary -e "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT SLEEP%'")" = 1 ] && return 0
+		sleep 0.05
+	done
+	die "the statement did not start on the server: $(cat "$WORK/in-flight.out")"
+}
+step "SIGTERM while a 1-second statement runs: it finishes, then sluice exits"
+in_flight "SELECT SLEEP(1), 'finished'"
+kill -TERM "$SLUICE_PID"
+started=$(date +%s%N)
+for ((i = 0; i < 50; i++)); do # the listener closes at once
+	sql app app-secret -e "SELECT 1" >/dev/null 2>&1 || break
+	sleep 0.05
+done
+check_error "a new client is refused meanwhile: sluice no longer listens" "ERROR 2002" sql app app-secret -e "SELECT 1"
+rc=0
+wait "$SLUICE_PID" || rc=$?
+took=$((($(date +%s%N) - started) / 1000000))
+SLUICE_PID=""
+wait "$CLIENT_PID" || true
+show "the statement's client printed: $(cat "$WORK/in-flight.out")"
+check "the statement in flight got its whole result" "0	finished" "$(cat "$WORK/in-flight.out")"
+check "sluice exited 0" 0 "$rc"
+show "sluice exited $took ms after SIGTERM"
+show "log: $(grep -o 'shutting down.*\|stopped$' "$WORK/sluice.log" | tr '\n' ' ')"
+
+step "SIGTERM while a 30-second statement runs: killed on the server after shutdown_timeout_ms"
+start_sluice
+in_flight "SELECT SLEEP(30), 'finished'"
+kill -TERM "$SLUICE_PID"
+started=$(date +%s%N)
+rc=0
+wait "$SLUICE_PID" || rc=$?
+took=$((($(date +%s%N) - started) / 1000000))
+SLUICE_PID=""
+wait "$CLIENT_PID" || true
+show "sluice exited $rc, $took ms after SIGTERM"
+show "log: $(grep -o 'shutdown timeout reached.*' "$WORK/sluice.log")"
+# The client's connection was closed under its statement: it reports a lost connection.
+show "the statement's client printed: $(grep ERROR "$WORK/in-flight.out")"
+check "sluice exited 0" 0 "$rc"
+check_between "it waited shutdown_timeout_ms (3 s), not the statement's 30 s (ms)" 2900 10000 "$took"
+check "the statement is no longer running on the server" 0 \
+	"$(db primary -e "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT SLEEP%'")"
