@@ -12,6 +12,7 @@
 #   admin [mariadb args]                 the mariadb client on sluice's admin port
 #   session_open / session_sql / session_close   one client connection kept open across steps
 #   check / check_match / check_between / check_error   compare, and stop with a message naming what differed
+#   wait_until SECONDS COMMAND...        poll
 #   step TEXT, show TEXT                 narrate
 #
 # Environment: SLUICE_BIN (the sluice binary; else target/release/sluice, target/debug/sluice,
@@ -128,6 +129,18 @@ stop_pids() {
 	return 0
 }
 
+# wait_until SECONDS COMMAND...: runs COMMAND every 0.1 s until it succeeds (status 0) or
+# SECONDS have passed (status 1).
+wait_until() {
+	local limit=$1 i
+	shift
+	for ((i = 0; i < limit * 10; i++)); do
+		"$@" && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
 # free_port VAR: sets VAR to a TCP port nobody listens on, never one handed out before.
 PORTS_GIVEN=" "
 free_port() {
@@ -154,11 +167,16 @@ INNODB_ARGS=(--innodb-buffer-pool-size=32M --innodb-log-file-size=16M --innodb-f
 AS_ROOT_ARGS=()
 [ "$(id -u)" = 0 ] && AS_ROOT_ARGS=(--user=root)
 
+# Every server gets a tmpdir of its own: a starting mariadbd deletes the `#sql*` files in its
+# tmpdir, which in a shared /tmp are other servers' temporary tables.
+
 # The datadir every server of this example copies, made once by mariadb-install-db.
 template_datadir() {
 	[ -d "$WORK/template" ] && return 0
+	mkdir -p "$WORK/template-tmp"
 	if ! mariadb-install-db --no-defaults --auth-root-authentication-method=normal --skip-test-db \
-		--skip-name-resolve --datadir="$WORK/template" ${AS_ROOT_ARGS[@]+"${AS_ROOT_ARGS[@]}"} "${INNODB_ARGS[@]}" \
+		--skip-name-resolve --datadir="$WORK/template" --tmpdir="$WORK/template-tmp" \
+		${AS_ROOT_ARGS[@]+"${AS_ROOT_ARGS[@]}"} "${INNODB_ARGS[@]}" \
 		>"$WORK/install-db.log" 2>&1; then
 		tail -n 20 "$WORK/install-db.log" >&2
 		die "mariadb-install-db failed (log above)"
@@ -173,11 +191,11 @@ start_mariadb() {
 	shift
 	var=${name^^}_PORT
 	template_datadir
-	mkdir -p "$dir"
+	mkdir -p "$dir/tmp"
 	cp -a "$WORK/template" "$dir/data"
 	for _ in 1 2 3; do
 		free_port port
-		mariadbd --no-defaults --datadir="$dir/data" --port="$port" --bind-address=127.0.0.1 \
+		mariadbd --no-defaults --datadir="$dir/data" --tmpdir="$dir/tmp" --port="$port" --bind-address=127.0.0.1 \
 			--socket="$dir/sock" --pid-file="$dir/mariadbd.pid" --log-error="$dir/error.log" \
 			${AS_ROOT_ARGS[@]+"${AS_ROOT_ARGS[@]}"} --skip-name-resolve --max-connections=1000 --skip-log-bin \
 			"${INNODB_ARGS[@]}" "$@" </dev/null >"$dir/stderr.log" 2>&1 &
@@ -313,12 +331,13 @@ session_open() {
 }
 
 # session_sql NAME SQL: runs SQL (one or more statements, each ending in `;`) on the session
-# and prints what it printed (errors included), once all of it has run.
-SESSION_SEQ=0
+# and prints what it printed (errors included), once all of it has run: a SELECT of a marker
+# follows SQL, and its line in the output ends the answer.
 session_sql() {
 	local name=$1 out=$WORK/session-$1.out start marker i
-	SESSION_SEQ=$((SESSION_SEQ + 1))
-	marker="-- end of step $SESSION_SEQ --"
+	# Unique without a counter: session_sql often runs in a $(…) subshell, which could not
+	# update one.
+	marker="-- end of step $EPOCHREALTIME $RANDOM --"
 	start=$(wc -l <"$out")
 	printf '%s\nSELECT '\''%s'\'';\n' "$2" "$marker" >&"${SESSION_FD[$name]}"
 	for ((i = 0; i < CLIENT_TIMEOUT * 10; i++)); do

@@ -25,6 +25,9 @@ sql app app-secret -e "SELECT SLEEP(0.2)" >/dev/null
 show "SELECT SLEEP(0.2)"
 
 step "the admin port: stats_mysql_query_digest, stats_mysql_global"
+# A statement is counted just after its reply has gone out: give the last one a moment.
+all_counted() { [ "$(admin -e "SELECT SUM(count_star) FROM stats_mysql_query_digest")" = 5 ]; }
+wait_until 5 all_counted || true
 digests=$(admin -e "SELECT digest, digest_text, count_star, sum_rows_sent, errors, p99_us
 	FROM stats_mysql_query_digest ORDER BY digest_text")
 show "$digests"
@@ -44,7 +47,7 @@ metrics=$(curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics")
 show "$(grep -E '^sluice_(questions_total|slow_queries_total|commands_total\{command="SELECT"\}|query_duration_seconds_count|pool_queries_total|querylog_written_total)' <<<"$metrics")"
 check_match "sluice_commands_total counts the five SELECTs" '^sluice_commands_total\{command="SELECT"\} 5$' "$metrics"
 check_match "sluice_slow_queries_total counts the slow one" '^sluice_slow_queries_total 1$' "$metrics"
-check_match "every metric has a HELP line" '^# HELP sluice_questions_total ' "$metrics"
+check_match "in Prometheus text format, with # TYPE lines" '^# TYPE sluice_questions_total counter$' "$metrics"
 check "/readyz: every hostgroup has an ONLINE server" ready "$(curl -fsS "http://127.0.0.1:$HTTP_PORT/readyz")"
 json=$(curl -fsS "http://127.0.0.1:$HTTP_PORT/api/stats/digests?limit=10")
 check "/api/stats/digests has the digest, in JSON" "3" "$(python3 -c '
@@ -54,10 +57,8 @@ print(next(r["count_star"] for r in rows if r["digest"] == sys.argv[2]))' "$json
 
 step "the query log: $WORK/queries.log"
 # The log is written by a thread of its own: wait for the five lines.
-for ((i = 0; i < 50; i++)); do
-	[ "$(wc -l <"$WORK/queries.log" 2>/dev/null || echo 0)" -ge 5 ] && break
-	sleep 0.1
-done
+all_logged() { [ "$(wc -l <"$WORK/queries.log" 2>/dev/null || echo 0)" -ge 5 ]; }
+wait_until 5 all_logged || true
 show "$(cat "$WORK/queries.log")"
 check "five lines, one per statement" 5 "$(wc -l <"$WORK/queries.log")"
 # Each line is a JSON object; print a few fields of each to compare.
