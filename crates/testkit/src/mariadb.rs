@@ -163,6 +163,7 @@ impl MariaDb {
     /// Spawns mariadbd on `self.port` and waits until it serves queries.
     fn launch(&mut self) -> anyhow::Result<()> {
         let log_start = std::fs::metadata(&self.error_log).map_or(0, |m| m.len());
+        std::fs::create_dir_all(self.dir.path().join("tmp")).context("creating the server's tmpdir")?;
         let stderr = File::create(self.dir.path().join("mariadbd.stderr")).context("creating mariadbd.stderr")?;
         let mut cmd = Command::new("mariadbd");
         cmd.args(self.server_args()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr);
@@ -186,6 +187,9 @@ impl MariaDb {
             format!("--socket={}", self.socket.display()),
             format!("--pid-file={}", dir.join("mariadbd.pid").display()),
             format!("--log-error={}", self.error_log.display()),
+            // Its own: a starting mariadbd deletes every `#sql*` file in its tmpdir, which in a
+            // shared /tmp are the temporary tables of the servers already running.
+            format!("--tmpdir={}", dir.join("tmp").display()),
         ];
         if template::is_root() {
             args.push("--user=root".into());

@@ -86,6 +86,11 @@ fn install_args(data: &Path, setup_sql: &Path) -> Vec<String> {
         format!("--datadir={}", data.display()),
         format!("--extra-file={}", setup_sql.display()),
     ];
+    // The bootstrap server's own tmpdir: a starting mariadbd deletes the `#sql*` files of its
+    // tmpdir, which in a shared /tmp belong to servers already running.
+    if let Some(root) = setup_sql.parent() {
+        args.push(format!("--tmpdir={}", root.display()));
+    }
     if is_root() {
         args.push("--user=root".into());
     }
