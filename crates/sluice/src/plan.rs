@@ -37,6 +37,13 @@ pub struct Facts<'a> {
     pub digests_on: bool,
     /// The client may send several statements in one (CLIENT_MULTI_STATEMENTS).
     pub multi_statements: bool,
+    /// In a transaction, or autocommit off (the read/write split keeps such a session on the
+    /// writer).
+    pub in_transaction: bool,
+    /// The hostgroup of a connection the session keeps for state it holds there.
+    pub kept_hostgroup: Option<u32>,
+    /// `[[mysql_replication_hostgroups]]` in force.
+    pub replication: &'a [crate::config::ReplicationHostgroupRow],
 }
 
 /// What sluice does with a statement.
@@ -172,7 +179,14 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
     let rewritten = decision.rewritten.is_some();
     let use_db = sql::classify::parse_use(sent);
     let effects = sql::effects::effects(sent);
-    let routed = route::route(&route::Facts { decision: &decision, default_hostgroup: facts.default_hostgroup });
+    let routed = route::route(&route::Facts {
+        decision: &decision,
+        default_hostgroup: facts.default_hostgroup,
+        text: sent,
+        in_transaction: facts.in_transaction,
+        kept_hostgroup: facts.kept_hostgroup,
+        replication: facts.replication,
+    });
     // The reply's sequence ids follow the request's last chunk, and replies stream through
     // unchanged: a rewrite must not change the number of 16 MiB chunks.
     let action = if rewritten && !stmt.whole {
@@ -218,7 +232,7 @@ impl Plan {
             rewrite: None,
             effects: Effects::default(),
             use_db: None,
-            routed: route::route(&route::Facts { decision: &Decision::default(), default_hostgroup: facts.default_hostgroup }),
+            routed: route::route(&route::Facts::plain(&Decision::default(), facts.default_hostgroup)),
             dynamic_sql: None,
             watch_tail: false,
         }

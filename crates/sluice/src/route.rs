@@ -2,8 +2,12 @@
 //! precedence and the first that claims the statement decides:
 //!
 //! 1. **rules**: a matching query rule's `destination_hostgroup`;
-//! 2. *(to come)* a routing hint in the statement's first comment;
-//! 3. *(to come)* the read/write split: reads to the reader hostgroup, the rest to the writer;
+//! 2. **hints**: a routing hint in the statement's first comment (`sql::hint`):
+//!    `sluice:route=writer|reader|hostgroup:N`, ProxySQL's `hostgroup=N`;
+//! 3. **split**: when the user's default hostgroup is the writer of a
+//!    `[[mysql_replication_hostgroups]]` row, reads (`sql::rw`) go to its reader hostgroup and
+//!    everything else to the writer; a session in a transaction (or with autocommit off), or
+//!    holding state on a connection of either hostgroup, stays where that is;
 //! 4. *(to come)* the shard map: the shards a sharded table's key selects (several targets);
 //! 5. **default**: the user's `default_hostgroup`.
 //!
@@ -11,7 +15,10 @@
 //! by weight among ONLINE servers). An open transaction keeps its connection whatever the
 //! target (`session::multiplex::acquire`), as ProxySQL's transaction_persistent.
 
+use crate::config::ReplicationHostgroupRow;
 use crate::rules::Decision;
+use sql::hint::Hint;
+use sql::rw::Class;
 
 /// Where a statement runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +41,8 @@ impl Target {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Router {
     Rules,
+    Hint,
+    Split,
     Default,
 }
 
@@ -42,6 +51,15 @@ pub enum Router {
 pub struct Routed {
     pub target: Target,
     pub by: Router,
+    /// Where the statement goes when the target has no usable server: the writer, for a read
+    /// the split sent to the readers.
+    pub fallback: Option<u32>,
+}
+
+impl Routed {
+    fn to(hostgroup: u32, by: Router) -> Routed {
+        Routed { target: Target::Hostgroup(hostgroup), by, fallback: None }
+    }
 }
 
 /// What the routers read.
@@ -50,11 +68,33 @@ pub struct Facts<'a> {
     pub decision: &'a Decision,
     /// The session user's default hostgroup.
     pub default_hostgroup: u32,
+    /// The statement as sent (after a rewrite): hints and the split read it.
+    pub text: &'a [u8],
+    /// The session's transaction: what its server's status flags said (in a transaction, or
+    /// autocommit off: the next statement may begin one).
+    pub in_transaction: bool,
+    /// The hostgroup of a connection the session keeps for state it holds there (temporary
+    /// tables, locks, warnings to read…), if any.
+    pub kept_hostgroup: Option<u32>,
+    pub replication: &'a [ReplicationHostgroupRow],
+}
+
+impl<'a> Facts<'a> {
+    /// A statement of sluice's own, or one answered without a backend: only rules and the
+    /// default apply.
+    pub fn plain(decision: &'a Decision, default_hostgroup: u32) -> Self {
+        Facts { decision, default_hostgroup, text: b"", in_transaction: false, kept_hostgroup: None, replication: &[] }
+    }
+
+    /// The replication pair whose writer is the user's default hostgroup.
+    fn pair(&self) -> Option<&'a ReplicationHostgroupRow> {
+        self.replication.iter().find(|r| r.writer_hostgroup == self.default_hostgroup)
+    }
 }
 
 /// The target of a statement: the first router, in precedence order, that claims it.
 pub fn route(facts: &Facts) -> Routed {
-    by_rules(facts).unwrap_or(Routed { target: Target::Hostgroup(facts.default_hostgroup), by: Router::Default })
+    by_rules(facts).or_else(|| by_hint(facts)).or_else(|| by_split(facts)).unwrap_or(Routed::to(facts.default_hostgroup, Router::Default))
 }
 
 /// Where a command that is not a routed statement goes (COM_PING, COM_INIT_DB, prepared
@@ -66,7 +106,36 @@ pub fn default_target(default_hostgroup: u32) -> Target {
 /// Router 1: a rule's destination_hostgroup.
 fn by_rules(facts: &Facts) -> Option<Routed> {
     let hostgroup = facts.decision.actions.destination_hostgroup?;
-    Some(Routed { target: Target::Hostgroup(hostgroup), by: Router::Rules })
+    Some(Routed::to(hostgroup, Router::Rules))
+}
+
+/// Router 2: a hint in the first comment. `writer` and `reader` name the user's replication
+/// pair, and mean nothing without one.
+fn by_hint(facts: &Facts) -> Option<Routed> {
+    let hostgroup = match sql::hint::routing_hint(facts.text)? {
+        Hint::Hostgroup(h) => h,
+        Hint::Writer => facts.pair()?.writer_hostgroup,
+        Hint::Reader => facts.pair()?.reader_hostgroup,
+    };
+    Some(Routed::to(hostgroup, Router::Hint))
+}
+
+/// Router 3: the read/write split of the user's replication pair.
+fn by_split(facts: &Facts) -> Option<Routed> {
+    let pair = facts.pair()?;
+    let to = |hostgroup| Some(Routed::to(hostgroup, Router::Split));
+    if let Some(kept) = facts.kept_hostgroup.filter(|&h| h == pair.writer_hostgroup || h == pair.reader_hostgroup) {
+        return to(kept);
+    }
+    if facts.in_transaction {
+        return to(pair.writer_hostgroup);
+    }
+    match sql::rw::class(facts.text) {
+        Class::Read | Class::ReadOnlyTransaction => {
+            Some(Routed { target: Target::Hostgroup(pair.reader_hostgroup), by: Router::Split, fallback: Some(pair.writer_hostgroup) })
+        }
+        Class::Write => to(pair.writer_hostgroup),
+    }
 }
 
 #[cfg(test)]
@@ -76,10 +145,65 @@ mod tests {
     #[test]
     fn a_rule_destination_wins_over_the_default() {
         let mut decision = Decision::default();
-        let routed = route(&Facts { decision: &decision, default_hostgroup: 7 });
-        assert_eq!(routed, Routed { target: Target::Hostgroup(7), by: Router::Default });
+        let routed = route(&Facts::plain(&decision, 7));
+        assert_eq!(routed, Routed::to(7, Router::Default));
         decision.actions.destination_hostgroup = Some(2);
-        let routed = route(&Facts { decision: &decision, default_hostgroup: 7 });
-        assert_eq!(routed, Routed { target: Target::Hostgroup(2), by: Router::Rules });
+        let routed = route(&Facts::plain(&decision, 7));
+        assert_eq!(routed, Routed::to(2, Router::Rules));
+    }
+
+    fn pair() -> Vec<ReplicationHostgroupRow> {
+        vec![ReplicationHostgroupRow {
+            writer_hostgroup: 10,
+            reader_hostgroup: 20,
+            check_type: "read_only".into(),
+            causal_reads: Default::default(),
+            comment: String::new(),
+        }]
+    }
+
+    fn split(text: &str, default_hostgroup: u32, in_transaction: bool, kept: Option<u32>, decision: &Decision) -> Routed {
+        let replication = pair();
+        route(&Facts {
+            decision,
+            default_hostgroup,
+            text: text.as_bytes(),
+            in_transaction,
+            kept_hostgroup: kept,
+            replication: &replication,
+        })
+    }
+
+    #[test]
+    fn the_split_sends_reads_to_readers_and_the_rest_to_the_writer() {
+        let d = Decision::default();
+        let at = Routed::to;
+        let read = Routed { fallback: Some(10), ..at(20, Router::Split) };
+        assert_eq!(split("SELECT 1", 10, false, None, &d), read);
+        assert_eq!(split("SELECT 1 FOR UPDATE", 10, false, None, &d), at(10, Router::Split));
+        assert_eq!(split("UPDATE t SET a = 1", 10, false, None, &d), at(10, Router::Split));
+        assert_eq!(split("START TRANSACTION READ ONLY", 10, false, None, &d), read);
+        // In a transaction, or with autocommit off: the writer.
+        assert_eq!(split("SELECT 1", 10, true, None, &d), at(10, Router::Split));
+        // State kept on a connection: where it is.
+        assert_eq!(split("SELECT * FROM tmp", 10, false, Some(10), &d), at(10, Router::Split));
+        assert_eq!(split("SHOW WARNINGS", 10, false, Some(20), &d), at(20, Router::Split));
+        // A user whose default hostgroup is no writer: no split.
+        assert_eq!(split("SELECT 1", 3, false, None, &d), at(3, Router::Default));
+        assert_eq!(split("SELECT 1", 20, false, None, &d), at(20, Router::Default));
+    }
+
+    #[test]
+    fn precedence_rules_then_hints_then_the_split() {
+        let mut d = Decision::default();
+        let at = Routed::to;
+        assert_eq!(split("SELECT 1 /* sluice:route=writer */", 10, false, None, &d), at(10, Router::Hint));
+        assert_eq!(split("UPDATE t SET a = 1 /* sluice:route=reader */", 10, false, None, &d), at(20, Router::Hint));
+        assert_eq!(split("SELECT 1 /* hostgroup=7 */", 10, false, None, &d), at(7, Router::Hint));
+        assert_eq!(split("SELECT 1 /* sluice:route=hostgroup:8 */", 3, false, None, &d), at(8, Router::Hint));
+        // writer/reader without a replication pair: no hint.
+        assert_eq!(split("SELECT 1 /* sluice:route=reader */", 3, false, None, &d), at(3, Router::Default));
+        d.actions.destination_hostgroup = Some(2);
+        assert_eq!(split("SELECT 1 /* hostgroup=7 */", 10, false, None, &d), at(2, Router::Rules));
     }
 }

@@ -19,6 +19,9 @@ fn facts() -> Facts<'static> {
         default_hostgroup: 5,
         digests_on: true,
         multi_statements: false,
+        in_transaction: false,
+        kept_hostgroup: None,
+        replication: &[],
     }
 }
 
@@ -48,7 +51,7 @@ fn a_rule_routes_and_its_actions_show_in_the_plan() {
     let rows =
         [QueryRuleRow { destination_hostgroup: Some(2), timeout: Some(1500), multiplex: Some(0), log: Some(1), ..rule(10, "^SELECT") }];
     let p = plan_of("select 1", &rules(&rows));
-    assert_eq!(p.routed, route::Routed { target: Target::Hostgroup(2), by: Router::Rules });
+    assert_eq!((p.routed.target, p.routed.by), (Target::Hostgroup(2), Router::Rules));
     assert_eq!(p.timeout(), Some(Duration::from_millis(1500)));
     assert!(p.pins_connection());
     assert_eq!(p.log_rule(), Some(10));

@@ -272,6 +272,11 @@ impl Session {
         }
     }
 
+    /// The hostgroup of a connection the session keeps for state it holds there.
+    pub(super) fn kept_hostgroup(&self) -> Option<u32> {
+        self.held.iter().find(|h| h.pins.reason().is_some()).map(|h| h.backend.server.hostgroup)
+    }
+
     /// The connection for a statement to `hostgroup`: the one an open transaction holds (it
     /// serves every statement, as ProxySQL's transaction_persistent), else the one the session
     /// keeps for that hostgroup, else one from the pool. Connecting is retried `retries` more

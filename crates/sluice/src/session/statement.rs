@@ -38,6 +38,10 @@ impl Session {
             default_hostgroup: self.user.default_hostgroup,
             digests_on: self.digests_on(),
             multi_statements: self.negotiated.capabilities.contains(proto::CapabilityFlags::CLIENT_MULTI_STATEMENTS),
+            in_transaction: self.status & proto::StatusFlags::SERVER_STATUS_IN_TRANS.bits() != 0
+                || self.status & proto::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits() == 0,
+            kept_hostgroup: self.kept_hostgroup(),
+            replication: &self.snap.config.replication_hostgroups,
         };
         plan::plan(&stmt, &facts, &self.snap.config.rules, &mut self.plan_scratch)
     }
@@ -88,7 +92,12 @@ impl Session {
         }
         let watch = self.watch_query(&frame, &plan);
         let needs = Needs { last_insert_id: plan.reads_last_insert_id() };
-        let mut held = match self.acquire(plan.hostgroup(), plan.retries(), needs).await {
+        let mut acquired = self.acquire(plan.hostgroup(), plan.retries(), needs).await;
+        if let (Err(crate::pool::BackendError::Unavailable(_)), Some(writer)) = (&acquired, plan.routed.fallback) {
+            // No usable reader: the writer answers reads too.
+            acquired = self.acquire(writer, plan.retries(), needs).await;
+        }
+        let mut held = match acquired {
             Ok(h) => h,
             Err(e) => {
                 let outcome = crate::exec::Outcome { error: true, error_code: super::backend_error_code(&e), ..Default::default() };
