@@ -12,6 +12,10 @@ use testkit::Replication;
 
 /// The writer in hostgroup 10, the replicas in 20; root's default hostgroup is the writer's.
 fn split_config(t: &Replication, reader_status: &str) -> Config {
+    split_config_with(t, reader_status, "local")
+}
+
+fn split_config_with(t: &Replication, reader_status: &str, causal_reads: &str) -> Config {
     let mut text = String::from(
         r#"
 [proxy]
@@ -24,6 +28,7 @@ default_hostgroup = 10
 [[mysql_replication_hostgroups]]
 writer_hostgroup = 10
 reader_hostgroup = 20
+causal_reads = "{CAUSAL}"
 [[mysql_query_rules]]
 rule_id = 1
 active = 1
@@ -32,6 +37,7 @@ destination_hostgroup = 10
 apply = 1
 "#,
     );
+    let mut text = text.replace("{CAUSAL}", causal_reads);
     text.push_str(&format!("[[mysql_servers]]\nhostgroup_id = 10\nhostname = \"127.0.0.1\"\nport = {}\n", t.primary.port()));
     for r in &t.replicas {
         text.push_str(&format!(
@@ -114,4 +120,56 @@ async fn without_a_usable_reader_the_writer_answers_reads() {
     let proxy = Proxy::start(split_config(&t, "OFFLINE_HARD"));
     let mut c = connect(proxy.port).await;
     assert_eq!(port_of(&mut c, "SELECT @@port").await, t.primary.port());
+}
+
+/// 50 sessions each write a row and read it back at once, while the replicas apply nothing
+/// (SQL threads stopped): how many reads missed their own write.
+async fn stale_reads(proxy: &Proxy, table: &str) -> usize {
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let port = proxy.port;
+            let table = table.to_string();
+            tokio::spawn(async move {
+                let mut c = connect(port).await;
+                c.query_drop(format!("INSERT INTO test.{table} VALUES ({i})")).await.unwrap();
+                let seen: Option<i32> = c.query_first(format!("SELECT id FROM test.{table} WHERE id = {i}")).await.unwrap();
+                seen.is_none()
+            })
+        })
+        .collect();
+    let mut stale = 0;
+    for t in tasks {
+        stale += t.await.unwrap() as usize;
+    }
+    stale
+}
+
+#[tokio::test]
+async fn causal_reads_see_the_sessions_own_writes() {
+    let t = Replication::start(2).unwrap();
+    t.primary.sql("CREATE TABLE test.causal_on (id INT PRIMARY KEY); CREATE TABLE test.causal_off (id INT PRIMARY KEY);").unwrap();
+    t.sync().unwrap();
+    for r in &t.replicas {
+        r.sql("STOP SLAVE SQL_THREAD").unwrap();
+    }
+    // Off: the replicas answer without the write (the test can fail).
+    let off = Proxy::start(split_config_with(&t, "ONLINE", "off"));
+    assert_eq!(stale_reads(&off, "causal_off").await, 50, "with causal reads off, every read misses its write");
+    // Local (the default): each read waits for a replica to apply the write, then the writer answers.
+    let local = Proxy::start(split_config(&t, "ONLINE"));
+    let started = std::time::Instant::now();
+    assert_eq!(stale_reads(&local, "causal_on").await, 0, "with causal reads on, no read misses its write");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "bounded by the causal wait: {:?}", started.elapsed());
+
+    // Replicas that catch up serve the reads again, after a write too.
+    for r in &t.replicas {
+        r.sql("START SLAVE SQL_THREAD").unwrap();
+    }
+    let mut c = connect(local.port).await;
+    c.query_drop("INSERT INTO test.causal_on VALUES (1000)").await.unwrap();
+    let replicas: Vec<u16> = t.replicas.iter().map(|r| r.port()).collect();
+    let (id, port): (Option<i32>, u16) =
+        c.query_first("SELECT (SELECT id FROM test.causal_on WHERE id = 1000), @@port").await.unwrap().unwrap();
+    assert_eq!(id, Some(1000));
+    assert!(replicas.contains(&port), "a replica that applied the write answered ({port})");
 }

@@ -4,6 +4,7 @@
 //! Backend connections come from the pool per statement (`multiplex`) unless pinned.
 
 mod auth;
+mod causal;
 mod kill;
 mod multiplex;
 mod observe;
@@ -46,6 +47,8 @@ struct Session {
     /// Backend connections the session keeps (pinned, or all when multiplexing is off); at
     /// most one per hostgroup. Empty between statements when multiplexing.
     held: Vec<Held>,
+    /// The last write the session committed on a writer with causal reads (`causal`).
+    watermark: Option<causal::Watermark>,
     /// LAST_INSERT_ID() as the session's own statements set it.
     last_insert_id: u64,
     /// Prepared statements, by sluice's statement id.
@@ -199,6 +202,7 @@ async fn start(
         login: backend_login(&user, credential, &negotiated),
         state: multiplex::initial_state(database.as_deref(), negotiated.collation),
         held: Vec::new(),
+        watermark: None,
         last_insert_id: 0,
         statements: prepared::ClientStatements::new(data.statements.clone()),
         status: proto::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits(),

@@ -92,12 +92,7 @@ impl Session {
         }
         let watch = self.watch_query(&frame, &plan);
         let needs = Needs { last_insert_id: plan.reads_last_insert_id() };
-        let mut acquired = self.acquire(plan.hostgroup(), plan.retries(), needs).await;
-        if let (Err(crate::pool::BackendError::Unavailable(_)), Some(writer)) = (&acquired, plan.routed.fallback) {
-            // No usable reader: the writer answers reads too.
-            acquired = self.acquire(writer, plan.retries(), needs).await;
-        }
-        let mut held = match acquired {
+        let mut held = match self.acquire_routed(&plan, needs).await {
             Ok(h) => h,
             Err(e) => {
                 let outcome = crate::exec::Outcome { error: true, error_code: super::backend_error_code(&e), ..Default::default() };
@@ -125,8 +120,28 @@ impl Session {
         let sent = request.get(5..request.len().min(4 + proto::frame::MAX_CHUNK)).unwrap_or_default();
         self.observed(&watch, Some(&held.backend.server), &outcome, request.len(), &self.plan_scratch.digest_text, sent);
         self.after_statement(&mut held, &plan.effects, &outcome, plan.use_db).await;
+        self.note_write(&mut held, sent, &outcome).await;
         self.settle(held);
         Flow::Continue
+    }
+
+    /// The connection for a planned statement: its target's, else (a read the split sent to
+    /// the readers) the writer's when no reader is usable or none has applied the session's
+    /// last write in time (causal reads).
+    async fn acquire_routed(&mut self, plan: &Plan, needs: Needs) -> Result<super::multiplex::Held, crate::pool::BackendError> {
+        let acquired = self.acquire(plan.hostgroup(), plan.retries(), needs).await;
+        let Some(writer) = plan.routed.fallback else { return acquired };
+        match acquired {
+            Err(crate::pool::BackendError::Unavailable(_)) => self.acquire(writer, plan.retries(), needs).await,
+            Ok(mut held) if held.backend.server.hostgroup != writer => {
+                if self.caught_up(&mut held).await {
+                    return Ok(held);
+                }
+                self.settle(held);
+                self.acquire(writer, plan.retries(), needs).await
+            }
+            other => other,
+        }
     }
 
     /// Starts watching a planned statement (its first chunk is what SHOW PROCESSLIST shows).
