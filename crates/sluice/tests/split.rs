@@ -16,7 +16,7 @@ fn split_config(t: &Replication, reader_status: &str) -> Config {
 }
 
 fn split_config_with(t: &Replication, reader_status: &str, causal_reads: &str) -> Config {
-    let mut text = String::from(
+    let text = String::from(
         r#"
 [proxy]
 listen = ["127.0.0.1:0"]
