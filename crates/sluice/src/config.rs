@@ -787,8 +787,15 @@ impl FileConfig {
         }
     }
 
-    /// `[[mysql_replication_hostgroups]]`: each hostgroup in one pair at most, the writer's
-    /// with servers (the readers' may start empty: the monitor moves replicas there).
+    /// A hostgroup statements may be sent to: one with servers, or one of a replication pair
+    /// (empty while the monitor has moved its servers to the other).
+    fn hostgroup_exists(&self, hostgroup: u32) -> bool {
+        self.mysql_servers.iter().any(|s| s.hostgroup_id == hostgroup)
+            || self.mysql_replication_hostgroups.iter().any(|r| r.writer_hostgroup == hostgroup || r.reader_hostgroup == hostgroup)
+    }
+
+    /// `[[mysql_replication_hostgroups]]`: each hostgroup in one pair at most, servers in one
+    /// of the two (either may be empty: the monitor moves servers between them by role).
     fn check_replication_hostgroups(&self, out: &mut Vec<Problem>) {
         use PathPart::{Index, Key};
         let rows = &self.mysql_replication_hostgroups;
@@ -797,8 +804,10 @@ impl FileConfig {
             if r.reader_hostgroup == r.writer_hostgroup {
                 out.push(problem(at("reader_hostgroup"), format!("must differ from writer_hostgroup ({})", r.writer_hostgroup)));
             }
-            if !self.mysql_servers.iter().any(|s| s.hostgroup_id == r.writer_hostgroup) && !self.mysql_servers.is_empty() {
-                out.push(problem(at("writer_hostgroup"), format!("hostgroup {} has no [[mysql_servers]] row", r.writer_hostgroup)));
+            let listed = |hg: u32| self.mysql_servers.iter().any(|s| s.hostgroup_id == hg);
+            if !listed(r.writer_hostgroup) && !listed(r.reader_hostgroup) && !self.mysql_servers.is_empty() {
+                let message = format!("neither hostgroup {} nor {} has a [[mysql_servers]] row", r.writer_hostgroup, r.reader_hostgroup);
+                out.push(problem(at("writer_hostgroup"), message));
             }
             if !CHECK_TYPES.contains(&r.check_type.to_ascii_lowercase().as_str()) {
                 out.push(problem(at("check_type"), format!("`{}` is not one of {}", r.check_type, CHECK_TYPES.join(", "))));
@@ -828,7 +837,7 @@ impl FileConfig {
             if u.password.starts_with('*') && u.password.len() == 41 && proto::auth::parse_native_hash(&u.password).is_none() {
                 out.push(problem(at("password"), "looks like a mysql_native_password hash but is not `*` + 40 hex digits"));
             }
-            if !self.mysql_servers.iter().any(|s| s.hostgroup_id == u.default_hostgroup) && !self.mysql_servers.is_empty() {
+            if !self.hostgroup_exists(u.default_hostgroup) && !self.mysql_servers.is_empty() {
                 out.push(problem(at("default_hostgroup"), format!("hostgroup {} has no [[mysql_servers]] row", u.default_hostgroup)));
             }
             if u.backend_password.is_some() && u.backend_username.is_none() {
@@ -896,7 +905,7 @@ impl FileConfig {
 
     /// The query rules, compiled: the same step the admin port's LOAD will take.
     fn compile_rules(&self, running: Option<&Config>) -> Result<crate::rules::RuleSet, Problem> {
-        let exists = |hg: u32| self.mysql_servers.iter().any(|s| s.hostgroup_id == hg);
+        let exists = |hg: u32| self.hostgroup_exists(hg);
         crate::rules::RuleSet::after(&self.mysql_query_rules, &exists, running.map(|r| &*r.rules)).map_err(|e| {
             use PathPart::{Index, Key};
             problem(vec![Key("mysql_query_rules"), Index(e.index), Key(e.field)], format!("rule_id {}: {}", e.rule_id, e.message))

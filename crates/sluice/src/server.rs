@@ -94,10 +94,11 @@ impl Server {
         let as_workers: Arc<dyn Workers> = runtime.clone();
         control.attach_workers(Arc::downgrade(&as_workers));
         crate::monitor::probe_profile(&data);
-        let threads = match runtime_kind {
+        let mut threads = match runtime_kind {
             RuntimeKind::PerCore => start_per_core(&runtime)?,
             RuntimeKind::Steal => vec![start_generation(&runtime, workers)?],
         };
+        threads.push(start_monitor(control.clone())?);
         tracing::info!(listen = ?control.listeners.addrs(Kind::Client), workers, runtime = ?runtime_kind, "sluice started");
         Ok(Server { data, control, admin, runtime, threads })
     }
@@ -132,6 +133,19 @@ impl Server {
             }
         }
     }
+}
+
+/// The monitor's own thread (side path: it never shares a runtime with sessions), following
+/// the replication hostgroups' server roles until shutdown.
+fn start_monitor(control: Arc<Control>) -> anyhow::Result<JoinHandle<()>> {
+    runtime_thread("sluice-monitor".into(), move || {
+        let tokio_rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => return tracing::error!("monitor: cannot build runtime: {e}"),
+        };
+        tokio_rt.block_on(crate::monitor::follow_roles(control));
+        stop_runtime(tokio_rt);
+    })
 }
 
 fn runtime_thread(name: String, f: impl FnOnce() + Send + 'static) -> anyhow::Result<JoinHandle<()>> {

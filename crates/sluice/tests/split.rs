@@ -173,3 +173,32 @@ async fn causal_reads_see_the_sessions_own_writes() {
     assert_eq!(id, Some(1000));
     assert!(replicas.contains(&port), "a replica that applied the write answered ({port})");
 }
+
+/// The monitor follows roles (`read_only`): after a switchover done by hand on the servers (the
+/// primary turned read-only, a replica promoted), writes go to the new primary and the old one
+/// serves reads, with no reload by an admin.
+#[tokio::test]
+async fn the_monitor_moves_servers_by_their_read_only_flag() {
+    let t = Replication::start(1).unwrap();
+    let (old_primary, replica) = (t.primary.port(), t.replicas[0].port());
+    let mut config = split_config(&t, "ONLINE");
+    config.monitor = Some(config::MonitorSection { username: "root".into(), password: String::new() });
+    let proxy = Proxy::start(config);
+    let mut c = connect(proxy.port).await;
+    assert_eq!(port_of(&mut c, "SELECT @@port /* sluice:route=writer */").await, old_primary);
+
+    t.primary.sql("SET GLOBAL read_only = 1").unwrap();
+    t.promote(0).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let writer = port_of(&mut c, "SELECT @@port /* sluice:route=writer */").await;
+        let reader = port_of(&mut c, "SELECT @@port").await;
+        if writer == replica && reader == old_primary {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "roles not followed: writer {writer}, reader {reader}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    c.query_drop("CREATE TABLE test.after_switchover (id INT)").await.unwrap();
+    assert_eq!(t.replicas[0].sql("SHOW TABLES FROM test LIKE 'after_switchover'").unwrap(), "after_switchover\n");
+}

@@ -696,6 +696,6 @@ fn replication_hostgroups_round_trip_and_bad_rows_are_named() {
     let e = loaded.clone().validate(None, None).unwrap_err();
     assert_eq!(
         describe_config_error(&loaded, &e),
-        "mysql_replication_hostgroups writer_hostgroup=9: writer_hostgroup: hostgroup 9 has no [[mysql_servers]] row"
+        "mysql_replication_hostgroups writer_hostgroup=9: writer_hostgroup: neither hostgroup 9 nor 10 has a [[mysql_servers]] row"
     );
 }
