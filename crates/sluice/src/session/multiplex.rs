@@ -373,7 +373,8 @@ impl Session {
         }
         held.pins.follow(e, outcome.status);
         held.pins.next_statement |= outcome.warnings > 0;
-        let read_db = e.flags & effects::USE_SCHEMA != 0 && use_db.is_none();
+        // After DROP DATABASE the server may have unset the default database: asked too.
+        let read_db = e.flags & (effects::USE_SCHEMA | effects::DROP_SCHEMA) != 0 && use_db.is_none();
         if let Some(db) = use_db {
             // `USE db` alone: no need to ask the server where the session is.
             self.set_schema(&mut held.backend, db);
