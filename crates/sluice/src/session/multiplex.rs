@@ -393,14 +393,19 @@ impl Session {
         // no table, so MariaDB keeps the warnings SHOW WARNINGS reads (tested), but with
         // profiling on it would show in SHOW PROFILES: then the session keeps the connection
         // instead (as it does already when its state is one sluice cannot follow).
+        // Without a read-back after DROP DATABASE, the connection's default database is unknown:
+        // the session keeps it, and it is never pooled again.
+        let schema_unknown = e.flags & effects::DROP_SCHEMA != 0;
         if held.pins.untracked || e.sysvars.iter().any(|v| OBSERVES_STATEMENTS.contains(&&**v)) {
             debug!(id = self.id, "keeping the connection: a read-back would show to the client");
             held.pins.untracked = true;
+            held.backend.broken |= schema_unknown;
             return;
         }
         if let Err(why) = self.read_back(&mut held.backend, e, read_db).await {
             debug!(id = self.id, "session state read-back failed ({why}); keeping the connection");
             held.pins.untracked = true;
+            held.backend.broken |= schema_unknown;
         }
     }
 
