@@ -5,7 +5,7 @@
 
 use crate::pool::{self, Backend, BackendError, Credential};
 use crate::snapshot::Snapshot;
-use crate::users::{AccountRow, ClientHost, Lookup, LookupFailed, ServerPolicy};
+use crate::users::{AccountRow, ClientHost, Lookup, LookupFailed, Refusal, ServerPolicy, Unverified};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -211,6 +211,99 @@ impl BackendAccounts {
             }
         }
     }
+
+    /// How the server refuses a login as `name` that no account sluice can verify matched,
+    /// before it checks any password (`Refusal`); `None` for ER_ACCESS_DENIED_ERROR, or when
+    /// the server cannot be asked. For an unknown name the server stands in the account a hash
+    /// of the name picks (`users::unknown_name_hash`): read from mysql.global_priv, in the
+    /// server's order.
+    pub async fn refusal(&self, live: &Live, name: &str, basis: Unverified, client_plugin_auth: bool) -> Option<Refusal> {
+        let timeout = live.load().config.connect_timeout() * 2;
+        let mut slot = self.link.lock().await;
+        let asked = tokio::time::timeout(timeout, async {
+            if !slot.as_mut().is_some_and(|l| usable(live, l)) {
+                *slot = Some(connect_link(live).await.ok()?);
+            }
+            let link = slot.as_mut()?;
+            let plugin = match basis {
+                Unverified::Plugin(plugin) => plugin,
+                Unverified::NoAccount if link.source == AccountSource::GlobalPriv => stand_in_plugin(&mut link.backend, name).await?,
+                Unverified::NoAccount => return None,
+            };
+            let quoted = hex_literal(plugin.as_bytes());
+            let sql = format!(
+                "SELECT @@global.secure_auth, (SELECT COUNT(*) FROM information_schema.PLUGINS WHERE PLUGIN_TYPE = 'AUTHENTICATION' \
+                 AND PLUGIN_STATUS = 'ACTIVE' AND PLUGIN_NAME = {quoted})"
+            );
+            let rows = link.backend.query(&sql).await.ok()?;
+            let row = rows.first()?;
+            let flag = |i: usize| row.get(i).and_then(|v| v.as_deref()).is_some_and(|v| v != "0");
+            Refusal::of(&plugin, flag(0), flag(1), client_plugin_auth)
+        })
+        .await;
+        asked.unwrap_or_else(|_| {
+            *slot = None;
+            None
+        })
+    }
+}
+
+/// Accounts that can log in (roles cannot), in mysql.global_priv.
+const NOT_A_ROLE: &str = "IFNULL(JSON_EXTRACT(Priv, '$.is_role'), 'false') <> 'true'";
+
+/// The plugin of the account the server stands in for the unknown name `name`: the one at
+/// `unknown_name_hash(name) % accounts` in its accounts ordered by name, then as
+/// `users::sort_as_server`.
+async fn stand_in_plugin(backend: &mut Backend, name: &str) -> Option<String> {
+    // The name's bytes as latin1, as the server hashes them.
+    let sql = format!(
+        "SELECT COUNT(*), HEX(WEIGHT_STRING(CONVERT({} USING latin1) COLLATE latin1_swedish_ci)) FROM mysql.global_priv WHERE {NOT_A_ROLE}",
+        hex_literal(name.as_bytes())
+    );
+    let rows = backend.query(&sql).await.ok()?;
+    let row = rows.first()?;
+    let count: u64 = row.first()?.as_deref()?.parse().ok()?;
+    let weights = from_hex(row.get(1)?.as_deref().unwrap_or_default())?;
+    // No account at all: the server answers ER_ACCESS_DENIED_ERROR.
+    let index = crate::users::unknown_name_hash(&weights).checked_rem(count)?;
+    // That account's name, its accounts and how many accounts sort before them.
+    let sql = format!(
+        "SELECT g.User, g.Host, g.Priv, (SELECT COUNT(*) FROM mysql.global_priv b WHERE {NOT_A_ROLE} \
+         AND CAST(b.User AS BINARY) < CAST(g.User AS BINARY)) FROM mysql.global_priv g JOIN (SELECT User FROM mysql.global_priv \
+         WHERE {NOT_A_ROLE} ORDER BY CAST(User AS BINARY) LIMIT {index}, 1) n ON g.User = n.User WHERE {NOT_A_ROLE}"
+    );
+    let rows = backend.query(&sql).await.ok()?;
+    let before: u64 = rows.first()?.get(3)?.as_deref()?.parse().ok()?;
+    let mut accounts: Vec<AccountRow> = rows
+        .into_iter()
+        .filter_map(|r| {
+            let mut it = r.into_iter();
+            let (user, host, privileges) = (it.next()??, it.next()??, it.next()??);
+            AccountRow::from_global_priv(user, host, &privileges)
+        })
+        .collect();
+    crate::users::sort_as_server(&mut accounts);
+    let account = accounts.get(usize::try_from(index.checked_sub(before)?).ok()?)?;
+    Some(account.methods.first().map(|(plugin, _)| plugin.clone()).unwrap_or_default())
+}
+
+fn from_hex(text: &str) -> Option<Vec<u8>> {
+    let digits = text.as_bytes();
+    if !digits.len().is_multiple_of(2) {
+        return None;
+    }
+    digits.chunks(2).map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()).collect()
+}
+
+/// `bytes` as a hex literal: any bytes are only data in SQL.
+fn hex_literal(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() * 2 + 3);
+    s.push_str("X'");
+    for b in bytes {
+        s.push_str(&format!("{b:02X}"));
+    }
+    s.push('\'');
+    s
 }
 
 /// sluice's connection for reading the backend's accounts (`BackendAccounts`), with the

@@ -208,9 +208,7 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
     // The text the backend gets: the rules' rewrite, and sluice's id for CONNECTION_ID().
     let rewrite = if action != Action::Forward {
         None
-    } else if let Some(with_id) =
-        (stmt.whole && stmt.chunks == 1).then(|| sql::classify::rewrite_connection_id(sent, facts.session_id)).flatten()
-    {
+    } else if let Some(with_id) = (stmt.whole && stmt.chunks == 1).then(|| rewrite_connection_id(sent, facts.session_id)).flatten() {
         Some(query_packet(&with_id, stmt.first_seq))
     } else if rewritten {
         Some(query_packet(sent, stmt.first_seq))
@@ -247,6 +245,61 @@ pub fn prepare_blocked(text: &[u8], who: &Who, rules: &RuleSet, scratch: &mut Pl
     }
     let digest = scratch.digest(rules, text, false);
     scratch.decide(rules, who, text, digest).actions.error_msg
+}
+
+/// `sql` with CONNECTION_ID() answered with the session's id (`sql::classify::rewrite_connection_id`),
+/// each SELECT so rewritten kept out of the server's query cache: the server never caches a
+/// statement that calls CONNECTION_ID(), but it would cache the literal that replaced it
+/// (`Qcache_queries_in_cache` and `Qcache_hits` would count it).
+pub fn rewrite_connection_id(sql: &[u8], id: u32) -> Option<Vec<u8>> {
+    let with_id = sql::classify::rewrite_connection_id(sql, id)?;
+    Some(uncached(sql, &with_id).unwrap_or(with_id))
+}
+
+/// `rewritten` (`sql` with CONNECTION_ID() calls replaced, statement for statement) with each
+/// statement that starts with SELECT (or `(SELECT`) and called CONNECTION_ID() in `sql` marked
+/// SQL_NO_CACHE for MariaDB only (`/*M! … */`: a comment to MySQL, which has no query cache and
+/// warns about the keyword); a SQL_CACHE of its own becomes SQL_NO_CACHE (MariaDB refuses
+/// both). `None` when no statement needs it.
+fn uncached(sql: &[u8], rewritten: &[u8]) -> Option<Vec<u8>> {
+    use sql::lexer::{code_tokens, Kind, Token};
+    const MARK: &[u8] = b" /*M! SQL_NO_CACHE */";
+    let word = |text: &[u8], t: &Token, w: &str| t.kind == Kind::Word && t.text(text).eq_ignore_ascii_case(w.as_bytes());
+    let statements = |text: &[u8]| -> Vec<Vec<Token>> {
+        let toks: Vec<Token> = code_tokens(text).collect();
+        toks.split(|t| t.kind == Kind::Punct && t.text(text) == b";").map(<[Token]>::to_vec).collect()
+    };
+    let select = |text: &[u8], stmt: &[Token]| stmt.iter().find(|t| t.text(text) != b"(").filter(|t| word(text, t, "SELECT")).copied();
+    let calls =
+        |stmt: &[Token]| stmt.windows(3).any(|w| word(sql, &w[0], "CONNECTION_ID") && w[1].text(sql) == b"(" && w[2].text(sql) == b")");
+    let (before, after) = (statements(sql), statements(rewritten));
+    if before.len() != after.len() {
+        return None;
+    }
+    // (start, end, replacement) of each edit of `rewritten`, in order.
+    let mut edits: Vec<(usize, usize, &[u8])> = Vec::new();
+    for (old, new) in before.iter().zip(&after) {
+        let Some(first) = select(sql, old).and(select(rewritten, new)) else { continue };
+        if !calls(old) || new.iter().any(|t| word(rewritten, t, "SQL_NO_CACHE")) {
+            continue;
+        }
+        match new.iter().find(|t| word(rewritten, t, "SQL_CACHE")) {
+            Some(own) => edits.push((own.start, own.end, b"SQL_NO_CACHE")),
+            None => edits.push((first.end, first.end, MARK)),
+        }
+    }
+    if edits.is_empty() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(rewritten.len() + MARK.len() * edits.len());
+    let mut copied = 0;
+    for (start, end, replacement) in edits {
+        out.extend_from_slice(&rewritten[copied..start]);
+        out.extend_from_slice(replacement);
+        copied = end;
+    }
+    out.extend_from_slice(&rewritten[copied..]);
+    Some(out)
 }
 
 /// Packets a payload of `len` bytes takes (a payload of exactly 16 MiB − 1 needs an empty tail).

@@ -280,12 +280,7 @@ impl Lookup {
     /// first, anonymous accounts included, as in MariaDB's account order — if sluice can check
     /// its password (mysql_native_password or none). Sessions go to `hostgroup`.
     pub fn account(&self, name: &str, client: &ClientHost, hostgroup: u32) -> Option<Account> {
-        let row = self
-            .rows
-            .iter()
-            .filter(|r| !r.is_role && (r.user == name || r.user.is_empty()) && host_matches(&r.host, client))
-            // On a tie MariaDB puts `localhost` before `127.0.0.1`: the greater host string.
-            .max_by(|a, b| (host_sort(&a.host), !a.user.is_empty(), &a.host).cmp(&(host_sort(&b.host), !b.user.is_empty(), &b.host)))?;
+        let row = self.matching_row(name, client)?;
         let secret = row.methods.iter().find_map(|(plugin, hash)| native_secret(plugin, hash))?;
         let expiring = row.expired
             || match row.lifetime_days {
@@ -306,6 +301,25 @@ impl Lookup {
         })
     }
 
+    /// The row the server picks for `name` from `client`: the most specific host first,
+    /// anonymous accounts included.
+    fn matching_row(&self, name: &str, client: &ClientHost) -> Option<&AccountRow> {
+        self.rows
+            .iter()
+            .filter(|r| !r.is_role && (r.user == name || r.user.is_empty()) && host_matches(&r.host, client))
+            // On a tie MariaDB puts `localhost` before `127.0.0.1`: the greater host string.
+            .max_by(|a, b| (host_sort(&a.host), !a.user.is_empty(), &a.host).cmp(&(host_sort(&b.host), !b.user.is_empty(), &b.host)))
+    }
+
+    /// For a login `account` found nothing sluice can verify for: what the server's refusal
+    /// depends on.
+    pub fn unverified(&self, name: &str, client: &ClientHost) -> Unverified {
+        match self.matching_row(name, client) {
+            Some(row) => Unverified::Plugin(row.methods.first().map(|(plugin, _)| plugin.clone()).unwrap_or_default()),
+            None => Unverified::NoAccount,
+        }
+    }
+
     /// Whether a connection logged in as `name` with `credential` could not log in again: the
     /// account is gone, or none of its passwords is this one. False when sluice cannot tell (a
     /// plugin it cannot check).
@@ -322,6 +336,64 @@ impl Lookup {
         }
         !unknown
     }
+}
+
+/// What decides how the server refuses a login that no account sluice can verify matched.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unverified {
+    /// The account the server picks authenticates with this plugin (its first method).
+    Plugin(String),
+    /// No account matches: the server picks one of its accounts by a hash of the name and
+    /// lets the login fail the way that account's would (MDEV-3909: unknown names cannot be
+    /// told from known ones).
+    NoAccount,
+}
+
+/// How the server refuses a login before any password is checked, where it does not answer
+/// ER_ACCESS_DENIED_ERROR.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// ER_SERVER_IS_IN_SECURE_AUTH_MODE: a mysql_old_password account under secure_auth.
+    SecureAuth,
+    /// ER_PLUGIN_IS_NOT_LOADED: the account's authentication plugin is not loaded.
+    PluginNotLoaded(String),
+    /// ER_NOT_SUPPORTED_AUTH_MODE: a plugin other than the native ones, for a client that
+    /// cannot be switched to another plugin.
+    NotSupportedAuthMode,
+}
+
+impl Refusal {
+    /// The server's refusal of a login to an account of `plugin`, given whether secure_auth is
+    /// on, whether the plugin is loaded and whether the client can switch plugins; `None` when
+    /// it goes on to check the password (and refuses with ER_ACCESS_DENIED_ERROR).
+    pub fn of(plugin: &str, secure_auth: bool, loaded: bool, client_plugin_auth: bool) -> Option<Refusal> {
+        match plugin {
+            "" | "mysql_native_password" => None,
+            "mysql_old_password" => secure_auth.then_some(Refusal::SecureAuth),
+            _ if !client_plugin_auth => Some(Refusal::NotSupportedAuthMode),
+            _ if !loaded => Some(Refusal::PluginNotLoaded(plugin.to_string())),
+            _ => None,
+        }
+    }
+}
+
+/// MariaDB's hash of a user name, for the account it stands an unknown name in for
+/// (find_mpvio_user: latin1_swedish_ci's hash_sort from nr1 = 1, nr2 = 4): over the name's
+/// weights in that collation, trailing spaces' weight left out.
+pub fn unknown_name_hash(weights: &[u8]) -> u64 {
+    let end = weights.iter().rposition(|&w| w != b' ').map_or(0, |i| i + 1);
+    let (mut nr1, mut nr2) = (1u64, 4u64);
+    for &w in &weights[..end] {
+        nr1 ^= ((nr1 & 63).wrapping_add(nr2)).wrapping_mul(u64::from(w)).wrapping_add(nr1 << 8);
+        nr2 = nr2.wrapping_add(3);
+    }
+    nr1
+}
+
+/// Sorts one user's rows as the server orders its accounts of one name: the most specific
+/// host first, then by host, descending.
+pub fn sort_as_server(rows: &mut [AccountRow]) {
+    rows.sort_by(|a, b| (host_sort(&b.host), b.host.as_bytes()).cmp(&(host_sort(&a.host), a.host.as_bytes())));
 }
 
 /// The secret of a mysql_native_password method (or of an account without a password).
@@ -476,6 +548,28 @@ mod tests {
         assert!(lookup.outdated("gone", &Credential::Empty));
         let other = Lookup { rows: vec![row("u", "%", r#"{"plugin":"ed25519"}"#)], policy: Default::default() };
         assert!(!other.outdated("u", &Credential::Empty), "a plugin sluice cannot check: left alone");
+    }
+
+    #[test]
+    fn refusals_before_the_password_as_mariadb() {
+        // Values MariaDB 10.11 was seen to pick with (the name's weights in latin1_swedish_ci
+        // are its upper-case bytes).
+        assert_eq!(unknown_name_hash(b"USER_0"), 762637141093168);
+        assert_eq!(unknown_name_hash(b"N2X  "), 42588547, "trailing spaces do not count");
+        let mut rows = vec![row("u", "%", "{}"), row("u", "localhost", "{}"), row("u", "10.0.%", "{}"), row("u", "127.0.0.1", "{}")];
+        sort_as_server(&mut rows);
+        let hosts: Vec<&str> = rows.iter().map(|r| r.host.as_str()).collect();
+        assert_eq!(hosts, ["localhost", "127.0.0.1", "10.0.%", "%"]);
+        let lookup = Lookup { rows: vec![row("u", "%", r#"{"plugin":"mysql_old_password"}"#)], policy: Default::default() };
+        let client = client("10.1.1.1", true);
+        assert_eq!(lookup.unverified("u", &client), Unverified::Plugin("mysql_old_password".into()));
+        assert_eq!(lookup.unverified("v", &client), Unverified::NoAccount);
+        assert_eq!(Refusal::of("mysql_old_password", true, true, true), Some(Refusal::SecureAuth));
+        assert_eq!(Refusal::of("mysql_old_password", false, true, true), None);
+        assert_eq!(Refusal::of("ed25519", true, false, true), Some(Refusal::PluginNotLoaded("ed25519".into())));
+        assert_eq!(Refusal::of("ed25519", true, true, false), Some(Refusal::NotSupportedAuthMode));
+        assert_eq!(Refusal::of("ed25519", true, true, true), None);
+        assert_eq!(Refusal::of("", true, false, false), None);
     }
 
     #[test]

@@ -391,3 +391,83 @@ async fn repeated_failures_are_delayed_then_blocked_per_address_and_user_and_log
     assert!(lines >= 5, "failed logins logged: {lines}\n{logged}");
     db.sql(&format!("DROP USER '{user}'@'%'")).unwrap();
 }
+
+/// Refusals the server makes before any password: an old_password account under secure_auth
+/// (1275), an account whose plugin is not loaded (1524), and for an unknown name the refusal
+/// of the account the server stands in for it (MDEV-3909: unknown names look like known ones).
+/// The same code and message through sluice, at login and at COM_CHANGE_USER
+/// (failed_auth_3909 of mysql-test).
+#[tokio::test]
+async fn refusals_before_the_password_as_the_server() {
+    let db = MariaDb::start().unwrap();
+    db.sql(
+        "CREATE USER foo IDENTIFIED VIA mysql_old_password; CREATE USER bar IDENTIFIED VIA mysql_old_password; \
+         CREATE USER baz IDENTIFIED VIA mysql_old_password; \
+         INSERT INTO mysql.global_priv (User, Host, Priv) VALUES ('nope', '%', '{\"access\":0,\"plugin\":\"no_such_auth\",\"authentication_string\":\"\"}'); \
+         FLUSH PRIVILEGES",
+    )
+    .unwrap();
+    let proxy = backend_users_proxy(&db, "max_connect_errors = 0");
+    let mut unknown = std::collections::BTreeMap::new();
+    let names = ["foo".to_string(), "nope".to_string()].into_iter().chain((0..24).map(|i| format!("who{i}")));
+    for name in names {
+        let direct = login(db.port(), &name, "").await.unwrap_err();
+        assert_eq!(login(proxy.port, &name, "").await.unwrap_err(), direct, "{name}");
+        match name.as_str() {
+            "foo" => assert_eq!(direct.0, 1275, "{direct:?}"),
+            "nope" => assert_eq!(direct, (1524, "Plugin 'no_such_auth' is not loaded".into())),
+            _ => {
+                unknown.entry(direct.0).or_insert(name);
+            }
+        }
+    }
+    assert_eq!(unknown.keys().copied().collect::<Vec<_>>(), [1045, 1275, 1524], "unknown names answered as each kind of account");
+    let old_like = unknown[&1275].clone();
+    let mut outcomes = Vec::new();
+    for port in [db.port(), proxy.port] {
+        let (mut s, nonce) = raw_login(port, "127.0.0.1", "root", "").unwrap();
+        outcomes.push([&old_like, "nope"].map(|name| change_user(&mut s, &nonce, name, "").0));
+    }
+    assert_eq!(outcomes[0][0].as_ref().unwrap_err().0, 1275, "{:?}", outcomes[0]);
+    assert_eq!(outcomes[1], outcomes[0], "COM_CHANGE_USER through sluice as on the server");
+}
+
+/// The ERR payload a native-password login with `collation` gets.
+fn login_error_payload(port: u16, user: &str, password: &str, collation: u8) -> Vec<u8> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let (_, greeting) = read_packet(&mut s);
+    let g = proto::handshake::parse_greeting(&greeting).unwrap();
+    let nonce: [u8; 20] = g.nonce[..20].try_into().unwrap();
+    let hello = proto::handshake::ClientHello {
+        capabilities: proto::CapabilityFlags::CLIENT_PROTOCOL_41
+            | proto::CapabilityFlags::CLIENT_SECURE_CONNECTION
+            | proto::CapabilityFlags::CLIENT_PLUGIN_AUTH,
+        max_packet: 1 << 24,
+        collation,
+        user: user.into(),
+        auth_response: scramble(password, &nonce),
+        auth_plugin: Some("mysql_native_password".into()),
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    proto::handshake::write_client_hello(&mut out, &mut 1, &hello);
+    s.write_all(&out).unwrap();
+    let (_, reply) = read_packet(&mut s);
+    assert_eq!(reply[0], 0xFF, "the login is refused: {reply:?}");
+    reply
+}
+
+/// A refusal the server makes at login reaches the client byte for byte, in the client's
+/// character set: a locked account's 4151 in Spanish ("está") for a latin1 client.
+#[test]
+fn login_refusals_keep_the_servers_bytes() {
+    let db = MariaDb::start_with(MariaDbOptions { extra_args: vec!["--lc-messages=es_ES".into()], ..Default::default() }).unwrap();
+    db.sql("CREATE USER lk IDENTIFIED BY 'pw' ACCOUNT LOCK").unwrap();
+    let proxy = backend_users_proxy(&db, "");
+    let latin1 = 8;
+    let direct = login_error_payload(db.port(), "lk", "pw", latin1);
+    assert!(direct.windows(4).any(|w| w == b"est\xe1"), "the server's latin1 text: {:?}", String::from_utf8_lossy(&direct));
+    let through = login_error_payload(proxy.port, "lk", "pw", latin1);
+    assert_eq!(through, direct, "through sluice {:?}", String::from_utf8_lossy(&through));
+}

@@ -215,3 +215,39 @@ async fn a_privilege_revoked_directly_on_the_server_is_gone_soon_after() {
     b.disconnect().await.unwrap();
     db.sql(&format!("DROP USER {user}; DROP USER IF EXISTS {victim}")).unwrap();
 }
+
+/// The server unsets a session's default database when that session drops it; the pooled
+/// connection must not be taken to be in it still: a later session logging in to a database
+/// of that name got it unchanged and 1046 "No database selected" (ddl_i18n_koi8r,
+/// grant_read_only). Text protocol, prepared, and on a connection whose state sluice does not
+/// follow (kept for the session, so not read back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_default_database_is_not_assumed_on_a_pooled_connection() {
+    let db = shared();
+    for how in ["text", "prepared", "untracked"] {
+        let schema = unique("gone");
+        let proxy = Proxy::quick(db);
+        let mut a = connect(proxy.port).await;
+        if how == "untracked" {
+            a.query_drop("SET ROLE NONE").await.unwrap();
+        }
+        a.query_drop(format!("CREATE DATABASE {schema}")).await.unwrap();
+        a.query_drop(format!("USE {schema}")).await.unwrap();
+        let drop = format!("DROP DATABASE {schema}");
+        if how == "prepared" { a.exec_drop(drop, ()).await } else { a.query_drop(drop).await }.unwrap();
+        let current: Option<String> = a.query_first("SELECT DATABASE()").await.unwrap().unwrap();
+        assert_eq!(current, None, "as on the server, no default database after dropping it");
+        a.query_drop(format!("CREATE DATABASE {schema}")).await.unwrap();
+        a.query_drop(format!("CREATE TABLE {schema}.t (a INT)")).await.unwrap();
+        a.disconnect().await.unwrap();
+        // The only pooled connection is a's (reset in the background when a kept it).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+
+        let mut b = mysql_async::Conn::new(opts(proxy.port, "root", "").db_name(Some(schema.clone()))).await.unwrap();
+        b.query_drop("INSERT INTO t VALUES (1)").await.unwrap_or_else(|e| panic!("{how}: {e}"));
+        let current: Option<String> = b.query_first("SELECT DATABASE()").await.unwrap().unwrap();
+        assert_eq!(current.as_deref(), Some(schema.as_str()));
+        b.disconnect().await.unwrap();
+        db.sql(&format!("DROP DATABASE {schema}")).unwrap();
+    }
+}

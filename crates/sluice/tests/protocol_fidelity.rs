@@ -1,6 +1,7 @@
 //! What reaches the client is what a server would send: error codes a client library accepts
 //! from a server, error messages byte for byte, LOAD DATA LOCAL through a prepared statement,
-//! and KILL CONNECTION of a session whose statement runs on the backend.
+//! KILL CONNECTION of a session whose statement runs on the backend, and the server counters
+//! (query cache) of statements sluice rewrites.
 
 mod common;
 
@@ -179,4 +180,33 @@ async fn kill_connection_of_a_session_running_a_statement() {
             killer.ping().await.unwrap();
         }
     }
+}
+
+/// The server never puts a statement calling CONNECTION_ID() in its query cache; sluice answers
+/// the call with its session id, a literal, which the cache would keep: the rewritten SELECT is
+/// marked SQL_NO_CACHE, so `Qcache_queries_in_cache` counts what it counts directly (the
+/// query_cache test of mysql-test).
+#[tokio::test]
+async fn connection_id_stays_out_of_the_query_cache() {
+    let db = MariaDb::start_with(testkit::MariaDbOptions {
+        extra_args: vec!["--query-cache-type=1".into(), "--query-cache-size=1048576".into()],
+        ..Default::default()
+    })
+    .unwrap();
+    let proxy = Proxy::quick(&db);
+    let in_cache = || db.sql("SHOW GLOBAL STATUS LIKE 'Qcache_queries_in_cache'").unwrap().split_whitespace().last().unwrap().to_string();
+    let mut c = connect(proxy.port).await;
+    c.query_drop("CREATE TABLE qc (a INT); INSERT INTO qc VALUES (1)").await.unwrap();
+    let id = u64::from(c.id());
+    for (sql, want) in
+        [("SELECT CONNECTION_ID() FROM qc", vec![id]), ("(SELECT a FROM qc WHERE CONNECTION_ID() > 0) UNION (SELECT 2)", vec![1, 2])]
+    {
+        db.sql("RESET QUERY CACHE").unwrap();
+        let rows: Vec<u64> = c.query(sql).await.unwrap();
+        assert_eq!(rows, want, "{sql}");
+        assert_eq!(in_cache(), "0", "{sql} is in the query cache");
+    }
+    // The cache is on: an ordinary SELECT goes in.
+    let _: Vec<u64> = c.query("SELECT a FROM qc").await.unwrap();
+    assert_eq!(in_cache(), "1");
 }

@@ -66,6 +66,9 @@ pub const ACCOUNTS: u32 = 1 << 18;
 /// A global variable is set (`SET GLOBAL`, `@@global.`, `PERSIST`, `SET GLOBAL TRANSACTION`):
 /// a backend connection opened before it keeps the session values it took from the old globals.
 pub const GLOBALS: u32 = 1 << 19;
+/// `DROP DATABASE | SCHEMA`: the server unsets the session's default database when it is the
+/// one dropped.
+pub const DROP_SCHEMA: u32 = 1 << 20;
 
 /// What one COM_QUERY text (possibly several statements separated by `;`) may do to session
 /// state.
@@ -370,6 +373,8 @@ impl Parser<'_> {
                 self.toks.bump();
                 if is("DROP") && (self.eat_word("USER") || self.eat_word("ROLE")) {
                     self.flag(ACCOUNTS);
+                } else if is("DROP") && (self.eat_word("DATABASE") || self.eat_word("SCHEMA")) {
+                    self.flag(DROP_SCHEMA);
                 } else if self.eat_word("PREPARE") {
                     if let Some(name) = self.eat_name() {
                         let name = statement_name(name.text(sql));
@@ -1322,6 +1327,10 @@ mod tests {
         assert!(fx("HANDLER t CLOSE").is_empty());
         assert_eq!(flags("USE shop"), USE_SCHEMA);
         assert_eq!(flags("SELECT 1; use `shop`"), USE_SCHEMA);
+        for sql in ["DROP DATABASE shop", "drop schema if exists `shop`", "SELECT 1; DROP DATABASE shop"] {
+            assert_eq!(flags(sql), DROP_SCHEMA, "{sql}");
+        }
+        assert!(fx("DROP TABLE shop").is_empty());
     }
 
     #[test]

@@ -70,7 +70,29 @@ fn a_rewrite_is_what_the_backend_gets_and_what_effects_read() {
 fn connection_id_is_answered_with_the_session_id() {
     let p = plan_of("SELECT CONNECTION_ID()", &RuleSet::default());
     // The column keeps its name through an alias.
-    assert_eq!(rewritten_sql(&p).as_deref(), Some("SELECT 42 AS `CONNECTION_ID()`"));
+    assert_eq!(rewritten_sql(&p).as_deref(), Some("SELECT /*M! SQL_NO_CACHE */ 42 AS `CONNECTION_ID()`"));
+}
+
+#[test]
+fn a_rewritten_connection_id_stays_out_of_the_query_cache() {
+    let cases = [
+        (
+            "(SELECT CONNECTION_ID() FROM t) UNION (SELECT 1)",
+            "(SELECT /*M! SQL_NO_CACHE */ 42 AS `CONNECTION_ID()` FROM t) UNION (SELECT 1)",
+        ),
+        ("select sql_cache connection_id() from t", "select SQL_NO_CACHE 42 from t"),
+        ("SELECT SQL_NO_CACHE CONNECTION_ID() FROM t", "SELECT SQL_NO_CACHE 42 FROM t"),
+        // Only the statements that call it, and only SELECTs.
+        (
+            "SELECT 1 FROM t; SELECT a FROM t WHERE b = CONNECTION_ID()",
+            "SELECT 1 FROM t; SELECT /*M! SQL_NO_CACHE */ a FROM t WHERE b = 42",
+        ),
+        ("DO CONNECTION_ID()", "DO 42"),
+    ];
+    for (sql, want) in cases {
+        let p = plan_of(sql, &RuleSet::default());
+        assert_eq!(rewritten_sql(&p).as_deref(), Some(want), "{sql}");
+    }
 }
 
 #[test]

@@ -68,6 +68,12 @@ impl From<&[u8]> for ServerMessage {
     }
 }
 
+impl From<String> for ServerMessage {
+    fn from(text: String) -> Self {
+        ServerMessage(text.into_bytes().into())
+    }
+}
+
 impl std::fmt::Display for ServerMessage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&String::from_utf8_lossy(&self.0))

@@ -4,9 +4,9 @@
 
 use crate::datapath::DataPath;
 use crate::net::{Conn, Stream};
-use crate::pool::Credential;
+use crate::pool::{Credential, ServerMessage};
 use crate::throttle;
-use crate::users::{Account, ClientHost, User};
+use crate::users::{Account, ClientHost, Refusal, Unverified, User};
 use proto::auth::{self, CACHING_SHA2_PASSWORD, MYSQL_NATIVE_PASSWORD};
 use proto::errors::*;
 use proto::handshake::{self, ClientHello, Greeting};
@@ -112,14 +112,23 @@ pub async fn login(
     } else {
         MYSQL_NATIVE_PASSWORD.into()
     };
-    let attempt = Attempt { user: &hello.user, plugin: &plugin, reply: &hello.auth_response, nonce: &nonce, capabilities, peer, directory };
+    let attempt = Attempt {
+        user: &hello.user,
+        plugin: &plugin,
+        reply: &hello.auth_response,
+        nonce: &nonce,
+        capabilities,
+        collation: hello.collation,
+        peer,
+        directory,
+    };
     match authenticate(data, &mut client, &mut seq, attempt).await? {
         Ok((user, credential)) => Ok(Login { client, hello, capabilities, user, credential, nonce, mariadb_caps, seq }),
         Err(denied) => {
             let mut out = Vec::new();
             denied.write(&mut out, &mut seq);
             client.write_all(&out).await?;
-            Err(LoginError::Denied(denied.message))
+            Err(LoginError::Denied(denied.message.to_string()))
         }
     }
 }
@@ -133,16 +142,19 @@ pub struct Attempt<'a> {
     /// What the client negotiated (CLIENT_PLUGIN_AUTH: it can be switched to another plugin;
     /// CLIENT_CAN_HANDLE_EXPIRED_PASSWORDS: the server may let it in with an expired password).
     pub capabilities: CapabilityFlags,
+    /// The client's collation: the server's refusals come in its character set.
+    pub collation: u8,
     pub peer: SocketAddr,
     pub directory: Directory,
 }
 
-/// Why a login or COM_CHANGE_USER was refused: the error packet the client gets.
+/// Why a login or COM_CHANGE_USER was refused: the error packet the client gets. The message
+/// is bytes: a backend's is in the login's character set, not always UTF-8.
 #[derive(Debug, Clone)]
 pub struct Denied {
     pub code: u16,
     pub sqlstate: [u8; 5],
-    pub message: String,
+    pub message: ServerMessage,
 }
 
 impl Denied {
@@ -152,7 +164,7 @@ impl Denied {
         Denied {
             code: ER_ACCESS_DENIED_ERROR,
             sqlstate: *SQLSTATE_ACCESS_DENIED,
-            message: format!("Access denied for user '{user}'@'{host}' (using password: {using})"),
+            message: format!("Access denied for user '{user}'@'{host}' (using password: {using})").into(),
         }
     }
 
@@ -161,23 +173,44 @@ impl Denied {
         Denied {
             code: ER_HOST_IS_BLOCKED,
             sqlstate: *SQLSTATE_GENERAL,
-            message: format!("Host '{host}' is blocked because of many connection errors; unblock with 'mariadb-admin flush-hosts'"),
+            message: format!("Host '{host}' is blocked because of many connection errors; unblock with 'mariadb-admin flush-hosts'").into(),
         }
     }
 
     /// What MariaDB answers a COM_CHANGE_USER after three failed ones on the connection
     /// (MDEV-3915), without checking it.
     pub fn change_user_limit() -> Denied {
-        Denied { code: ER_UNKNOWN_COM_ERROR, sqlstate: *SQLSTATE_UNKNOWN_COM, message: "Unknown command".into() }
+        Denied { code: ER_UNKNOWN_COM_ERROR, sqlstate: *SQLSTATE_UNKNOWN_COM, message: "Unknown command".to_string().into() }
     }
 
     /// The backend could not be asked (down, or the accounts could not be read).
     fn backend(code: u16, message: String) -> Denied {
-        Denied { code, sqlstate: *SQLSTATE_GENERAL, message }
+        Denied { code, sqlstate: *SQLSTATE_GENERAL, message: message.into() }
+    }
+
+    /// The server's refusal before any password (MariaDB's texts).
+    fn refusal(refusal: Refusal, user: &str, host: &ClientHost) -> Denied {
+        let (code, sqlstate, message) = match refusal {
+            Refusal::SecureAuth => (
+                ER_SERVER_IS_IN_SECURE_AUTH_MODE,
+                *SQLSTATE_GENERAL,
+                format!(
+                    "Server is running in --secure-auth mode, but '{user}'@'{host}' has a password in the old format; please change \
+                     the password to the new format"
+                ),
+            ),
+            Refusal::PluginNotLoaded(plugin) => (ER_PLUGIN_IS_NOT_LOADED, *SQLSTATE_GENERAL, format!("Plugin '{plugin}' is not loaded")),
+            Refusal::NotSupportedAuthMode => (
+                ER_NOT_SUPPORTED_AUTH_MODE,
+                *SQLSTATE_CONN_COUNT,
+                "Client does not support authentication protocol requested by server; consider upgrading MariaDB client".to_string(),
+            ),
+        };
+        Denied { code, sqlstate, message: message.into() }
     }
 
     pub fn write(&self, out: &mut Vec<u8>, seq: &mut u8) {
-        proto::packet::write_err(out, seq, self.code, &self.sqlstate, &self.message);
+        proto::packet::write_err_bytes(out, seq, self.code, &self.sqlstate, self.message.as_bytes());
     }
 }
 
@@ -259,12 +292,13 @@ async fn verify(
         *seq = last.wrapping_add(1);
         reply = r;
     }
-    let found = match a.directory {
+    let (found, unverified) = match a.directory {
         Directory::Clients => match find_account(data, a).await {
-            Ok(found) => found,
+            Ok(Found::Account(account)) => (Some(account), None),
+            Ok(Found::Missing(unverified)) => (None, unverified),
             Err(refused) => return Ok(Err(refused)),
         },
-        Directory::Admin => admin_user(data, a.user).map(|user| Account { user, ssl_type: 0, prove: false }),
+        Directory::Admin => (admin_user(data, a.user).map(|user| Account { user, ssl_type: 0, prove: false }), None),
     };
     // caching_sha2 clients whose account has only a native hash give their password in full.
     let mut clear: Option<Vec<u8>> = None;
@@ -274,7 +308,7 @@ async fn verify(
             None => return access_denied(data, a, &reply).await,
         });
     }
-    let Some(account) = found else { return access_denied(data, a, &reply).await };
+    let Some(account) = found else { return Ok(Err(refused(data, a, &reply, unverified).await)) };
     let verified = match (&clear, plugin.as_str()) {
         (Some(pw), _) => account.user.secret.verify_plain(pw),
         (None, MYSQL_NATIVE_PASSWORD) => account.user.secret.verify_native(a.nonce, &reply),
@@ -303,22 +337,48 @@ async fn verify(
     Ok(Ok((account.user, credential)))
 }
 
-/// A configured user, else (with `backend_users`) the backend's account as it is now. `None`:
-/// no such login; `Err`: the backend's accounts could not be read.
-async fn find_account(data: &Arc<DataPath>, a: &Attempt<'_>) -> Result<Option<Account>, Denied> {
+/// What a login's name leads to.
+enum Found {
+    /// A configured user, or a backend account sluice can verify.
+    Account(Account),
+    /// None; with `backend_users`, what the server's refusal depends on.
+    Missing(Option<Unverified>),
+}
+
+/// A configured user, else (with `backend_users`) the backend's account as it is now. `Err`:
+/// the backend's accounts could not be read.
+async fn find_account(data: &Arc<DataPath>, a: &Attempt<'_>) -> Result<Found, Denied> {
     let name = a.user;
     let hostgroup = {
         let snapshot = data.snapshot();
         if let Some(user) = snapshot.users.configured(name) {
-            return Ok(Some(Account { user: user.clone(), ssl_type: 0, prove: false }));
+            return Ok(Found::Account(Account { user: user.clone(), ssl_type: 0, prove: false }));
         }
         if !snapshot.config.proxy.backend_users {
-            return Ok(None);
+            return Ok(Found::Missing(None));
         }
         snapshot.config.proxy.backend_users_hostgroup
     };
     let lookup = data.backend_accounts.lookup(&data.live, name).await.map_err(|e| Denied::backend(e.code, e.message))?;
-    Ok(lookup.account(name, &client_host(data, a).await, hostgroup))
+    let host = client_host(data, a).await;
+    Ok(match lookup.account(name, &host, hostgroup) {
+        Some(account) => Found::Account(account),
+        None => Found::Missing(Some(lookup.unverified(name, &host))),
+    })
+}
+
+/// A login no account sluice can verify matched: refused as the server would refuse it before
+/// any password (an old_password account under secure_auth, a plugin it has not loaded, for an
+/// unknown name too: MDEV-3909), else with ER_ACCESS_DENIED_ERROR.
+async fn refused(data: &DataPath, a: &Attempt<'_>, reply: &[u8], unverified: Option<Unverified>) -> Denied {
+    let host = client_host(data, a).await;
+    if let Some(basis) = unverified {
+        let plugin_auth = a.capabilities.contains(CapabilityFlags::CLIENT_PLUGIN_AUTH);
+        if let Some(refusal) = data.backend_accounts.refusal(&data.live, a.user, basis, plugin_auth).await {
+            return Denied::refusal(refusal, a.user, &host);
+        }
+    }
+    Denied::access(a.user, &host, !reply.is_empty())
 }
 
 /// Logs in to the backend as the client's user on a new connection, so the server itself says
@@ -330,13 +390,15 @@ async fn prove(data: &DataPath, user: &User, credential: &Credential, a: &Attemp
     let snapshot = data.live.load_full();
     let no_backend = |e: &crate::pool::BackendError| {
         let (code, sqlstate) = e.client_error();
-        Denied { code, sqlstate, message: e.to_string() }
+        Denied { code, sqlstate, message: e.to_string().into() }
     };
     let server = snapshot.hostgroups.pick(user.default_hostgroup).map_err(|e| no_backend(&e.into()))?;
     let (username, credential) = user.backend_credential(credential.clone());
     let expired_ok = CapabilityFlags::CLIENT_CAN_HANDLE_EXPIRED_PASSWORDS;
     let mut params = crate::pool::ConnectParams::internal(server, &username, &credential, snapshot.config.connect_timeout());
     params.capabilities = (params.capabilities - expired_ok) | (a.capabilities & expired_ok);
+    // The server's refusal in the client's character set, as it would answer the client.
+    params.collation = a.collation;
     match crate::pool::connect(&params).await {
         Ok(backend) => {
             backend.quit().await;
@@ -348,9 +410,7 @@ async fn prove(data: &DataPath, user: &User, credential: &Credential, a: &Attemp
         Err(crate::pool::BackendError::Rejected { code: ER_ACCESS_DENIED_ERROR, .. }) => {
             Err(Denied::access(a.user, &client_host(data, a).await, used_password))
         }
-        Err(crate::pool::BackendError::Rejected { code, sqlstate, message, .. }) => {
-            Err(Denied { code, sqlstate, message: message.to_string() })
-        }
+        Err(crate::pool::BackendError::Rejected { code, sqlstate, message, .. }) => Err(Denied { code, sqlstate, message }),
         Err(e) => Err(no_backend(&e)),
     }
 }

@@ -749,10 +749,15 @@ impl Session {
     }
 
     async fn reply_err(&mut self, seq: u8, code: u16, sqlstate: &[u8; 5], msg: &str) {
+        self.reply_err_bytes(seq, code, sqlstate, msg.as_bytes()).await;
+    }
+
+    /// `reply_err` with a message that may not be UTF-8 (a server's).
+    async fn reply_err_bytes(&mut self, seq: u8, code: u16, sqlstate: &[u8; 5], msg: &[u8]) {
         let mut seq = self.finish_request(seq).await;
         self.data.stats.add(Counter::GeneratedErrorPackets, 1);
         self.out.clear();
-        proto::packet::write_err(&mut self.out, &mut seq, code, sqlstate, msg);
+        proto::packet::write_err_bytes(&mut self.out, &mut seq, code, sqlstate, msg);
         let _ = self.client.write_all(&self.out).await;
     }
 
@@ -802,6 +807,7 @@ impl Session {
             reply: &cu.auth_response,
             nonce: &self.nonce,
             capabilities: self.negotiated.capabilities,
+            collation: cu.collation.map_or(self.negotiated.collation, |c| c as u8),
             peer: self.peer,
             directory: auth::Directory::Clients,
         };
@@ -825,7 +831,7 @@ impl Session {
                 // The server answers a failed COM_CHANGE_USER only after a second.
                 self.failed_change_user = self.failed_change_user.saturating_add(1);
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                self.reply_err(seq, denied.code, &denied.sqlstate, &denied.message).await;
+                self.reply_err_bytes(seq, denied.code, &denied.sqlstate, denied.message.as_bytes()).await;
                 return Flow::Continue;
             }
             Err(_) => return Flow::End,

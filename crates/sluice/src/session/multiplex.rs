@@ -378,7 +378,8 @@ impl Session {
         }
         held.pins.follow(e, outcome.status);
         held.pins.next_statement |= outcome.warnings > 0;
-        let read_db = e.flags & effects::USE_SCHEMA != 0 && use_db.is_none();
+        // After DROP DATABASE the server may have unset the default database: asked too.
+        let read_db = e.flags & (effects::USE_SCHEMA | effects::DROP_SCHEMA) != 0 && use_db.is_none();
         if let Some(db) = use_db {
             // `USE db` alone: no need to ask the server where the session is.
             self.set_schema(&mut held.backend, db);
@@ -397,14 +398,19 @@ impl Session {
         // no table, so MariaDB keeps the warnings SHOW WARNINGS reads (tested), but with
         // profiling on it would show in SHOW PROFILES: then the session keeps the connection
         // instead (as it does already when its state is one sluice cannot follow).
+        // Without a read-back after DROP DATABASE, the connection's default database is unknown:
+        // the session keeps it, and it is never pooled again.
+        let schema_unknown = e.flags & effects::DROP_SCHEMA != 0;
         if held.pins.untracked || e.sysvars.iter().any(|v| OBSERVES_STATEMENTS.contains(&&**v)) {
             debug!(id = self.id, "keeping the connection: a read-back would show to the client");
             held.pins.untracked = true;
+            held.backend.broken |= schema_unknown;
             return;
         }
         if let Err(why) = self.read_back(&mut held.backend, e, read_db).await {
             debug!(id = self.id, "session state read-back failed ({why}); keeping the connection");
             held.pins.untracked = true;
+            held.backend.broken |= schema_unknown;
         }
     }
 
