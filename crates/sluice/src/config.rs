@@ -314,7 +314,8 @@ impl CausalReads {
 }
 
 /// ProxySQL's `check_type` values.
-pub const CHECK_TYPES: [&str; 5] = ["read_only", "innodb_read_only", "super_read_only", "read_only|innodb_read_only", "read_only&innodb_read_only"];
+pub const CHECK_TYPES: [&str; 5] =
+    ["read_only", "innodb_read_only", "super_read_only", "read_only|innodb_read_only", "read_only&innodb_read_only"];
 
 fn default_check_type() -> String {
     "read_only".into()
