@@ -111,7 +111,11 @@ impl Generations {
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         // Read under the lock: a connection found unused by every session stays unused.
         let epoch = self.current();
-        *sessions.entry(username.to_string()).or_default().entry(epoch).or_insert(0) += 1;
+        let epochs = match sessions.get_mut(username) {
+            Some(epochs) => epochs,
+            None => sessions.entry(username.to_string()).or_default(),
+        };
+        *epochs.entry(epoch).or_insert(0) += 1;
         Generation { generations: self.clone(), username: username.into(), epoch }
     }
 
@@ -656,5 +660,28 @@ pub async fn maintain(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_past_epoch_serves_the_sessions_that_logged_in_before_it() {
+        let g = Arc::new(Generations::default());
+        let old = g.enter("alice");
+        let bob = g.enter("bob");
+        g.renew();
+        let new = g.enter("alice");
+        assert!(old.is_past() && !new.is_past());
+        // Connections of epoch 0 serve alice's old session; bob's session is no use to alice's.
+        assert!(g.serves_a_session("alice", 0));
+        drop(old);
+        assert!(!g.serves_a_session("alice", 0), "only a later session of alice is left");
+        assert!(g.serves_a_session("alice", 1));
+        assert!(g.serves_a_session("bob", 0));
+        drop((new, bob));
+        assert!(g.sessions.lock().unwrap().is_empty(), "nothing left behind");
     }
 }
