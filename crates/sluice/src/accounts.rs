@@ -148,10 +148,11 @@ impl BackendAccounts {
         ClientHost::new(ip, self.names.load(Ordering::Relaxed) != 2)
     }
 
-    /// Closes idle pooled connections whose backend account is gone or whose password changed,
-    /// and stops keeping such logins warm: at most once per `backend_users_refresh_ms` (the
-    /// pool's upkeep calls it every second). New logins never get such a connection anyway:
-    /// each is checked against the account as it is.
+    /// Closes idle pooled connections whose backend account is gone or whose password changed
+    /// (unless sessions that logged in before still use them), and stops keeping such logins
+    /// warm: at most once per `backend_users_refresh_ms` (the pool's upkeep calls it every
+    /// second). New logins never get such a connection anyway: each is checked against the
+    /// account as it is, and a changed account starts a new epoch (`pool::Generations`).
     pub async fn recheck_pooled(&self, live: &Live) {
         let snapshot = live.load_full();
         let proxy = &snapshot.config.proxy;
@@ -203,7 +204,8 @@ impl BackendAccounts {
             }
         }
         for server in snapshot.hostgroups.servers() {
-            let closed = server.pool.close_idle_logins(|login| {
+            // Sessions that logged in before the change keep theirs, as on the server.
+            let closed = server.pool.close_idle_logins(true, |login| {
                 lookups.get(login.username.as_str()).is_some_and(|l| l.outdated(&login.username, &login.credential))
             });
             if closed > 0 {

@@ -3,7 +3,8 @@
 //! the new ones before anything else changes (a port that cannot be bound refuses the reload)
 //! and stops accepting on the removed ones, whose sessions go on. The connection limits are
 //! enforced when the session starts (it needs to answer with a MySQL error packet): handshakes
-//! in progress (`Handshakes`, in all and per client address), then logged-in clients.
+//! in progress (`Handshakes`, in all and per client address) before the greeting, then
+//! logged-in clients after the login (inside TLS, as the server answers).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};

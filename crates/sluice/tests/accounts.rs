@@ -133,6 +133,119 @@ async fn a_new_password_applies_to_the_next_login() {
     db.sql(&format!("DROP USER '{user}'@'%'")).unwrap();
 }
 
+/// What `sql` answers on `c`: its first row's first column, or the server's error code.
+async fn first(c: &mut mysql_async::Conn, sql: &str) -> Result<Option<String>, u16> {
+    c.query_first::<Option<String>, _>(sql).await.map(Option::flatten).map_err(|e| server_code(&e).unwrap_or(0))
+}
+
+/// The backend thread serving `c`'s statements now.
+async fn backend_thread(c: &mut mysql_async::Conn) -> String {
+    // In a statement reading the server's thread tables, CONNECTION_ID() is the server's.
+    let sql = "SELECT ID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()";
+    first(c, sql).await.expect("reads its thread").expect("has one")
+}
+
+/// Waits (up to 5 s) until the backend has `n` connections of `user`.
+async fn until_backend_connections(db: &MariaDb, user: &str, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while backend_connections(db, user) != n {
+        assert!(Instant::now() < deadline, "{user} has {} backend connections, not {n}", backend_connections(db, user));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A session that logged in before its account changed on the server goes on as its own
+/// connection to the server does ("global privileges and passwords are unaffected for a
+/// connected client"): statements one after another, multiplexed, after a new password, a
+/// dropped or locked account or a revoked global privilege; new logins follow the server at
+/// once, and the old connections close when their sessions are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_sessions_outlive_changes_to_their_account() {
+    let db = shared();
+    let proxy = backend_users_proxy(db, "");
+    let changes = [
+        "ALTER USER '{u}'@'%' IDENTIFIED BY 'changed'",
+        "DROP USER '{u}'@'%'",
+        "ALTER USER '{u}'@'%' ACCOUNT LOCK",
+        "REVOKE CREATE USER ON *.* FROM '{u}'@'%'",
+    ];
+    for change in changes {
+        let user = unique("open");
+        create_user(db, &user, "%", "pw");
+        db.sql(&format!("GRANT CREATE USER ON *.* TO '{user}'@'%'")).unwrap();
+        let mut through = mysql_async::Conn::new(opts(proxy.port, &user, "pw")).await.unwrap();
+        let mut direct = mysql_async::Conn::new(opts(db.port(), &user, "pw")).await.unwrap();
+        assert_eq!(first(&mut through, "SELECT CURRENT_USER()").await, Ok(Some(format!("{user}@%"))));
+        let thread = backend_thread(&mut through).await;
+        db.sql(&change.replace("{u}", &user)).unwrap();
+        // The account recheck (backend_users_refresh_ms, 1 s) notices the change meanwhile.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        for sql in ["SELECT CURRENT_USER()", "SELECT COUNT(*) FROM test.no_such_table_here", "SELECT 1", "SELECT DATABASE()"] {
+            for _ in 0..3 {
+                let want = first(&mut direct, sql).await;
+                assert_eq!(first(&mut through, sql).await, want, "after `{change}`: {sql}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        assert_eq!(backend_thread(&mut through).await, thread, "after `{change}`: the connection it logged in on serves it");
+        // The global privilege a session logged in with stays with it, as on the server.
+        let victim = unique("victim");
+        let want = first(&mut direct, &format!("CREATE USER {victim}_d")).await;
+        assert_eq!(first(&mut through, &format!("CREATE USER {victim}")).await, want, "after `{change}`");
+        // New logins follow the server at once.
+        let (direct_login, sluice_login) = (login(db.port(), &user, "pw").await, login(proxy.port, &user, "pw").await);
+        assert_eq!(sluice_login, direct_login, "after `{change}`");
+        if change.contains("'changed'") {
+            login(proxy.port, &user, "changed").await.expect("the new password");
+        }
+        if change.starts_with("REVOKE") {
+            let mut fresh = mysql_async::Conn::new(opts(proxy.port, &user, "pw")).await.unwrap();
+            assert_ne!(backend_thread(&mut fresh).await, thread, "a new session never gets a connection from before the change");
+            let refused = first(&mut fresh, &format!("CREATE USER {victim}_n")).await;
+            assert_eq!(refused, Err(1227), "a new session has the privileges as they are now");
+            fresh.disconnect().await.unwrap();
+        }
+        through.disconnect().await.unwrap();
+        direct.disconnect().await.unwrap();
+        // The old login's connection closes once no session that logged in before needs it.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let alive = format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {thread}");
+        while db.sql(&alive).unwrap().trim() != "0" {
+            assert!(Instant::now() < deadline, "after `{change}`: the old connection stays open with no session left");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if change.starts_with("DROP") {
+            until_backend_connections(db, &user, 0).await;
+        }
+        db.sql(&format!("DROP USER IF EXISTS '{user}'@'%', {victim}, {victim}_d, {victim}_n")).unwrap();
+    }
+}
+
+/// When a session of a changed account needs a new backend connection (its own was closed),
+/// the server refuses the old login: the session is told why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_old_login_cannot_reconnect_is_told_why() {
+    let db = shared();
+    let proxy = backend_users_proxy(db, "");
+    let user = unique("orphan");
+    create_user(db, &user, "%", "pw");
+    let mut through = mysql_async::Conn::new(opts(proxy.port, &user, "pw")).await.unwrap();
+    assert_eq!(first(&mut through, "SELECT 1").await, Ok(Some("1".into())));
+    db.sql(&format!("ALTER USER '{user}'@'%' IDENTIFIED BY 'changed'")).unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(first(&mut through, "SELECT 1").await, Ok(Some("1".into())), "its connection serves it");
+    // Its backend connection goes away (KILL on the server).
+    for id in db.sql(&format!("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = '{user}'")).unwrap().split_whitespace() {
+        db.sql(&format!("KILL {id}")).unwrap();
+    }
+    until_backend_connections(db, &user, 0).await;
+    let e = through.query_drop("SELECT 1").await.expect_err("the old login cannot open a connection");
+    assert_eq!(server_code(&e), Some(1045), "{e}");
+    assert!(e.to_string().contains("no longer accepts the login it started with"), "{e}");
+    drop(through);
+    db.sql(&format!("DROP USER '{user}'@'%'")).unwrap();
+}
+
 #[tokio::test]
 async fn a_created_account_logs_in_at_once() {
     let db = shared();

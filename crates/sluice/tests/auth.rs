@@ -46,6 +46,32 @@ async fn tls_with_generated_and_configured_certificates() {
     connect(proxy.port).await.ping().await.unwrap();
 }
 
+/// A full `max_connections` is told after the login, inside TLS, as MariaDB tells it: the
+/// mariadb CLI (TLS on by default) shows the server's error, not libmariadb's "Received error
+/// packet before completion of TLS handshake".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_max_connections_is_told_inside_tls_as_the_server_tells_it() {
+    let db = shared();
+    let mut cfg = quick_config(db);
+    cfg.proxy.max_connections = 1;
+    let proxy = Proxy::start(cfg);
+    let port = proxy.port;
+    let cli = move |sql: &'static str| tokio::task::spawn_blocking(move || mariadb_cli(port, "root", None, sql));
+    let held = connect(port).await;
+    assert_eq!(cli("SELECT 1").await.unwrap(), Err("ERROR 1040 (08004): Too many connections".to_string()));
+    held.disconnect().await.unwrap();
+    // Room again: the CLI logs in, over TLS.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let status = loop {
+        match cli("status").await.unwrap() {
+            Ok(out) => break out,
+            Err(e) => assert!(std::time::Instant::now() < deadline, "{e}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(status.contains("Cipher in use"), "{status}");
+}
+
 #[tokio::test]
 async fn wrong_passwords_and_unknown_users_get_1045() {
     let db = shared();

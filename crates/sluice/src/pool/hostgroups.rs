@@ -7,11 +7,10 @@
 
 use crate::config::{Config, ServerStatus};
 
-use super::{ServerPool, Waiters};
+use super::{Generations, ServerPool, Waiters};
 use std::cell::Cell;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 /// An ONLINE server of `group`, each as likely as its weight: where a statement goes first,
@@ -90,10 +89,15 @@ pub struct Hostgroups {
     servers: Vec<Server>,
     /// The privilege epoch every server's pool shares (`ServerPool::epoch`): a change through
     /// one server reaches the others by replication, and their connections too logged in before.
-    epoch: Arc<AtomicU64>,
+    generations: Arc<Generations>,
 }
 
 impl Hostgroups {
+    /// The privilege epoch, and the epochs open sessions logged in under (kept across reloads).
+    pub fn generations(&self) -> &Arc<Generations> {
+        &self.generations
+    }
+
     pub fn from_config(config: &Config) -> anyhow::Result<Hostgroups> {
         Hostgroups::rebuild(config, None)
     }
@@ -105,7 +109,7 @@ impl Hostgroups {
         rows.sort_by_key(|s| s.hostgroup_id);
         let mut servers: Vec<Server> = Vec::new();
         let mut waiters = Arc::new(Waiters::default());
-        let epoch = old.map(|o| o.epoch.clone()).unwrap_or_default();
+        let generations = old.map(|o| o.generations.clone()).unwrap_or_default();
         for s in rows {
             let tls = if s.use_ssl { Some(crate::tls::client_config(s.ssl_ca.as_deref())?) } else { None };
             let previous = old.and_then(|o| o.find(s.hostgroup_id, &s.hostname, s.port));
@@ -115,7 +119,7 @@ impl Hostgroups {
             }
             let pool = match previous {
                 Some(p) => p.pool.clone(),
-                None => Arc::new(ServerPool::new(s.status, s.max_connections, config.workers, waiters.clone(), epoch.clone())),
+                None => Arc::new(ServerPool::new(s.status, s.max_connections, config.workers, waiters.clone(), generations.clone())),
             };
             servers.push(Server {
                 hostgroup: s.hostgroup_id,
@@ -127,7 +131,7 @@ impl Hostgroups {
                 tls,
             });
         }
-        Ok(Hostgroups { servers, epoch })
+        Ok(Hostgroups { servers, generations })
     }
 
     /// Puts this (new) snapshot's server statuses and limits in force, and retires the servers

@@ -20,6 +20,7 @@ use crate::stats::Counter;
 pub use hostgroups::{Hostgroups, NoServer, Server};
 use proto::CapabilityFlags;
 use std::cell::Cell;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -76,6 +77,110 @@ impl Login {
     }
 }
 
+/// The privilege epoch, shared by every server (`Hostgroups`), and the epochs the open
+/// sessions logged in under.
+///
+/// A statement that changes accounts, privileges or global variables (or the account recheck
+/// seeing such a change made on the server) starts a new epoch. A connection opened in an
+/// older one logged in with what changed: it never serves a session that logged in later. It
+/// goes on serving the sessions that logged in before, as their own connection to the server
+/// would go on (the server may refuse their login for a new one now: a new password, a
+/// dropped account), and is closed once no open session of its user logged in at or before
+/// its epoch.
+#[derive(Default)]
+pub struct Generations {
+    epoch: AtomicU64,
+    /// Open sessions per backend user name: how many logged in under each epoch. Locked at
+    /// login and logout, and for connections of a past epoch; never for current ones.
+    sessions: Mutex<HashMap<String, BTreeMap<u64, u32>>>,
+}
+
+impl Generations {
+    /// The epoch now.
+    pub fn current(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// A new epoch: no connection open now serves a session that logs in from now on.
+    pub fn renew(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A session of backend user `username` logs in now: its generation, until dropped.
+    pub fn enter(self: &Arc<Self>, username: &str) -> Generation {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        // Read under the lock: a connection found unused by every session stays unused.
+        let epoch = self.current();
+        let epochs = match sessions.get_mut(username) {
+            Some(epochs) => epochs,
+            None => sessions.entry(username.to_string()).or_default(),
+        };
+        *epochs.entry(epoch).or_insert(0) += 1;
+        Generation { generations: self.clone(), username: username.into(), epoch }
+    }
+
+    /// Whether an open session of `username` logged in at or before `epoch`: a connection of
+    /// that user opened in `epoch` may serve it.
+    fn serves_a_session(&self, username: &str, epoch: u64) -> bool {
+        let sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        sessions.get(username).and_then(|s| s.keys().next()).is_some_and(|&oldest| oldest <= epoch)
+    }
+
+    /// Where `b` stands: only a connection of a past epoch takes the lock.
+    fn standing(&self, b: &Backend) -> Standing {
+        if b.epoch == self.current() {
+            Standing::Current
+        } else if self.serves_a_session(&b.login.username, b.epoch) {
+            Standing::KeptForSessions
+        } else {
+            Standing::Retired
+        }
+    }
+}
+
+/// A pooled connection's epoch against the open sessions (`Generations::standing`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    Current,
+    /// Of a past epoch, and open sessions of its user logged in at or before it: it stays for
+    /// them whatever its idle time and age, as they may not be able to open another.
+    KeptForSessions,
+    /// Of a past epoch that no open session can use: closed.
+    Retired,
+}
+
+/// The epoch a session logged in under (`Generations::enter`): only connections opened since
+/// serve it. Counted in `Generations` until dropped.
+pub struct Generation {
+    generations: Arc<Generations>,
+    username: Box<str>,
+    pub epoch: u64,
+}
+
+impl Generation {
+    /// A newer epoch began since this session logged in.
+    pub fn is_past(&self) -> bool {
+        self.epoch != self.generations.current()
+    }
+}
+
+impl Drop for Generation {
+    fn drop(&mut self) {
+        let mut sessions = self.generations.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(epochs) = sessions.get_mut(&*self.username) {
+            if let Some(n) = epochs.get_mut(&self.epoch) {
+                *n -= 1;
+                if *n == 0 {
+                    epochs.remove(&self.epoch);
+                }
+            }
+            if epochs.is_empty() {
+                sessions.remove(&*self.username);
+            }
+        }
+    }
+}
+
 /// Checkouts waiting for a connection to a hostgroup, woken when one is returned or closed.
 #[derive(Default)]
 pub struct Waiters {
@@ -110,20 +215,25 @@ pub struct ServerPool {
     pub max_used: AtomicU32,
     /// Logins that have used this server, for keeping `min_idle` connections warm.
     logins: Mutex<Vec<Arc<Login>>>,
-    /// Privilege epoch, shared by every server (`Hostgroups`): bumped after a statement that
-    /// changes accounts, privileges or global variables. A connection opened under an older
-    /// epoch logged in with what that statement changed, so it is closed instead of reused.
-    epoch: Arc<AtomicU64>,
+    /// Privilege epoch, shared by every server (`Hostgroups`).
+    generations: Arc<Generations>,
 }
 
-/// Whether an idle connection can serve a session of `login`: a session can move a connection
-/// into its schema (COM_INIT_DB), never out of one.
-fn fits(b: &Backend, login: &Login, has_schema: bool) -> bool {
-    b.login.same_key(login) && (has_schema || b.state.schema.is_none())
+/// Whether an idle connection can serve a session of `login` that logged in in epoch
+/// `since`: a session can move a connection into its schema (COM_INIT_DB), never out of one,
+/// and takes no connection that logged in before it.
+fn fits(b: &Backend, login: &Login, has_schema: bool, since: u64) -> bool {
+    b.login.same_key(login) && (has_schema || b.state.schema.is_none()) && b.epoch >= since
 }
 
 impl ServerPool {
-    pub fn new(status: ServerStatus, max_connections: u32, shards: usize, waiters: Arc<Waiters>, epoch: Arc<AtomicU64>) -> ServerPool {
+    pub fn new(
+        status: ServerStatus,
+        max_connections: u32,
+        shards: usize,
+        waiters: Arc<Waiters>,
+        generations: Arc<Generations>,
+    ) -> ServerPool {
         static NEXT_ID: AtomicU32 = AtomicU32::new(1);
         ServerPool {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -136,20 +246,20 @@ impl ServerPool {
             connects_failed: Default::default(),
             max_used: AtomicU32::new(0),
             logins: Mutex::new(Vec::new()),
-            epoch,
+            generations,
         }
     }
 
-    /// The privilege epoch now: connections opened under an older one are not reused.
+    /// The privilege epoch now: connections opened under an older one serve no new session.
     pub fn epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Acquire)
+        self.generations.current()
     }
 
-    /// After a statement changed accounts, privileges or global variables: every pooled
-    /// connection open now (on any server) is closed instead of checked out or checked in.
-    /// Connections in use finish what they pin first.
+    /// After a statement changed accounts, privileges or global variables: no pooled
+    /// connection open now (on any server) serves a session that logs in from now on; each
+    /// closes once the sessions that logged in before it are gone (`Generations`).
     pub fn renew_connections(&self) {
-        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.generations.renew();
     }
 
     pub fn status(&self) -> ServerStatus {
@@ -205,12 +315,13 @@ impl ServerPool {
 
     /// An idle connection for `login` from the worker's own shard (or any shard when the
     /// runtime shares connections), preferring the one that last served `state`.
-    fn take_idle(&self, login: &Login, has_schema: bool, state: &Arc<state::State>, any_shard: bool) -> Option<Backend> {
+    fn take_idle(&self, req: &Request<'_>, has_schema: bool) -> Option<Backend> {
         let own = shard_index() % self.shards.len();
-        let order = std::iter::once(own).chain((0..self.shards.len()).filter(move |&i| any_shard && i != own));
+        let order = std::iter::once(own).chain((0..self.shards.len()).filter(move |&i| req.any_shard && i != own));
+        let state = req.state;
         for i in order {
             let Ok(mut idle) = self.shards[i].lock() else { continue };
-            let fits = |b: &Backend| fits(b, login, has_schema);
+            let fits = |b: &Backend| fits(b, req.login, has_schema, req.since);
             let pick = idle.iter().rposition(|b| Arc::ptr_eq(&b.state, state)).filter(|&i| fits(&idle[i]));
             if let Some(i) = pick.or_else(|| idle.iter().rposition(fits)) {
                 return Some(idle.remove(i));
@@ -219,19 +330,25 @@ impl ServerPool {
         None
     }
 
-    /// Closes one idle connection that cannot serve `login` (another login's, or one in a
-    /// schema a session without one cannot leave) to make room; any worker's, as a full server
-    /// must not starve one worker. One that fits, returned since the caller looked, is left
-    /// for the caller's next look.
-    fn evict_other(&self, login: &Login, has_schema: bool) -> bool {
-        for i in 0..self.shards.len() {
-            let Ok(mut idle) = self.shards[i].lock() else { continue };
-            if let Some(pos) = idle.iter().position(|b| !fits(b, login, has_schema)) {
-                let b = idle.remove(pos);
-                drop(idle);
-                tracing::debug!(thread = b.thread_id, user = %b.login.username, "closing an idle connection to make room for another login");
-                b.close();
-                return true;
+    /// Closes one idle connection that cannot serve `req` (another login's, one in a schema a
+    /// session without one cannot leave, or one of a past epoch) to make room; any worker's, as
+    /// a full server must not starve one worker. Connections of a past epoch that open sessions
+    /// may need (their login may not work any more) go last. One that fits, returned since the
+    /// caller looked, is left for the caller's next look.
+    fn evict_other(&self, req: &Request<'_>, has_schema: bool) -> bool {
+        for spare_kept in [true, false] {
+            for i in 0..self.shards.len() {
+                let Ok(mut idle) = self.shards[i].lock() else { continue };
+                // Kept for open sessions: spared on the first pass.
+                let spared = |b: &Backend| spare_kept && self.generations.standing(b) == Standing::KeptForSessions;
+                let evictable = |b: &Backend| !fits(b, req.login, has_schema, req.since) && !spared(b);
+                if let Some(pos) = idle.iter().position(evictable) {
+                    let b = idle.remove(pos);
+                    drop(idle);
+                    tracing::debug!(thread = b.thread_id, user = %b.login.username, "closing an idle connection to make room for another login");
+                    b.close();
+                    return true;
+                }
             }
         }
         false
@@ -249,8 +366,10 @@ impl ServerPool {
     }
 
     /// Closes the idle connections whose login is `stale` (a backend account dropped or given
-    /// a new password) and stops keeping such logins warm. Returns how many closed.
-    pub fn close_idle_logins(&self, stale: impl Fn(&Login) -> bool) -> usize {
+    /// a new password) and stops keeping such logins warm. With `spare_sessions`, connections
+    /// that open sessions of their epoch may still need stay (`Generations`). Returns how many
+    /// closed.
+    pub fn close_idle_logins(&self, spare_sessions: bool, stale: impl Fn(&Login) -> bool) -> usize {
         if let Ok(mut logins) = self.logins.lock() {
             logins.retain(|l| !stale(l));
         }
@@ -258,7 +377,9 @@ impl ServerPool {
         for shard in self.shards.iter() {
             let gone: Vec<Backend> = match shard.lock() {
                 Ok(mut idle) => {
-                    let (gone, kept) = idle.drain(..).partition(|b| stale(&b.login));
+                    let (gone, kept) = idle.drain(..).partition(|b| {
+                        stale(&b.login) && !(spare_sessions && self.generations.serves_a_session(&b.login.username, b.epoch))
+                    });
                     *idle = kept;
                     gone
                 }
@@ -328,6 +449,9 @@ pub struct Request<'a> {
     pub connect_timeout: Duration,
     /// Connections may move between workers (work-stealing runtime).
     pub any_shard: bool,
+    /// The epoch the session logged in under (`Generation`): connections opened before it
+    /// do not serve it.
+    pub since: u64,
     /// Where checkouts and connects are counted (this thread's counters).
     pub stats: &'a crate::stats::Stats,
 }
@@ -366,7 +490,7 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
         // 3. Room for a new one (by weight), or room made by closing another login's idle one.
         let server = hostgroups
             .reserve_by_weight(servers)
-            .or_else(|| servers.iter().filter(|s| s.accepts_new()).find(|s| s.pool.evict_other(req.login, has_schema) && s.pool.reserve()));
+            .or_else(|| servers.iter().filter(|s| s.accepts_new()).find(|s| s.pool.evict_other(req, has_schema) && s.pool.reserve()));
         if let Some(server) = server {
             break open(server, req).await;
         }
@@ -397,13 +521,7 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
 /// An idle connection of `server` that fits, checked for a server-side close if it sat long
 /// enough (dead ones are closed on the way).
 fn live_idle(server: &Server, req: &Request<'_>, has_schema: bool, check_after: Duration) -> Option<Backend> {
-    let epoch = server.pool.epoch();
-    while let Some(mut b) = server.pool.take_idle(req.login, has_schema, req.state, req.any_shard) {
-        if b.epoch != epoch {
-            tracing::debug!(server = %server.name, thread = b.thread_id, "idle pooled connection predates a privilege or global change; closed");
-            b.close();
-            continue;
-        }
+    while let Some(mut b) = server.pool.take_idle(req, has_schema) {
         if b.idle_for() < check_after || b.is_alive() {
             return Some(b);
         }
@@ -458,8 +576,9 @@ pub fn checkin(b: Backend, settings: &PoolSection) {
 fn checkin_to(mut b: Backend, settings: &PoolSection, shard: usize) {
     // Bytes buffered past the last reply would answer the next user's statement: never reuse.
     let unread = !b.conn.rbuf.is_empty();
-    let old = b.age() > Duration::from_millis(settings.max_lifetime_ms);
-    let stale = b.epoch != b.server.pool.epoch();
+    let standing = b.server.pool.generations.standing(&b);
+    let old = b.age() > Duration::from_millis(settings.max_lifetime_ms) && standing != Standing::KeptForSessions;
+    let stale = standing == Standing::Retired;
     if !b.pooled || b.broken || unread || old || stale || !b.server.accepts_new() || RuntimeTag::retired(&b) {
         tracing::debug!(server = %b.server.name, thread = b.thread_id, broken = b.broken, unread, old, stale, "closing a connection instead of pooling it");
         b.close();
@@ -493,15 +612,16 @@ pub async fn maintain(
                 let max_idle = Duration::from_millis(settings.max_idle_ms);
                 let lifetime = Duration::from_millis(settings.max_lifetime_ms);
                 let keep = settings.min_idle as usize;
-                let epoch = pool.epoch();
                 let mut out = Vec::new();
                 let mut n = 0;
                 while n < idle.len() {
                     let surplus = idle.len() > keep;
                     let b = &mut idle[n];
-                    let stale = (surplus && b.idle_for() > max_idle)
-                        || b.age() > lifetime
-                        || b.epoch != epoch
+                    let standing = pool.generations.standing(b);
+                    let kept = standing == Standing::KeptForSessions;
+                    let stale = (surplus && b.idle_for() > max_idle && !kept)
+                        || (b.age() > lifetime && !kept)
+                        || standing == Standing::Retired
                         || !b.is_alive()
                         || !b.server.accepts_new()
                         || RuntimeTag::retired(b);
@@ -530,7 +650,7 @@ pub async fn maintain(
                     break;
                 }
                 let state = Arc::new(state::State::new(None, login.collation as u16));
-                let req = Request { login: &login, state: &state, settings, connect_timeout, any_shard: false, stats };
+                let req = Request { login: &login, state: &state, settings, connect_timeout, any_shard: false, since: pool.epoch(), stats };
                 match open(server, &req).await {
                     Ok(b) => checkin_to(b, settings, shard),
                     Err(e) => {
@@ -540,5 +660,28 @@ pub async fn maintain(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_past_epoch_serves_the_sessions_that_logged_in_before_it() {
+        let g = Arc::new(Generations::default());
+        let old = g.enter("alice");
+        let bob = g.enter("bob");
+        g.renew();
+        let new = g.enter("alice");
+        assert!(old.is_past() && !new.is_past());
+        // Connections of epoch 0 serve alice's old session; bob's session is no use to alice's.
+        assert!(g.serves_a_session("alice", 0));
+        drop(old);
+        assert!(!g.serves_a_session("alice", 0), "only a later session of alice is left");
+        assert!(g.serves_a_session("alice", 1));
+        assert!(g.serves_a_session("bob", 0));
+        drop((new, bob));
+        assert!(g.sessions.lock().unwrap().is_empty(), "nothing left behind");
     }
 }

@@ -403,7 +403,7 @@ async fn prove(data: &DataPath, user: &User, credential: &Credential, a: &Attemp
         Ok(backend) => {
             backend.quit().await;
             for s in snapshot.hostgroups.servers() {
-                s.pool.close_idle_logins(|login| login.username == username && login.credential == credential);
+                s.pool.close_idle_logins(false, |login| login.username == username && login.credential == credential);
             }
             Ok(())
         }

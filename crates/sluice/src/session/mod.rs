@@ -42,6 +42,8 @@ struct Session {
     user: User,
     /// How sluice logs in to backends for this client (the pool key).
     login: Arc<pool::Login>,
+    /// The privilege epoch it logged in under: only connections opened since serve it.
+    generation: pool::Generation,
     /// The session's replayable state: schema, character set, variables.
     state: Arc<state::State>,
     /// Backend connections the session keeps (pinned, or all when multiplexing is off); at
@@ -120,27 +122,24 @@ const HANDSHAKE_SLOT_WAIT: Duration = Duration::from_secs(2);
 pub async fn run(data: Arc<DataPath>, tcp: tokio::net::TcpStream, peer: SocketAddr) {
     crate::net::tune(&tcp);
     let local = tcp.local_addr().ok();
-    let (max_connections, max_handshakes, per_host) = {
+    let (max_handshakes, per_host) = {
         let proxy = &data.snapshot().config.proxy;
-        (proxy.max_connections, proxy.max_handshakes, proxy.max_handshakes_per_host)
+        (proxy.max_handshakes, proxy.max_handshakes_per_host)
     };
-    // Full of logged-in clients, or of handshakes in all or from this address: answered at
-    // once, as the server answers when it is full.
-    let slot = if data.clients.load(std::sync::atomic::Ordering::Acquire) >= max_connections {
-        None
-    } else {
-        data.handshakes
-            .begin_within(peer.ip(), max_handshakes, per_host, HANDSHAKE_SLOT_WAIT)
-            .await
-            .inspect_err(|why| debug!(%peer, "handshake refused: {why:?}"))
-            .ok()
-    };
-    let Some(slot) = slot else {
+    // Full of handshakes, in all or from this address: refused before the greeting, as the
+    // server refuses a connection it cannot even take. A full max_connections is told after
+    // the login (`start`), inside TLS, as the server tells it: a TLS client cannot trust an
+    // error sent in the clear (libmariadb: "Received error packet before completion of TLS
+    // handshake").
+    let slot = data
+        .handshakes
+        .begin_within(peer.ip(), max_handshakes, per_host, HANDSHAKE_SLOT_WAIT)
+        .await
+        .inspect_err(|why| debug!(%peer, "handshake refused: {why:?}"));
+    let Ok(slot) = slot else {
         data.stats.add(Counter::AccessDeniedMaxConnections, 1);
-        let mut out = Vec::new();
-        proto::packet::write_err(&mut out, &mut 0, ER_CON_COUNT_ERROR, SQLSTATE_CONN_COUNT, "Too many connections");
         let mut conn = crate::net::Conn::new(crate::net::Stream::Tcp(tcp));
-        let _ = conn.write_all(&out).await;
+        let _ = conn.write_all(&too_many_before_greeting()).await;
         return;
     };
     let id = data.registry.next_id();
@@ -161,6 +160,19 @@ pub async fn run(data: Arc<DataPath>, tcp: tokio::net::TcpStream, peer: SocketAd
             debug!(id, %peer, "login ended: {e}");
         }
     }
+}
+
+/// ER_CON_COUNT_ERROR in place of the greeting, as MariaDB sends it: no SQLSTATE, as nothing
+/// is negotiated yet (clients show HY000).
+fn too_many_before_greeting() -> Vec<u8> {
+    const MESSAGE: &[u8] = b"Too many connections";
+    let mut out = Vec::with_capacity(7 + MESSAGE.len());
+    out.extend_from_slice(&(3 + MESSAGE.len() as u32).to_le_bytes()[..3]);
+    out.push(0);
+    out.push(0xFF);
+    out.extend_from_slice(&ER_CON_COUNT_ERROR.to_le_bytes());
+    out.extend_from_slice(MESSAGE);
+    out
 }
 
 async fn start(
@@ -195,11 +207,15 @@ async fn start(
     };
     // Registered before the client hears OK: from then on, KILL with its id must find it.
     let handle = data.registry.register(id, &user.name, peer);
+    let snap = data.live.load_full();
+    let login = backend_login(&user, credential, &negotiated);
+    let generation = snap.hostgroups.generations().enter(&login.username);
     let mut session = Session {
         data: data.clone(),
         id,
         peer,
-        login: backend_login(&user, credential, &negotiated),
+        login,
+        generation,
         state: multiplex::initial_state(database.as_deref(), negotiated.collation),
         held: Vec::new(),
         watermark: None,
@@ -212,7 +228,7 @@ async fn start(
         user,
         origin,
         live: arc_swap::Cache::new(data.live.clone()),
-        snap: data.live.load_full(),
+        snap,
         limits: exec::Limits::from_config(
             &data.snapshot().config.proxy,
             data.backend_max_packet.load(std::sync::atomic::Ordering::Relaxed),
@@ -843,6 +859,7 @@ impl Session {
         };
         let database = cu.database.clone().or_else(|| user.default_schema.clone());
         self.login = backend_login(&user, credential, &negotiated);
+        self.generation = self.snap.hostgroups.generations().enter(&self.login.username);
         self.state = multiplex::initial_state(database.as_deref(), collation);
         self.user = user;
         self.handle.set_user(&self.user.name);

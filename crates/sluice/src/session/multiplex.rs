@@ -10,11 +10,16 @@
 use super::Session;
 use crate::exec::Outcome;
 use crate::pool::{self, state, Backend, BackendError};
+use proto::errors::ER_ACCESS_DENIED_ERROR;
 use proto::StatusFlags;
 use sql::effects::{self, Effects};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tracing::debug;
+
+/// The server's refusals of a login whose account changed: expired password, locked.
+const ER_MUST_CHANGE_PASSWORD_LOGIN: u16 = 1862;
+const ER_ACCOUNT_HAS_BEEN_LOCKED: u16 = 4151;
 
 /// A backend connection the session is using or keeps, and why it keeps it.
 pub(super) struct Held {
@@ -268,6 +273,7 @@ impl Session {
             settings: &self.snap.config.pool,
             connect_timeout: self.snap.config.connect_timeout(),
             any_shard: self.data.runtime == crate::config::RuntimeKind::Steal,
+            since: self.generation.epoch,
             stats: &self.data.stats,
         }
     }
@@ -303,6 +309,21 @@ impl Session {
                 let backend = loop {
                     match pool::checkout(&self.snap.hostgroups, hostgroup, &self.pool_request()).await {
                         Ok(b) => break b,
+                        Err(BackendError::Rejected {
+                            server,
+                            code: code @ (ER_ACCESS_DENIED_ERROR | ER_MUST_CHANGE_PASSWORD_LOGIN | ER_ACCOUNT_HAS_BEEN_LOCKED),
+                            sqlstate,
+                            message,
+                        }) if self.generation.is_past() => {
+                            // The account changed on the server since this session logged in
+                            // (a new password, dropped, locked): the connections of its login
+                            // go on serving it, but the server refuses that login for a new one.
+                            let message = format!(
+                                "{message} (sluice: this session needs a new backend connection, and the server no longer \
+                                 accepts the login it started with, as the account changed; reconnect)"
+                            );
+                            return Err(BackendError::Rejected { server, code, sqlstate, message: message.as_bytes().into() });
+                        }
                         Err(e @ (BackendError::Rejected { .. } | BackendError::Unavailable(_))) => return Err(e),
                         Err(e) if attempt >= retries => return Err(e),
                         Err(e) => debug!(id = self.id, hostgroup, "connect failed, retrying: {e}"),
