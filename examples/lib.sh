@@ -5,6 +5,8 @@
 #
 #   start_mariadb NAME [mariadbd args]   a private MariaDB on a free 127.0.0.1 port; sets NAME_PORT
 #   db NAME [mariadb args]               the mariadb client as root on that server (unix socket)
+#   start_primary NAME / start_replica NAME PRIMARY / sync_replicas PRIMARY REPLICA...
+#                                        GTID replication between such servers
 #   start_sluice [TEMPLATE [sluice args]] fills the template's @PLACEHOLDERS@ into $WORK/sluice.toml
 #                                        and starts sluice on it; sets SLUICE_PORT ADMIN_PORT HTTP_PORT
 #   stop_sluice                          SIGTERM, wait for it to exit
@@ -207,7 +209,8 @@ start_mariadb() {
 		done
 		if alive "${DB_PID[$name]}" && ((i < 300)); then
 			printf -v "$var" '%s' "$port"
-			db "$name" -e "CREATE DATABASE IF NOT EXISTS test"
+			# Not in the binary log: on a replica it would be a GTID of its own (see start_replica).
+			db "$name" -e "SET sql_log_bin = 0; CREATE DATABASE IF NOT EXISTS test"
 			echo "  MariaDB '$name' on 127.0.0.1:$port (pid ${DB_PID[$name]}, datadir $dir/data)"
 			return 0
 		fi
@@ -223,6 +226,60 @@ db() {
 	local name=$1
 	shift
 	timeout "$CLIENT_TIMEOUT" mariadb --no-defaults -S "$WORK/$name/sock" -uroot -N -B "$@"
+}
+
+# --- replication ----------------------------------------------------------------------
+# A primary and GTID replicas, started as crates/testkit/src/replication.rs starts them: every
+# member writes a binary log with GTIDs and log_slave_updates (any replica could be promoted),
+# in row format, in strict GTID mode, with a server_id of its own; replicas are read_only and
+# apply in order. Replicas log in to the primary as repl:repl-secret over 127.0.0.1.
+
+REPLICATION_ARGS=(--log-bin=mariadb-bin --log-slave-updates --binlog-format=ROW --gtid-strict-mode=1
+	--slave-parallel-threads=0)
+LAST_SERVER_ID=0
+
+# start_primary NAME [mariadbd args]: start_mariadb with the replication options, and the
+# account replicas log in with.
+start_primary() {
+	local name=$1
+	shift
+	LAST_SERVER_ID=$((LAST_SERVER_ID + 1))
+	start_mariadb "$name" "${REPLICATION_ARGS[@]}" --server-id="$LAST_SERVER_ID" "$@"
+	db "$name" -e "CREATE USER repl@'127.0.0.1' IDENTIFIED BY 'repl-secret';
+		GRANT REPLICATION SLAVE ON *.* TO repl@'127.0.0.1';"
+}
+
+# start_replica NAME PRIMARY [mariadbd args]: a read_only server replicating from server
+# PRIMARY (from its first GTID: everything the primary wrote since it started), once both of
+# its threads run. Nothing must have written to NAME's binary log before (gtid_strict_mode).
+start_replica() {
+	local name=$1 primary=$2 port_var=${2^^}_PORT
+	shift 2
+	LAST_SERVER_ID=$((LAST_SERVER_ID + 1))
+	start_mariadb "$name" "${REPLICATION_ARGS[@]}" --server-id="$LAST_SERVER_ID" --read-only=1 "$@"
+	db "$name" -e "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=${!port_var},
+		MASTER_USER='repl', MASTER_PASSWORD='repl-secret', MASTER_USE_GTID=slave_pos,
+		MASTER_CONNECT_RETRY=1; START SLAVE;"
+	wait_until 30 replicating "$name" ||
+		die "replica '$name' did not start replicating from '$primary':"$'\n'"$(db "$name" --column-names -e 'SHOW SLAVE STATUS\G' | indent)"
+	echo "  '$name' replicates from '$primary' (server_id $LAST_SERVER_ID, read_only)"
+}
+
+# replicating NAME: both replication threads of server NAME run.
+replicating() {
+	[ "$(db "$1" --column-names -e 'SHOW SLAVE STATUS\G' | grep -cE '^ *Slave_(IO|SQL)_Running: Yes$')" = 2 ]
+}
+
+# sync_replicas PRIMARY REPLICA...: waits until each REPLICA has applied everything server
+# PRIMARY has written so far.
+sync_replicas() {
+	local primary=$1 pos name
+	shift
+	pos=$(db "$primary" -e "SELECT @@gtid_binlog_pos")
+	for name in "$@"; do
+		[ "$(db "$name" -e "SELECT MASTER_GTID_WAIT('$pos', 10)")" = 0 ] ||
+			die "replica '$name' did not apply '$primary''s position $pos within 10 s"
+	done
 }
 
 # --- sluice ---------------------------------------------------------------------------

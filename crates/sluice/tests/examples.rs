@@ -73,8 +73,9 @@ fn run_example(name: &str) {
 }
 
 /// Every folder under `examples/`, each run by the test of the same name below.
-const EXAMPLES: [&str; 9] = [
+const EXAMPLES: [&str; 10] = [
     "query-rules",
+    "read-write-split",
     "live-reconfig",
     "pooling",
     "load-balancing",
@@ -102,6 +103,11 @@ fn every_example_has_a_test() {
 #[test]
 fn query_rules() {
     run_example("query-rules");
+}
+
+#[test]
+fn read_write_split() {
+    run_example("read-write-split");
 }
 
 #[test]
