@@ -101,31 +101,43 @@ pub fn class(sql: &[u8]) -> Class {
     Class::Read
 }
 
-/// Whether the bytes hold anything that could make a SELECT a write: `;`, `:`, or (in any
+/// Whether the bytes hold anything that could make a SELECT a write: `;`, `:=`, or (in any
 /// case) "into", "for", "lock", "val", "last_insert_id", "found_rows", "row_count", "load_file".
 /// Most reads hold none of them, and are settled without the lexer; a word inside a string or a
 /// comment only costs the full pass.
 fn may_write(sql: &[u8]) -> bool {
-    const WORDS: [&[u8]; 8] = [b"into", b"for", b"lock", b"val", b"last_insert_id", b"found_rows", b"row_count", b"load_file"];
-    // The bytes that start a word above (either case), `;` and `:`: one table lookup per byte.
-    const STARTS: [bool; 256] = {
+    // The bytes that start one of them: a table lookup per byte in a tight loop, the word
+    // compared only there.
+    const CANDIDATE: [bool; 256] = {
         let mut t = [false; 256];
-        let mut i = 0;
-        while i < WORDS.len() {
-            t[WORDS[i][0] as usize] = true;
-            t[WORDS[i][0].to_ascii_uppercase() as usize] = true;
-            i += 1;
+        let starts = b"iIfFlLvVrR;:";
+        let mut k = 0;
+        while k < starts.len() {
+            t[starts[k] as usize] = true;
+            k += 1;
         }
-        t[b';' as usize] = true;
-        t[b':' as usize] = true;
         t
     };
-    sql.iter().enumerate().any(|(i, &b)| {
-        STARTS[b as usize] && {
-            let rest = &sql[i..];
-            b == b';' || b == b':' || WORDS.iter().any(|w| rest.len() >= w.len() && rest[..w.len()].eq_ignore_ascii_case(w))
+    let at = |i: usize, w: &[u8]| sql.get(i..i + w.len()).is_some_and(|s| s.eq_ignore_ascii_case(w));
+    let mut from = 0;
+    while let Some(offset) = sql.get(from..).and_then(|rest| rest.iter().position(|&b| CANDIDATE[b as usize])) {
+        let i = from + offset;
+        let hit = match sql[i] | 0x20 {
+            b';' => true,
+            // `:=` only (`app:42` in a comment is no assignment).
+            b':' => sql.get(i + 1) == Some(&b'='),
+            b'i' => at(i, b"into"),
+            b'f' => at(i, b"for") || at(i, b"found_rows"),
+            b'l' => at(i, b"lock") || at(i, b"last_insert_id") || at(i, b"load_file"),
+            b'v' => at(i, b"val"),
+            _ => at(i, b"row_count"),
+        };
+        if hit {
+            return true;
         }
-    })
+        from = i + 1;
+    }
+    false
 }
 
 /// `START TRANSACTION [characteristic, …]`: READ ONLY among them (and not READ WRITE).
@@ -235,7 +247,7 @@ mod tests {
         assert!(may_write(b"select get_lock('x', 1)"));
         assert!(may_write(b"SELECT NEXT VALUE FOR s"));
         assert!(may_write(b"SELECT @x := 1"));
-        assert!(!may_write(b"SELECT c FROM sbtest1 WHERE id = 5025 AND k BETWEEN 4990 AND 5090 ORDER BY c LIMIT 10"));
+        assert!(!may_write(b"SELECT c FROM sbtest1 WHERE id = 5025 AND k BETWEEN 4990 AND 5090 ORDER BY c LIMIT 10 /* app:4242 */"));
         // A word in a string: the full pass decides, and it is still a read.
         assert!(may_write(b"SELECT 'for update'"));
         assert_eq!(c("SELECT 'for update'"), Class::Read);
