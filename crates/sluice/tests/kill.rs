@@ -113,6 +113,8 @@ async fn kill_never_reaches_a_backend_thread_of_another_client() {
         for form in [format!("KILL QUERY {thread}+0"), format!("KILL QUERY ({thread})"), format!("KILL QUERY '{thread}'")] {
             assert_eq!(code(killer.query_drop(&form).await), Some(1094), "{form}");
         }
+        let e = killer.query_drop("KILL (SELECT 1) + LASTVAL(s)").await.unwrap_err();
+        assert_eq!(server_code(&e), Some(1970), "a subquery is refused before anything is evaluated, as by the server: {e}");
         let e = killer.query_drop("KILL QUERY ID user 'foo'").await.unwrap_err();
         assert_eq!(server_code(&e), Some(1054), "the server's error for the expression");
         assert!(e.to_string().contains("Unknown column 'user' in 'KILL'"), "{e}");

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 const ER_QUERY_INTERRUPTED: u16 = 1317;
 const ER_BAD_FIELD_ERROR: u16 = 1054;
+const ER_SUBQUERIES_NOT_SUPPORTED: u16 = 1970;
 const ER_NO_SUCH_QUERY: u16 = 1957;
 const ER_KILL_QUERY_DENIED_ERROR: u16 = 1979;
 const SQLSTATE_INTERRUPTED: &[u8; 5] = b"70100";
@@ -122,6 +123,14 @@ impl Session {
             // `?` outside a prepared statement: a syntax error on the server too.
             KillTarget::Parameter { .. } => self.refuse(seq, refusal::KILL_FORM).await,
             KillTarget::Expression { text, query_id } => {
+                // The server refuses a subquery in KILL before it evaluates anything.
+                if sql::lexer::code_tokens(text.as_bytes())
+                    .any(|t| t.kind == sql::lexer::Kind::Word && t.text(text.as_bytes()).eq_ignore_ascii_case(b"SELECT"))
+                {
+                    let msg = "KILL does not support subqueries or stored functions";
+                    self.reply_err(seq, ER_SUBQUERIES_NOT_SUPPORTED, SQLSTATE_GENERAL, msg).await;
+                    return Flow::Continue;
+                }
                 let id = match self.evaluate_kill_id(&text).await {
                     Ok(id) => id,
                     Err(e) => return self.reply_backend_error(seq, &e).await,
