@@ -457,7 +457,7 @@ async fn connect_link(live: &Live) -> Result<AccountsLink, LookupFailed> {
     let snapshot = live.load_full();
     let monitor = snapshot.config.monitor.clone().unwrap_or_default();
     let server = snapshot.hostgroups.pick(snapshot.config.proxy.backend_users_hostgroup).map_err(|e| failed(&e.into()))?;
-    let credential = if monitor.password.is_empty() { Credential::Empty } else { Credential::Plain(monitor.password.clone()) };
+    let credential = Credential::from_password(&monitor.password);
     let params = pool::ConnectParams::internal(server, &monitor.username, &credential, snapshot.config.connect_timeout());
     let mut backend = pool::connect(&params).await.map_err(|e| failed(&e))?;
     let skip = backend.query("SELECT @@skip_name_resolve").await.map_err(|e| failed(&e))?;

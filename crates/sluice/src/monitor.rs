@@ -105,11 +105,7 @@ async fn read_only(
     timeout: Duration,
 ) -> Option<bool> {
     if !links.contains_key(&server.name) {
-        let credential = if monitor.password.is_empty() {
-            crate::pool::Credential::Empty
-        } else {
-            crate::pool::Credential::Plain(monitor.password.clone())
-        };
+        let credential = crate::pool::Credential::from_password(&monitor.password);
         let params = crate::pool::ConnectParams::internal(server, &monitor.username, &credential, timeout);
         match crate::pool::connect(&params).await {
             Ok(b) => {

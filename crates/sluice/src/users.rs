@@ -114,8 +114,7 @@ impl User {
     /// The backend login to use once the client has proved `credential`.
     pub fn backend_credential(&self, credential: Credential) -> (String, Credential) {
         match &self.backend_login {
-            Some((u, p)) if p.is_empty() => (u.clone(), Credential::Empty),
-            Some((u, p)) => (u.clone(), Credential::Plain(p.clone())),
+            Some((u, p)) => (u.clone(), Credential::from_password(p)),
             None => (self.name.clone(), credential),
         }
     }

@@ -24,6 +24,17 @@ pub enum Credential {
     Stage1([u8; 20]),
 }
 
+impl Credential {
+    /// A configured password (`[monitor]`, `[[mysql_users]]`): none when empty.
+    pub fn from_password(password: &str) -> Credential {
+        if password.is_empty() {
+            Credential::Empty
+        } else {
+            Credential::Plain(password.to_string())
+        }
+    }
+}
+
 impl std::fmt::Debug for Credential {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {

@@ -669,7 +669,7 @@ fn kill_on(
 
 /// The `[monitor]` credentials as a login for `rows_on`.
 fn monitor_login(m: &MonitorSection) -> Login {
-    let credential = if m.password.is_empty() { Credential::Empty } else { Credential::Plain(m.password.clone()) };
+    let credential = Credential::from_password(&m.password);
     Login {
         username: m.username.clone(),
         credential,
