@@ -102,7 +102,8 @@ fn code(sql: &[u8]) -> Code<'_> {
     Lexer::new(sql).filter(is_code as fn(&Token) -> bool)
 }
 
-fn is_word(t: &Token, sql: &[u8], k: &str) -> bool {
+/// `t` is the keyword or identifier `k` (any case).
+pub(crate) fn is_word(t: &Token, sql: &[u8], k: &str) -> bool {
     t.kind == Kind::Word && eq_ignore_case(t.text(sql), k)
 }
 

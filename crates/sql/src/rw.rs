@@ -14,6 +14,7 @@
 //! comments do not count; executable comments are code). No allocation
 //! (`cargo bench -p sluice-sql --bench rw`; the budget is 0.5 µs a statement).
 
+use crate::classify::is_word;
 use crate::lexer::{Kind, Lexer, Token};
 
 /// Where a statement may run under a read/write split.
@@ -43,17 +44,13 @@ const WRITER_FUNCTIONS: [&str; 12] = [
     "LOAD_FILE",
 ];
 
-fn word(t: &Token, sql: &[u8], k: &str) -> bool {
-    t.kind == Kind::Word && t.text(sql).eq_ignore_ascii_case(k.as_bytes())
-}
-
 /// The class of one COM_QUERY text.
 pub fn class(sql: &[u8]) -> Class {
     let mut toks = Lexer::new(sql).filter(|t| t.kind != Kind::Comment);
     let Some(first) = toks.next() else { return Class::Write };
-    let opens_read = ["SELECT", "WITH", "VALUES", "TABLE"].iter().any(|k| word(&first, sql, k)) || first.text(sql) == b"(";
+    let opens_read = ["SELECT", "WITH", "VALUES", "TABLE"].iter().any(|k| is_word(&first, sql, k)) || first.text(sql) == b"(";
     if !opens_read {
-        return if word(&first, sql, "START") { start_transaction(toks, sql) } else { Class::Write };
+        return if is_word(&first, sql, "START") { start_transaction(toks, sql) } else { Class::Write };
     }
     if !may_write(sql) {
         return Class::Read;
@@ -71,15 +68,15 @@ pub fn class(sql: &[u8]) -> Class {
         let [older, prev] = before;
         match t.kind {
             Kind::Word => {
-                if word(&t, sql, "INTO") {
+                if is_word(&t, sql, "INTO") {
                     return Class::Write;
                 }
                 if let Some(p) = prev {
-                    if (word(&p, sql, "FOR") && (word(&t, sql, "UPDATE") || word(&t, sql, "SHARE")))
-                        || (word(&p, sql, "LOCK") && word(&t, sql, "IN"))
-                        || (word(&p, sql, "VALUE")
-                            && word(&t, sql, "FOR")
-                            && older.is_some_and(|o| word(&o, sql, "NEXT") || word(&o, sql, "PREVIOUS")))
+                    if (is_word(&p, sql, "FOR") && (is_word(&t, sql, "UPDATE") || is_word(&t, sql, "SHARE")))
+                        || (is_word(&p, sql, "LOCK") && is_word(&t, sql, "IN"))
+                        || (is_word(&p, sql, "VALUE")
+                            && is_word(&t, sql, "FOR")
+                            && older.is_some_and(|o| is_word(&o, sql, "NEXT") || is_word(&o, sql, "PREVIOUS")))
                     {
                         return Class::Write;
                     }
@@ -87,7 +84,7 @@ pub fn class(sql: &[u8]) -> Class {
             }
             Kind::Punct => match text {
                 b";" => ended = true,
-                b"(" if prev.is_some_and(|p| p.kind == Kind::Word && WRITER_FUNCTIONS.iter().any(|f| word(&p, sql, f))) => {
+                b"(" if prev.is_some_and(|p| p.kind == Kind::Word && WRITER_FUNCTIONS.iter().any(|f| is_word(&p, sql, f))) => {
                     return Class::Write;
                 }
                 // `@v := …` (`:` and `=` are separate tokens).
@@ -142,7 +139,7 @@ fn may_write(sql: &[u8]) -> bool {
 
 /// `START TRANSACTION [characteristic, …]`: READ ONLY among them (and not READ WRITE).
 fn start_transaction(mut toks: impl Iterator<Item = Token>, sql: &[u8]) -> Class {
-    if !toks.next().is_some_and(|t| word(&t, sql, "TRANSACTION")) {
+    if !toks.next().is_some_and(|t| is_word(&t, sql, "TRANSACTION")) {
         return Class::Write;
     }
     let mut read_only = false;
@@ -157,10 +154,10 @@ fn start_transaction(mut toks: impl Iterator<Item = Token>, sql: &[u8]) -> Class
             ended = true;
             continue;
         }
-        if prev.is_some_and(|p| word(&p, sql, "READ")) {
-            if word(&t, sql, "ONLY") {
+        if prev.is_some_and(|p| is_word(&p, sql, "READ")) {
+            if is_word(&t, sql, "ONLY") {
                 read_only = true;
-            } else if word(&t, sql, "WRITE") {
+            } else if is_word(&t, sql, "WRITE") {
                 return Class::Write;
             }
         }
