@@ -302,16 +302,23 @@ impl Session {
         self.reply_ok(seq, "").await
     }
 
-    /// The killer's global privileges, asked of the server on the session's own connection
-    /// (so a role it enabled counts). Not cached: KILL and SHOW PROCESSLIST are rare, and the
-    /// answer then follows SET ROLE and COM_CHANGE_USER.
-    async fn privileges(&mut self) -> Result<Privileges, BackendError> {
+    /// One of sluice's own statements on the session's connection (in the session's state, as
+    /// the client's own statement would run): its rows.
+    async fn query_on_session(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, BackendError> {
         let mut held = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await?;
-        let rows = held.backend.query("SHOW GRANTS").await;
+        let rows = held.backend.query(sql).await;
         if let Err(e) = &rows {
             held.backend.note_failure(e);
         }
         self.settle(held);
+        rows
+    }
+
+    /// The killer's global privileges, asked of the server on the session's own connection
+    /// (so a role it enabled counts). Not cached: KILL and SHOW PROCESSLIST are rare, and the
+    /// answer then follows SET ROLE and COM_CHANGE_USER.
+    async fn privileges(&mut self) -> Result<Privileges, BackendError> {
+        let rows = self.query_on_session("SHOW GRANTS").await;
         let rows = rows?;
         Ok(Privileges::from_grants(rows.iter().filter_map(|r| r.first()?.as_deref())))
     }
@@ -340,12 +347,7 @@ impl Session {
             Some(rewritten) => String::from_utf8(rewritten).unwrap_or(sql),
             None => sql,
         };
-        let mut held = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await?;
-        let rows = held.backend.query(&sql).await;
-        if let Err(e) = &rows {
-            held.backend.note_failure(e);
-        }
-        self.settle(held);
+        let rows = self.query_on_session(&sql).await;
         match rows {
             Ok(rows) => Ok(rows.first().and_then(|r| r.first().cloned().flatten()).map_or(0, |v| thread_id_from_text(v.as_bytes()))),
             Err(BackendError::Rejected { server, code, sqlstate, message }) => {
@@ -366,12 +368,7 @@ impl Session {
     /// session's connection; `None` for NULL (or a variable never set).
     async fn variable_text(&mut self, name: &str) -> Result<Option<Vec<u8>>, BackendError> {
         let sql = format!("SELECT HEX(CONVERT(@`{}` USING utf8mb4))", name.replace('`', "``"));
-        let mut held = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await?;
-        let rows = held.backend.query(&sql).await;
-        if let Err(e) = &rows {
-            held.backend.note_failure(e);
-        }
-        self.settle(held);
+        let rows = self.query_on_session(&sql).await;
         let hex = rows?.into_iter().next().and_then(|r| r.into_iter().next().flatten());
         Ok(hex.and_then(|h| decode_hex(h.as_bytes())))
     }
