@@ -228,6 +228,19 @@ db() {
 	timeout "$CLIENT_TIMEOUT" mariadb --no-defaults -S "$WORK/$name/sock" -uroot -N -B "$@"
 }
 
+# start_shop_mariadb NAME: start_mariadb, with the examples' application account
+# (app:app-secret from 127.0.0.1, all privileges on `shop`) and the table shop.marker holding
+# NAME, so a query shows which server answered.
+start_shop_mariadb() {
+	start_mariadb "$1"
+	db "$1" -e "
+		CREATE USER app@'127.0.0.1' IDENTIFIED BY 'app-secret';
+		GRANT ALL ON shop.* TO app@'127.0.0.1';
+		CREATE DATABASE shop;
+		CREATE TABLE shop.marker (who VARCHAR(20));
+		INSERT INTO shop.marker VALUES ('$1');"
+}
+
 # --- replication ----------------------------------------------------------------------
 # A primary and GTID replicas, started as crates/testkit/src/replication.rs starts them: every
 # member writes a binary log with GTIDs and log_slave_updates (any replica could be promoted),
@@ -356,13 +369,17 @@ stop_sluice() {
 	SLUICE_PID=""
 }
 
-# sql USER PASSWORD [mariadb args]: the mariadb client through sluice, batch mode (-N -B).
-sql() {
-	local user=$1 password=$2
-	shift 2
-	timeout "$CLIENT_TIMEOUT" mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$SLUICE_PORT" \
+# client PORT USER PASSWORD [mariadb args]: the mariadb client over TCP to 127.0.0.1:PORT, batch
+# mode (-N -B).
+client() {
+	local port=$1 user=$2 password=$3
+	shift 3
+	timeout "$CLIENT_TIMEOUT" mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$port" \
 		-u"$user" ${password:+"-p$password"} -N -B "$@"
 }
+
+# sql USER PASSWORD [mariadb args]: the client through sluice.
+sql() { client "$SLUICE_PORT" "$@"; }
 
 # admin [mariadb args]: the mariadb client on the admin port as admin:admin, batch mode.
 admin() {

@@ -15,12 +15,7 @@ db primary -e "
 start_sluice
 
 # direct USER PASSWORD [mariadb args]: the same client, straight to the server (to compare).
-direct() {
-	local user=$1 password=$2
-	shift 2
-	timeout "$CLIENT_TIMEOUT" mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$PRIMARY_PORT" \
-		-u"$user" ${password:+"-p$password"} -N -B "$@"
-}
+direct() { client "$PRIMARY_PORT" "$@"; }
 # same_refusal WHAT EXPECTED USER PASSWORD: the login fails through sluice with EXPECTED, and
 # with the same message as on the server itself.
 same_refusal() {

@@ -7,14 +7,8 @@
 
 step "two MariaDB servers, 'primary' and 'replica'; sluice knows only primary"
 for server in primary replica; do
-	start_mariadb "$server"
-	db "$server" -e "
-		CREATE USER app@'127.0.0.1' IDENTIFIED BY 'app-secret';
-		GRANT ALL ON shop.* TO app@'127.0.0.1';
-		CREATE DATABASE shop;
-		CREATE TABLE shop.marker (who VARCHAR(20));
-		INSERT INTO shop.marker VALUES ('$server');
-		CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, item VARCHAR(20));"
+	start_shop_mariadb "$server"
+	db "$server" -e "CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, item VARCHAR(20));"
 done
 mkdir "$WORK/sluice-data"
 start_sluice

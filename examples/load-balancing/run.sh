@@ -6,13 +6,7 @@
 
 step "two MariaDB servers, 'big' (weight 3) and 'small' (weight 1), both in hostgroup 0"
 for server in big small; do
-	start_mariadb "$server"
-	db "$server" -e "
-		CREATE USER app@'127.0.0.1' IDENTIFIED BY 'app-secret';
-		GRANT ALL ON shop.* TO app@'127.0.0.1';
-		CREATE DATABASE shop;
-		CREATE TABLE shop.marker (who VARCHAR(20));
-		INSERT INTO shop.marker VALUES ('$server');"
+	start_shop_mariadb "$server"
 done
 start_sluice
 
