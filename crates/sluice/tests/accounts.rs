@@ -349,6 +349,16 @@ async fn host_naming_anonymous_accounts_and_expired_passwords_as_the_server() {
 /// A mysql_native_password login over a socket bound to `from`: the connection and the nonce,
 /// or the server's (code, message).
 fn raw_login(port: u16, from: &str, user: &str, password: &str) -> Result<(TcpStream, [u8; 20]), (u16, String)> {
+    let (s, nonce, reply) = native_login(port, from, user, password, 45);
+    match reply[0] {
+        0 => Ok((s, nonce)),
+        _ => Err(error(&reply)),
+    }
+}
+
+/// Sends a mysql_native_password login with `collation` over a socket bound to `from`: the
+/// connection, the nonce and the server's reply payload.
+fn native_login(port: u16, from: &str, user: &str, password: &str, collation: u8) -> (TcpStream, [u8; 20], Vec<u8>) {
     let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     socket.bind(&format!("{from}:0").parse::<SocketAddr>().unwrap().into()).unwrap();
     socket.connect(&SocketAddr::from(([127, 0, 0, 1], port)).into()).unwrap();
@@ -362,7 +372,7 @@ fn raw_login(port: u16, from: &str, user: &str, password: &str) -> Result<(TcpSt
             | proto::CapabilityFlags::CLIENT_SECURE_CONNECTION
             | proto::CapabilityFlags::CLIENT_PLUGIN_AUTH,
         max_packet: 1 << 24,
-        collation: 45,
+        collation,
         user: user.into(),
         auth_response: scramble(password, &nonce),
         auth_plugin: Some("mysql_native_password".into()),
@@ -372,10 +382,7 @@ fn raw_login(port: u16, from: &str, user: &str, password: &str) -> Result<(TcpSt
     proto::handshake::write_client_hello(&mut out, &mut 1, &hello);
     s.write_all(&out).unwrap();
     let (_, reply) = read_packet(&mut s);
-    match reply[0] {
-        0 => Ok((s, nonce)),
-        _ => Err(error(&reply)),
-    }
+    (s, nonce, reply)
 }
 
 fn scramble(password: &str, nonce: &[u8; 20]) -> Vec<u8> {
@@ -547,26 +554,7 @@ async fn refusals_before_the_password_as_the_server() {
 
 /// The ERR payload a native-password login with `collation` gets.
 fn login_error_payload(port: u16, user: &str, password: &str, collation: u8) -> Vec<u8> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let (_, greeting) = read_packet(&mut s);
-    let g = proto::handshake::parse_greeting(&greeting).unwrap();
-    let nonce: [u8; 20] = g.nonce[..20].try_into().unwrap();
-    let hello = proto::handshake::ClientHello {
-        capabilities: proto::CapabilityFlags::CLIENT_PROTOCOL_41
-            | proto::CapabilityFlags::CLIENT_SECURE_CONNECTION
-            | proto::CapabilityFlags::CLIENT_PLUGIN_AUTH,
-        max_packet: 1 << 24,
-        collation,
-        user: user.into(),
-        auth_response: scramble(password, &nonce),
-        auth_plugin: Some("mysql_native_password".into()),
-        ..Default::default()
-    };
-    let mut out = Vec::new();
-    proto::handshake::write_client_hello(&mut out, &mut 1, &hello);
-    s.write_all(&out).unwrap();
-    let (_, reply) = read_packet(&mut s);
+    let (_, _, reply) = native_login(port, "127.0.0.1", user, password, collation);
     assert_eq!(reply[0], 0xFF, "the login is refused: {reply:?}");
     reply
 }
