@@ -172,6 +172,11 @@ pub struct PoolSection {
     /// How long a statement waits for a connection when every server of its hostgroup is at
     /// max_connections; then it fails with an error naming the hostgroup.
     pub checkout_timeout_ms: u64,
+    /// How long a statement for the writer hostgroup of a `[[mysql_replication_hostgroups]]`
+    /// pair waits, before anything is sent, for a writer it can use (the old one back, or a
+    /// promoted replica moved in by the role monitor or an admin) when none can be used; then
+    /// it fails as it would at once (0: no wait).
+    pub writer_wait_ms: u64,
     /// An idle connection is checked for a server-side close before reuse once it has been
     /// idle this long (0: always).
     pub check_idle_after_ms: u64,
@@ -190,6 +195,7 @@ impl Default for PoolSection {
             max_idle_ms: 60_000,
             max_lifetime_ms: 3_600_000,
             checkout_timeout_ms: 10_000,
+            writer_wait_ms: 10_000,
             check_idle_after_ms: 0,
             max_statements_per_connection: 256,
             max_statements: 20_000,
@@ -247,6 +253,10 @@ impl Default for QueryLogSection {
 pub struct MonitorSection {
     pub username: String,
     pub password: String,
+    /// The login replicas use to replicate from a new writer after a `SWITCHOVER` (CHANGE
+    /// MASTER TO … MASTER_USER); empty: re-pointing replication is left to the operator.
+    pub replication_user: String,
+    pub replication_password: String,
 }
 
 /// A `[[mysql_servers]]` row (ProxySQL's mysql_servers columns).
@@ -1033,7 +1043,7 @@ pub fn quick_start(listen: Vec<String>, backend: &str, user: &str, password: &st
     // read with this login (a password given as a hash cannot log in, so then only this user).
     if proto::auth::parse_native_hash(password).is_none() {
         fc.proxy.backend_users = true;
-        fc.monitor = Some(MonitorSection { username: user.to_string(), password: password.to_string() });
+        fc.monitor = Some(MonitorSection { username: user.to_string(), password: password.to_string(), ..Default::default() });
     }
     fc.mysql_users.push(UserRow {
         username: user.to_string(),

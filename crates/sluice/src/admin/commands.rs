@@ -56,6 +56,12 @@ pub enum AdminCommand {
     ShowMysqlStatus,
     /// `SHOW STATUS RATE`: `stats_rates`.
     ShowStatusRate,
+    /// `SWITCHOVER TO 'host:port' [FOR HOSTGROUP n]`: a planned change of writer
+    /// (`switchover`).
+    Switchover {
+        to: String,
+        hostgroup: Option<u32>,
+    },
 }
 
 impl AdminCommand {
@@ -100,6 +106,10 @@ pub fn parse(sql: &str) -> Option<AdminCommand> {
         ["SHOW", "STATUS", "RATE"] => Some(AdminCommand::ShowStatusRate),
         ["SHOW", ..] => parse_show_variables(&t, &w),
         ["SET", ..] => Some(parse_set(&t)),
+        ["SWITCHOVER", "TO", _] => Some(AdminCommand::Switchover { to: t.string(2)?, hostgroup: None }),
+        ["SWITCHOVER", "TO", _, "FOR", "HOSTGROUP", n] => {
+            Some(AdminCommand::Switchover { to: t.string(2)?, hostgroup: Some(n.parse().ok()?) })
+        }
         _ => None,
     }
 }

@@ -327,7 +327,7 @@ mod tests {
         fc.proxy.datadir = Some(PathBuf::from("/var/lib/sluice"));
         fc.tls.enabled = false;
         fc.tls.cert = Some(PathBuf::from("/etc/c.pem"));
-        fc.monitor = Some(MonitorSection { username: "mon".into(), password: "pw".into() });
+        fc.monitor = Some(MonitorSection { username: "mon".into(), password: "pw".into(), ..Default::default() });
         fc.pool.multiplexing = false;
         fc.querylog.path = Some(PathBuf::from("/tmp/q.log"));
         fc.proxy.runtime = crate::config::RuntimeKind::PerCore;

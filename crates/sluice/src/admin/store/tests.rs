@@ -392,7 +392,7 @@ fn save_to_disk_survives_a_restart() {
     assert_eq!(from_disk.mysql_users, fc.mysql_users);
     assert_eq!(from_disk.mysql_servers, fc.mysql_servers);
     assert_eq!(from_disk.mysql_query_rules.iter().map(|r| r.rule_id).collect::<Vec<_>>(), vec![5, 7, 20]);
-    assert_eq!(from_disk.monitor, Some(MonitorSection { username: "mon".into(), password: "monpw".into() }));
+    assert_eq!(from_disk.monitor, Some(MonitorSection { username: "mon".into(), password: "monpw".into(), ..Default::default() }));
     // Memory starts empty; LOAD … FROM DISK fills it.
     assert!(read_all(&store, Layer::Memory).mysql_servers.is_empty());
     for m in Module::ALL {
