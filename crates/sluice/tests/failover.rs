@@ -201,6 +201,54 @@ async fn a_write_waits_for_a_writer_within_the_window() {
     assert_eq!(rows, "1\n3\n", "row 2 failed, row 3 is on the new primary once");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_of_reads_is_replayed_on_the_new_writer_and_one_that_wrote_is_refused() {
+    let mut t = Replication::start_semi_sync(1).unwrap();
+    t.primary.sql("CREATE TABLE test.replay (id INT PRIMARY KEY, v INT); INSERT INTO test.replay VALUES (1, 10), (2, 20);").unwrap();
+    t.sync().unwrap();
+    let proxy = Proxy::start(failover_config(&t, 10_000));
+    // Idle in a transaction of reads; idle in one that wrote; a read in flight in one of reads.
+    let mut reads = connect(proxy.port).await;
+    reads.query_drop("BEGIN").await.unwrap();
+    assert_eq!(reads.query_first::<i32, _>("SELECT v FROM test.replay WHERE id = 1").await.unwrap(), Some(10));
+    let mut wrote = connect(proxy.port).await;
+    wrote.query_drop("BEGIN").await.unwrap();
+    wrote.query_drop("INSERT INTO test.replay VALUES (100, 1)").await.unwrap();
+    let mut in_flight = connect(proxy.port).await;
+    in_flight.query_drop("START TRANSACTION").await.unwrap();
+    // (Its reads must say the same on the new writer: no @@port here.)
+    assert_eq!(in_flight.query_first::<i32, _>("SELECT v FROM test.replay WHERE id = 2").await.unwrap(), Some(20));
+    let flying = tokio::spawn(async move {
+        let r = in_flight.query_first::<(i32, i32), _>("SELECT SLEEP(2), v FROM test.replay WHERE id = 2 /* in_flight */").await;
+        (r, in_flight)
+    });
+    assert!(tokio::task::block_in_place(|| shows_running(&t.primary, "in_flight", Duration::from_secs(10))));
+
+    tokio::task::block_in_place(|| {
+        t.primary.kill();
+        std::thread::sleep(Duration::from_millis(500));
+        t.promote_after_loss(0).unwrap();
+    });
+    let new_writer = t.replicas[0].port();
+
+    // The read in flight: its transaction is replayed, then it runs; no error.
+    let (r, mut in_flight) = flying.await.unwrap();
+    assert_eq!(r.expect("the read in flight is answered after the replay"), Some((0, 20)));
+    assert_eq!(port_of(&mut in_flight, "SELECT @@port FROM test.replay WHERE id = 1").await, new_writer);
+    in_flight.query_drop("COMMIT").await.unwrap();
+    // The idle transaction of reads goes on, on the new writer.
+    assert_eq!(reads.query_first::<i32, _>("SELECT v FROM test.replay WHERE id = 2").await.unwrap(), Some(20));
+    assert_eq!(port_of(&mut reads, "SELECT @@port").await, new_writer, "in the replayed transaction, on the new writer");
+    reads.query_drop("COMMIT").await.unwrap();
+    // The transaction that wrote: a clear error, rolled back, and the session out of it.
+    let err = wrote.query_drop("INSERT INTO test.replay VALUES (101, 1)").await.expect_err("not replayed");
+    assert_eq!(server_code(&err), Some(1927), "{err}");
+    assert!(err.to_string().contains("rolled back") && err.to_string().contains("wrote"), "{err}");
+    assert_eq!(t.replicas[0].sql("SELECT COUNT(*) FROM test.replay WHERE id >= 100").unwrap().trim(), "0", "its rows are absent");
+    wrote.query_drop("INSERT INTO test.replay VALUES (102, 1)").await.unwrap();
+    assert_eq!(t.replicas[0].sql("SELECT id FROM test.replay WHERE id >= 100").unwrap(), "102\n", "the session goes on in autocommit");
+}
+
 /// What one load client did.
 #[derive(Debug, Default)]
 struct ClientLog {
@@ -328,4 +376,7 @@ async fn under_load_every_acknowledged_write_is_on_the_new_primary_once() {
         logs.iter().map(|l| l.longest).max()
     );
     assert!(after > 0, "writes went on on the new primary");
+    // Only what was in flight at the kill fails: later writes wait for the new writer.
+    let failed = failed_present + failed_absent;
+    assert!(failed <= 2 * logs.len(), "{failed} units failed: writes did not wait for the new writer");
 }

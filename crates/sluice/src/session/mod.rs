@@ -631,8 +631,9 @@ impl Session {
         let Some(held) = self.held.first_mut() else { return Flow::Continue };
         match held.backend.conn.stream.try_read_now(&mut buf) {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Flow::Continue,
-            Ok(0) | Err(_) if self.journal.follows(held) && self.journal.replayable() => {
-                // A transaction of reads: replayed on a writer before the next statement.
+            Ok(0) | Err(_) if self.journal.follows(held) => {
+                // A followed transaction: replayed on a writer before the next statement if
+                // it only read, else the next statement is told it was rolled back.
                 debug!(id = self.id, backend = %held.backend.server.name, "backend closed a session's transaction; replay pending");
                 let held = self.held.swap_remove(0);
                 self.journal.lost = Some(held.backend.server.name.clone());

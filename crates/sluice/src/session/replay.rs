@@ -138,8 +138,8 @@ impl Session {
     pub(super) async fn replay(&mut self, lost_on: &str, needs: Needs) -> Result<Held, BackendError> {
         let journal = std::mem::take(&mut self.journal);
         let outcome = match journal.refused {
-            _ if !journal.open => Err("the transaction was not followed"),
-            Some(why) => Err(why),
+            _ if !journal.open => Err("the transaction was not followed".to_string()),
+            Some(why) => Err(why.to_string()),
             None => self.rerun_all(&journal, needs).await,
         };
         match outcome {
@@ -162,10 +162,10 @@ impl Session {
         }
     }
 
-    async fn rerun_all(&mut self, journal: &Journal, needs: Needs) -> Result<Held, &'static str> {
+    async fn rerun_all(&mut self, journal: &Journal, needs: Needs) -> Result<Held, String> {
         let mut held = match self.wait_for_writer(journal.hostgroup, 0, needs).await {
             Ok(h) => h,
-            Err(_) => return Err("no writer could be reached"),
+            Err(e) => return Err(format!("no writer could be reached ({e})")),
         };
         let mut status = 0;
         for (request, checksum) in journal.statements() {
@@ -184,7 +184,7 @@ impl Session {
                 // Its transaction is half replayed: the connection is closed, not pooled.
                 held.backend.broken = true;
                 self.release(held);
-                return Err(why);
+                return Err(why.to_string());
             }
         }
         held.backend.status = status;
@@ -192,7 +192,7 @@ impl Session {
         if !held.pins.transaction {
             held.backend.broken = true;
             self.release(held);
-            return Err("the replayed statements left no transaction open");
+            return Err("the replayed statements left no transaction open".to_string());
         }
         Ok(held)
     }

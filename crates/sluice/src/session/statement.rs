@@ -26,12 +26,16 @@ enum RunAgain {
 /// How often a statement waiting for a writer looks again.
 const WRITER_RECHECK: Duration = Duration::from_millis(100);
 
-/// A failure that says no server of the hostgroup can be used now (none ONLINE, or none can
-/// be reached), which a promotion may end; not a refused login or a full pool.
+/// A failure of a new connection that says no server of the hostgroup can be used now (none
+/// ONLINE, none can be reached, or one went as it was being set up), which a promotion may
+/// end; not a refused login or a full pool.
 fn no_writer(e: &BackendError) -> bool {
     matches!(
         e,
-        BackendError::Unavailable(crate::pool::NoServer::NoneOnline(_)) | BackendError::Connect { .. } | BackendError::Timeout { .. }
+        BackendError::Unavailable(crate::pool::NoServer::NoneOnline(_))
+            | BackendError::Connect { .. }
+            | BackendError::Timeout { .. }
+            | BackendError::Lost { .. }
     )
 }
 
