@@ -380,3 +380,76 @@ async fn under_load_every_acknowledged_write_is_on_the_new_primary_once() {
     let failed = failed_present + failed_absent;
     assert!(failed <= 2 * logs.len(), "{failed} units failed: writes did not wait for the new writer");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn switchover_swaps_roles_without_losing_an_acknowledged_write() {
+    let t = Replication::start(2).unwrap();
+    t.primary.sql("CREATE TABLE test.load (id BIGINT AUTO_INCREMENT PRIMARY KEY, client INT, n INT, part INT)").unwrap();
+    t.sync().unwrap();
+    let mut config = failover_config(&t, 10_000);
+    if let Some(m) = config.monitor.as_mut() {
+        m.replication_user = "root".into();
+    }
+    let proxy = Proxy::start(config);
+    let (old, new, other) = (t.primary.port(), t.replicas[0].port(), t.replicas[1].port());
+    let admin = proxy.admin_port();
+    let run = |sql: String| tokio::task::block_in_place(|| mariadb_cli(admin, "admin", Some("admin"), &sql));
+
+    // Refused: a server that is not a reader of the pair (the writer itself, an unknown one).
+    for to in [old, 1] {
+        let err = run(format!("SWITCHOVER TO '127.0.0.1:{to}'")).expect_err("refused");
+        assert!(err.contains("SWITCHOVER refused") && err.contains(&format!("127.0.0.1:{to}")), "{err}");
+    }
+    let err = run(format!("SWITCHOVER TO '127.0.0.1:{new}' FOR HOSTGROUP 20")).expect_err("20 is no writer hostgroup");
+    assert!(err.contains("hostgroup 20 is not the writer hostgroup"), "{err}");
+
+    // Under a write load, the switchover.
+    let until = Instant::now() + Duration::from_secs(4);
+    let clients: Vec<_> = (0..2).map(|i| tokio::spawn(load_client(proxy.port, i, until))).collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let said = run(format!("SWITCHOVER TO '127.0.0.1:{new}'")).expect("the switchover runs");
+    assert!(said.contains(&format!("127.0.0.1:{new} is the writer of hostgroup 10")), "{said}");
+    assert!(said.contains("2 other server(s) replicate from it"), "{said}");
+    let mut logs = Vec::new();
+    for c in clients {
+        logs.push(c.await.unwrap());
+    }
+
+    // The admin tables show the new roles, in memory and at runtime.
+    for table in ["runtime_mysql_servers", "mysql_servers"] {
+        let rows = run(format!("SELECT hostgroup_id, port, status FROM {table} ORDER BY hostgroup_id, port")).unwrap();
+        let mut want = vec![format!("10\t{new}\tONLINE"), format!("20\t{old}\tONLINE"), format!("20\t{other}\tONLINE")];
+        want[1..].sort();
+        assert_eq!(rows.lines().collect::<Vec<_>>(), want, "{table}");
+    }
+    // Writes go to the new writer; the old one is read-only and replicates from it.
+    let mut c = connect(proxy.port).await;
+    assert_eq!(port_of(&mut c, "SELECT @@port /* sluice:route=writer */").await, new);
+    c.query_drop("INSERT INTO test.load (client, n, part) VALUES (99, 1, 0)").await.unwrap();
+    assert_eq!(t.primary.sql("SELECT @@read_only").unwrap().trim(), "1");
+    let position = t.replicas[0].sql("SELECT @@gtid_binlog_pos").unwrap();
+    for db in [&t.primary, &t.replicas[1]] {
+        let waited = db.sql(&format!("SELECT MASTER_GTID_WAIT('{}', 20)", position.trim())).unwrap();
+        assert_eq!(waited.trim(), "0", "port {} replicates from the new writer", db.port());
+    }
+    // Every acknowledged row is on the new writer once.
+    let rows = t.replicas[0].sql("SELECT client, n, part, COUNT(*) FROM test.load WHERE client < 99 GROUP BY client, n, part").unwrap();
+    let count: std::collections::HashMap<(i64, i64, i64), i64> = rows
+        .lines()
+        .map(|l| {
+            let f: Vec<i64> = l.split('\t').map(|v| v.parse().unwrap()).collect();
+            ((f[0], f[1], f[2]), f[3])
+        })
+        .collect();
+    let mut acked = 0;
+    for (client, log) in logs.iter().enumerate() {
+        for &(n, parts, _) in &log.acked {
+            for part in 0..parts {
+                assert_eq!(count.get(&(client as i64, n, part)), Some(&1), "acknowledged unit {n} part {part} of client {client}");
+            }
+            acked += 1;
+        }
+        assert!(log.failed.len() <= 1, "client {client}: {} units failed during a planned switchover", log.failed.len());
+    }
+    assert!(acked > 0);
+}
