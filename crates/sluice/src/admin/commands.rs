@@ -261,6 +261,17 @@ mod tests {
     use Layer::{Disk, Memory, Runtime};
 
     #[test]
+    fn switchover_forms() {
+        let to = |hostgroup| Some(Switchover { to: "10.0.0.2:3306".into(), hostgroup });
+        assert_eq!(parse("SWITCHOVER TO '10.0.0.2:3306'"), to(None));
+        assert_eq!(parse("switchover to \"10.0.0.2:3306\" /* planned */ ;"), to(None));
+        assert_eq!(parse("SWITCHOVER TO '10.0.0.2:3306' FOR HOSTGROUP 10"), to(Some(10)));
+        for not in ["SWITCHOVER", "SWITCHOVER TO 10", "SWITCHOVER TO '10.0.0.2:3306' FOR HOSTGROUP x", "SWITCHOVER TO 'a' FOR 10"] {
+            assert_eq!(parse(not), None, "{not}");
+        }
+    }
+
+    #[test]
     fn every_load_and_save_form() {
         let modules = [
             ("MYSQL SERVERS", Module::MysqlServers),

@@ -15,6 +15,7 @@ use std::time::Duration;
 use tracing::debug;
 
 /// What may be done with a statement whose backend was lost before its reply.
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum RunAgain {
     No,
     /// On another connection (an autocommit read).
@@ -173,7 +174,13 @@ impl Session {
                     Err(e) => {
                         let outcome = crate::exec::Outcome { error: true, error_code: super::backend_error_code(&e), ..Default::default() };
                         self.observed(&watch, None, &outcome, 0, &self.plan_scratch.digest_text, b"");
-                        return self.reply_backend_error(seq, &e).await;
+                        if again == RunAgain::AfterReplay {
+                            // Why the transaction could not be replayed; the session goes on.
+                            return self.reply_backend_error(seq, &e).await;
+                        }
+                        // No other server: the client learns of the loss, as it would have.
+                        let _ = self.reply_lost(seq, &lost_on).await;
+                        return Flow::End;
                     }
                 };
                 held.pins.rule = plan.pins_connection();
