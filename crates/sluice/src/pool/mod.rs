@@ -478,20 +478,14 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
         // 1. A server by weight: its idle connection, else a new one if it has room.
         let preferred = hostgroups::pick_usable(servers, usable);
         let mut found = preferred.and_then(|s| live_idle(s, req, has_schema, check_after));
+        let mut to_open = None;
         if found.is_none() {
-            if let Some(s) = preferred.filter(|s| s.pool.reserve()) {
-                match open(s, req).await {
-                    Err(e) if connect_failed(&e) && servers.iter().any(|o| usable(o) && !std::ptr::eq(o, s)) => {
-                        tracing::debug!(server = %s.name, hostgroup, "connect failed, trying the other servers of the hostgroup: {e}");
-                        failed.push(s.pool.id);
-                        continue;
-                    }
-                    r => break r,
-                }
+            to_open = preferred.filter(|s| s.pool.reserve());
+            if to_open.is_none() {
+                // 2. Any other server's idle connection.
+                let mut others = servers.iter().filter(|s| usable(s) && !preferred.is_some_and(|p| std::ptr::eq(p, *s)));
+                found = others.find_map(|s| live_idle(s, req, has_schema, check_after));
             }
-            // 2. Any other server's idle connection.
-            let mut others = servers.iter().filter(|s| usable(s) && !preferred.is_some_and(|p| std::ptr::eq(p, *s)));
-            found = others.find_map(|s| live_idle(s, req, has_schema, check_after));
         }
         if let Some(b) = found {
             if waiting.is_none() {
@@ -500,10 +494,12 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
             break Ok(b);
         }
         // 3. Room for a new one (by weight), or room made by closing another login's idle one.
-        let server = hostgroups
-            .reserve_by_weight(servers, usable)
-            .or_else(|| servers.iter().filter(|s| usable(s)).find(|s| s.pool.evict_other(req, has_schema) && s.pool.reserve()));
-        if let Some(server) = server {
+        let to_open = to_open.or_else(|| {
+            hostgroups
+                .reserve_by_weight(servers, usable)
+                .or_else(|| servers.iter().filter(|s| usable(s)).find(|s| s.pool.evict_other(req, has_schema) && s.pool.reserve()))
+        });
+        if let Some(server) = to_open {
             match open(server, req).await {
                 Err(e) if connect_failed(&e) && servers.iter().any(|o| usable(o) && !std::ptr::eq(o, server)) => {
                     tracing::debug!(server = %server.name, hostgroup, "connect failed, trying the other servers of the hostgroup: {e}");
