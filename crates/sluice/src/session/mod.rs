@@ -529,6 +529,13 @@ impl Session {
                 continue;
             }
             if cmd != COM_PING {
+                if self.journal.lost.is_some() {
+                    // The transaction's connection is gone and only a text statement can be
+                    // told so (some commands have no reply): the session ends, as it would
+                    // have on a direct connection.
+                    debug!(id = self.id, "transaction lost before {}; closing the session", proto::command::name(cmd));
+                    return;
+                }
                 self.journal.refuse("a command other than a text statement ran in it");
             }
             let init_db = (cmd == COM_INIT_DB).then(|| String::from_utf8_lossy(&payload[1..]).into_owned());
