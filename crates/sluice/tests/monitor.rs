@@ -268,6 +268,12 @@ async fn bad_monitor_settings_are_refused_naming_the_field() {
     let text = text.replace("ping_interval_ms = 5", "ping_max_failures = 0");
     let e = config::FileConfig::parse(&text).unwrap().validate(None, Some(&text)).unwrap_err().to_string();
     assert!(e.contains("monitor.ping_max_failures") && e.contains("at least 1"), "{e}");
+    // A replication pair neither of whose hostgroups has a server can only be a mistake (the
+    // two tables load together): refused, naming the row.
+    let text = format!("{text}[[mysql_replication_hostgroups]]\nwriter_hostgroup = 98\nreader_hostgroup = 99\n")
+        .replace("ping_max_failures = 0", "ping_max_failures = 3");
+    let e = config::FileConfig::parse(&text).unwrap().validate(None, Some(&text)).unwrap_err().to_string();
+    assert!(e.contains("mysql_replication_hostgroups") && e.contains("neither hostgroup 98 nor 99"), "{e}");
 
     let db = testkit::shared();
     let mut c = quick_config(db);

@@ -369,6 +369,29 @@ mod tests {
     }
 
     #[test]
+    fn a_null_lag_counts_as_slave_lag_when_null() {
+        let now = Instant::now();
+        let mut w = Watch {
+            name: "db:1".into(),
+            link: None,
+            failures: 0,
+            last_error: String::new(),
+            lag: Some(Lag::Null),
+            next_connect: now,
+            next_ping: now,
+            next_lag: now,
+        };
+        let mut m = MonitorSection::default();
+        assert_eq!(w.effective_lag(&m), Some(60), "ProxySQL's default");
+        m.slave_lag_when_null = -1;
+        assert_eq!(w.effective_lag(&m), None, "-1 keeps a stopped replica in the read set");
+        w.lag = Some(Lag::Seconds(4));
+        assert_eq!(w.effective_lag(&m), Some(4));
+        w.lag = Some(Lag::NotReplica);
+        assert_eq!(w.effective_lag(&m), None, "a server that replicates from nothing cannot lag");
+    }
+
+    #[test]
     fn lag_from_status_rows() {
         let names: Vec<String> = ["Connection_name", "Seconds_Behind_Master"].map(String::from).to_vec();
         let row = |lag: Option<&str>| vec![Some(String::new()), lag.map(String::from)];
