@@ -219,6 +219,27 @@ async fn a_lagging_replica_leaves_the_read_set_until_it_catches_up() {
     while !read_ports(&mut c, 10).await.contains(&lagging) {
         assert!(Instant::now() < deadline, "the replica that caught up gets reads again");
     }
+    assert!(logs().contains(&format!("127.0.0.1:{lagging} (hostgroup 20) is SHUNNED_REPLICATION_LAG: replication stopped")));
+
+    // A lag in seconds: applied 3 s late while the primary writes, it reads 2 s and more, over 1.
+    // (A NULL lag, while replication restarts, now keeps the replica: set live on the admin port.)
+    admin(&proxy, "SET mysql-monitor_slave_lag_when_null = -1");
+    admin(&proxy, "LOAD MYSQL VARIABLES TO RUNTIME");
+    t.replicas[0].sql("STOP SLAVE; CHANGE MASTER TO MASTER_DELAY = 3; START SLAVE").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for i in 2.. {
+        t.primary.sql(&format!("INSERT INTO test.lag_writes VALUES ({i})")).unwrap();
+        if admin(&proxy, &pool).trim() == "SHUNNED_REPLICATION_LAG" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a replica 3 s behind is shunned");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let lags = admin(&proxy, &format!("SELECT MAX(repl_lag) FROM mysql_server_replication_lag_log WHERE port = {lagging}"));
+    assert!(lags.trim().parse::<i64>().is_ok_and(|l| l > 1), "a lag over 1 s was read: {lags}");
+    assert!(read_ports(&mut c, 10).await.iter().all(|p| *p == other), "reads avoid the late replica");
+    t.replicas[0].sql("STOP SLAVE; CHANGE MASTER TO MASTER_DELAY = 0; START SLAVE").unwrap();
+    wait_admin(&proxy, &pool, "ONLINE");
 }
 
 /// A monitor login the servers refuse: one warn line per server naming it and the server's
