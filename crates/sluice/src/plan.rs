@@ -10,7 +10,7 @@ use crate::rules::{Decision, Query, RuleSet, Scratch, Who};
 use crate::stats::Command;
 use proto::command::COM_QUERY;
 use proto::errors::*;
-use sql::classify::Intercept;
+use sql::classify::{Dynamic, Intercept};
 use sql::effects::Effects;
 use std::time::Duration;
 
@@ -80,9 +80,9 @@ pub struct Plan {
     pub use_db: Option<String>,
     /// Where it goes, and which router decided.
     pub routed: Routed,
-    /// `PREPARE s FROM @v` / `EXECUTE IMMEDIATE @v`: the user variable whose text must be
-    /// checked for a KILL before the statement is sent.
-    pub dynamic_sql: Option<String>,
+    /// `PREPARE s FROM …` / `EXECUTE IMMEDIATE …` of a user variable or an expression, whose
+    /// text must be read and checked for a KILL before the statement is sent.
+    pub dynamic_sql: Option<Dynamic>,
     /// The statement is relayed beyond its head, and its unread rest could hold a statement
     /// sluice must see (a KILL after `;`, or inside anything but a plain SELECT, INSERT…):
     /// exec watches the rest for those words and refuses the statement if one comes.
@@ -166,7 +166,12 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
     let text = stmt.text;
     let command = Command::from_sql(text);
     let dynamic_sql = match sql::classify::intercept(text) {
-        Some(Intercept::Variable(name)) => Some(name),
+        // The session sends an expression's value in its place: it needs the whole text.
+        Some(Intercept::Dynamic(Dynamic::Expression { .. })) if !(stmt.whole && stmt.chunks == 1) => {
+            scratch.digest_text.clear();
+            return Plan::answered(command, Action::Intercept(Intercept::Refuse(sql::classify::refusal::DYNAMIC_UNSEEN)), facts);
+        }
+        Some(Intercept::Dynamic(dynamic)) => Some(dynamic),
         Some(answered) => {
             scratch.digest_text.clear();
             return Plan::answered(command, Action::Intercept(answered), facts);
@@ -307,7 +312,7 @@ fn chunks(len: usize) -> usize {
     len / proto::frame::MAX_CHUNK + 1
 }
 
-fn query_packet(sql: &[u8], seq: u8) -> bytes::Bytes {
+pub fn query_packet(sql: &[u8], seq: u8) -> bytes::Bytes {
     let mut buf = Vec::with_capacity(sql.len() + 5);
     proto::frame::write_command(&mut buf, seq, COM_QUERY, sql);
     bytes::Bytes::from(buf)
