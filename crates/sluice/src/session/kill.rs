@@ -410,14 +410,24 @@ impl Session {
         set.extend_from_slice(expression);
         let set = crate::plan::rewrite_connection_id(&set, self.id).unwrap_or(set);
         let statement = if prepare { "PREPARE..FROM" } else { "EXECUTE IMMEDIATE" };
-        self.query_on_session(&set).await.map_err(|e| named_as(e, statement))?;
         let read =
             format!("SELECT CHARSET({DYNAMIC_VALUE}), HEX(CAST({DYNAMIC_VALUE} AS BINARY)), HEX(CONVERT({DYNAMIC_VALUE} USING utf8mb4))");
-        let read = self.query_on_session(&read).await;
-        // Unset at once: the variable is sluice's, not the client's.
-        let unset = self.query_on_session(format!("SET {DYNAMIC_VALUE} = NULL")).await;
-        let row = read?.into_iter().next().unwrap_or_default();
-        unset?;
+        // One connection for the three: the variable lives in its server session.
+        let mut held = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await?;
+        let rows = match self.interruptible(&mut held.backend, &set).await {
+            Err(e) => Err(named_as(e, statement)),
+            Ok(_) => {
+                let rows = self.interruptible(&mut held.backend, read.as_bytes()).await;
+                // Unset at once: the variable is sluice's, not the client's.
+                let unset = self.interruptible(&mut held.backend, format!("SET {DYNAMIC_VALUE} = NULL").as_bytes()).await;
+                rows.and_then(|rows| unset.map(|_| rows))
+            }
+        };
+        if let Err(e) = &rows {
+            held.backend.note_failure(e);
+        }
+        self.settle(held);
+        let row = rows?.into_iter().next().unwrap_or_default();
         let value = match row.as_slice() {
             [Some(charset), Some(bytes), Some(utf8)] if charset.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_') => {
                 let Some(text) = decode_hex(utf8.as_bytes()) else { return Ok((Some(refusal::DYNAMIC_UNSEEN), None)) };
