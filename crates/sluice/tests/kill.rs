@@ -81,6 +81,12 @@ async fn backend_thread_running(db: &MariaDb, marker: &str) -> u64 {
     panic!("no backend thread runs {marker}");
 }
 
+/// How many statements the backend runs for `user` (a backend login).
+async fn statements_of(direct: &mut Conn, user: &str) -> i64 {
+    let sql = format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = '{user}' AND INFO IS NOT NULL");
+    direct.query_first(sql).await.unwrap().unwrap()
+}
+
 fn code(r: Result<(), mysql_async::Error>) -> Option<u16> {
     r.err().and_then(|e| server_code(&e))
 }
@@ -464,6 +470,30 @@ async fn a_kill_expression_is_interruptible() {
     assert_eq!(server_code(&e), Some(1970));
     assert!(e.to_string().contains("KILL does not support subqueries or stored functions"), "{e}");
     root.query_drop(format!("DROP FUNCTION test.{f}")).await.unwrap();
+
+    // A client that leaves during the evaluation has it stopped on the server, as a statement
+    // of its own would be (the server itself notices a gone client within seconds).
+    // (The server shows the evaluation as `SELECT ?`: found by the backend login, which only
+    // this test's sessions use.)
+    let mut raw = RawClient::connect(s.proxy.port, "bob", "b");
+    raw.send(b"\x03KILL SLEEP(100)");
+    let mut direct = connect(db.port()).await;
+    let mut tries = 0;
+    while statements_of(&mut direct, &s.backend_user).await == 0 {
+        tries += 1;
+        assert!(tries < 100, "the evaluation runs on the backend");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(raw);
+    let mut left = 1;
+    for _ in 0..30 {
+        left = statements_of(&mut direct, &s.backend_user).await;
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(left, 0, "the evaluation ended with its client");
 
     // Shutdown: after its timeout, the evaluation is killed like any statement.
     let text = format!(

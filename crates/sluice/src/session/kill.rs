@@ -334,9 +334,10 @@ impl Session {
 
     /// Runs `sql` on `backend` as a forwarded statement runs (`Session::forward`): a KILL QUERY
     /// of this session (another client's, or the shutdown's once its timeout passed) kills it
-    /// on the server, and a KILL CONNECTION ends that backend connection; the statement's end is
-    /// awaited either way, and it ends with the server's error.
-    async fn interruptible(&self, backend: &mut Backend, sql: &[u8]) -> Result<Vec<Vec<Option<String>>>, BackendError> {
+    /// on the server, a KILL CONNECTION ends that backend connection, and so does a client that
+    /// leaves meanwhile; the statement's end is awaited either way, and it ends with the
+    /// server's error.
+    async fn interruptible(&mut self, backend: &mut Backend, sql: &[u8]) -> Result<Vec<Vec<Option<String>>>, BackendError> {
         self.handle.clear_kill_query();
         let (server, thread) = (backend.server.clone(), backend.thread_id);
         let (timeout, monitor) = (self.snap.config.connect_timeout(), self.snap.config.monitor.as_ref());
@@ -344,6 +345,8 @@ impl Session {
         let rows = {
             let run = backend.query(sql);
             tokio::pin!(run);
+            let gone = crate::exec::client_gone(&mut self.client);
+            tokio::pin!(gone);
             loop {
                 tokio::select! {
                     biased;
@@ -355,6 +358,10 @@ impl Session {
                         } else {
                             kill_query(&server, thread, &self.login, monitor, request, timeout)
                         });
+                    }
+                    _ = &mut gone, if killer.is_none() => {
+                        self.data.stats.add(Counter::KilledBackendQueries, 1);
+                        killer = Some(kill_connection(&server, thread, &self.login, monitor, None, timeout));
                     }
                 }
             }
