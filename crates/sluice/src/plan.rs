@@ -31,6 +31,9 @@ pub struct Facts<'a> {
     pub who: Who<'a>,
     /// The session id clients see (CONNECTION_ID() is answered with it).
     pub session_id: u32,
+    /// The session set `@@pseudo_thread_id` itself: reads of it are the server's, not the
+    /// session id.
+    pub pseudo_thread_id_set: bool,
     /// The user's default hostgroup, where a statement no router claims goes.
     pub default_hostgroup: u32,
     /// Statistics want the digest even when no rule does.
@@ -213,7 +216,9 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
     // The text the backend gets: the rules' rewrite, and sluice's id for CONNECTION_ID().
     let rewrite = if action != Action::Forward {
         None
-    } else if let Some(with_id) = (stmt.whole && stmt.chunks == 1).then(|| rewrite_connection_id(sent, facts.session_id)).flatten() {
+    } else if let Some(with_id) =
+        (stmt.whole && stmt.chunks == 1).then(|| rewrite_connection_id(sent, facts.session_id, !facts.pseudo_thread_id_set)).flatten()
+    {
         Some(query_packet(&with_id, stmt.first_seq))
     } else if rewritten {
         Some(query_packet(sent, stmt.first_seq))
@@ -256,8 +261,8 @@ pub fn prepare_blocked(text: &[u8], who: &Who, rules: &RuleSet, scratch: &mut Pl
 /// each SELECT so rewritten kept out of the server's query cache: the server never caches a
 /// statement that calls CONNECTION_ID(), but it would cache the literal that replaced it
 /// (`Qcache_queries_in_cache` and `Qcache_hits` would count it).
-pub fn rewrite_connection_id(sql: &[u8], id: u32) -> Option<Vec<u8>> {
-    let with_id = sql::classify::rewrite_connection_id(sql, id)?;
+pub fn rewrite_connection_id(sql: &[u8], id: u32, pseudo_thread_id: bool) -> Option<Vec<u8>> {
+    let with_id = sql::classify::rewrite_connection_id(sql, id, pseudo_thread_id)?;
     Some(uncached(sql, &with_id).unwrap_or(with_id))
 }
 

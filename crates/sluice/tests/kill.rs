@@ -576,4 +576,9 @@ async fn session_id_rewrites_keep_column_names() {
     c.query_drop(format!("KILL {thread}")).await.unwrap();
     assert!(other.ping().await.is_err(), "KILL of @@pseudo_thread_id ended that session");
     assert_eq!(code(c.query_drop("KILL QUERY @@pseudo_thread_id").await), Some(1317), "its own id, as on the server");
+    // A session that sets it (SUPER) reads its own value, as on the server.
+    let mut root = s.connect("root").await;
+    root.query_drop("SET @@pseudo_thread_id = 4242").await.unwrap();
+    let (set, own): (i64, i64) = root.query_first("SELECT @@pseudo_thread_id, CONNECTION_ID()").await.unwrap().unwrap();
+    assert_eq!((set, own), (4242, root.id() as i64));
 }

@@ -653,11 +653,11 @@ fn names_server_threads(word: &[u8]) -> bool {
     .any(|k| eq_ignore_case(word, k))
 }
 
-/// Replaces each `CONNECTION_ID()` call, and each read of `@@pseudo_thread_id` (which the
-/// server sets to the thread id), with the literal `id`. A select item that held one keeps its
-/// column name through an alias. `None` when there is nothing to replace (the common case,
-/// found without allocating).
-pub fn rewrite_connection_id(sql: &[u8], id: u32) -> Option<Vec<u8>> {
+/// Replaces each `CONNECTION_ID()` call, and with `pseudo_thread_id` each read of
+/// `@@pseudo_thread_id` (the server sets it to the thread id; false when the session set it
+/// itself), with the literal `id`. A select item that held one keeps its column name through an
+/// alias. `None` when there is nothing to replace (the common case, found without allocating).
+pub fn rewrite_connection_id(sql: &[u8], id: u32, pseudo_thread_id: bool) -> Option<Vec<u8>> {
     if !mentions_connection_id(sql) {
         return None;
     }
@@ -694,7 +694,7 @@ pub fn rewrite_connection_id(sql: &[u8], id: u32) -> Option<Vec<u8>> {
             && toks.get(i + 2).is_some_and(|p| p.text(sql) == b")");
         let width = match () {
             _ if call => 3,
-            _ if reads_pseudo_thread_id(&toks, i, sql) => 1,
+            _ if pseudo_thread_id && reads_pseudo_thread_id(&toks, i, sql) => 1,
             _ => {
                 i += 1;
                 continue;
@@ -877,14 +877,17 @@ mod tests {
     #[test]
     fn connection_id_stays_the_servers_against_thread_tables() {
         let q = b"SELECT ATTR_VALUE FROM performance_schema.session_account_connect_attrs WHERE PROCESSLIST_ID = CONNECTION_ID()";
-        assert_eq!(rewrite_connection_id(q, 7), None);
-        assert_eq!(rewrite_connection_id(b"SELECT * FROM information_schema.PROCESSLIST WHERE ID = connection_id()", 7), None);
-        assert_eq!(rewrite_connection_id(b"SELECT * FROM `performance_schema`.`threads` WHERE PROCESSLIST_ID = CONNECTION_ID()", 7), None);
+        assert_eq!(rewrite_connection_id(q, 7, true), None);
+        assert_eq!(rewrite_connection_id(b"SELECT * FROM information_schema.PROCESSLIST WHERE ID = connection_id()", 7, true), None);
+        assert_eq!(
+            rewrite_connection_id(b"SELECT * FROM `performance_schema`.`threads` WHERE PROCESSLIST_ID = CONNECTION_ID()", 7, true),
+            None
+        );
         assert!(
-            rewrite_connection_id(b"SELECT CONNECTION_ID(), threads FROM t", 7).is_none(),
+            rewrite_connection_id(b"SELECT CONNECTION_ID(), threads FROM t", 7, true).is_none(),
             "a column named like a thread table: kept too"
         );
-        assert!(rewrite_connection_id(b"DELETE FROM locks WHERE owner = CONNECTION_ID()", 7).is_some());
+        assert!(rewrite_connection_id(b"DELETE FROM locks WHERE owner = CONNECTION_ID()", 7, true).is_some());
     }
 
     #[test]
@@ -1075,7 +1078,7 @@ mod tests {
 
     #[test]
     fn connection_id_rewrites() {
-        let r = |s: &str| rewrite_connection_id(s.as_bytes(), 42).map(|v| String::from_utf8(v).unwrap());
+        let r = |s: &str| rewrite_connection_id(s.as_bytes(), 42, true).map(|v| String::from_utf8(v).unwrap());
         assert_eq!(r("SELECT CONNECTION_ID()").as_deref(), Some("SELECT 42 AS `CONNECTION_ID()`"));
         assert_eq!(r("select connection_id(), 1").as_deref(), Some("select 42 AS `connection_id()`, 1"));
         assert_eq!(r("SELECT * FROM t WHERE id = CONNECTION_ID()").as_deref(), Some("SELECT * FROM t WHERE id = 42"));
@@ -1096,6 +1099,7 @@ mod tests {
         assert_eq!(r("SET @t = @@SESSION.pseudo_thread_id").as_deref(), Some("SET @t = 42"));
         assert_eq!(r("SET @@pseudo_thread_id = 5"), None);
         assert_eq!(r("SELECT @@global.pseudo_thread_id"), None);
+        assert_eq!(rewrite_connection_id(b"SELECT @@pseudo_thread_id", 42, false), None, "the session set it: the server's");
         assert_eq!(r("KILL CONNECTION_ID()").as_deref(), Some("KILL 42"));
         assert_eq!(r("SELECT CONNECTION_ID()e5").as_deref(), Some("SELECT 42 e5"));
         assert_eq!(r("SELECT CONNECTION_ID()abc, 1").as_deref(), Some("SELECT 42 abc, 1"));

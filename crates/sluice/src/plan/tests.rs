@@ -16,6 +16,7 @@ fn facts() -> Facts<'static> {
     Facts {
         who: Who { user: "app", schema: "shop", client_addr: "10.0.0.7", proxy_addr: "127.0.0.1", proxy_port: 6033 },
         session_id: 42,
+        pseudo_thread_id_set: false,
         default_hostgroup: 5,
         digests_on: true,
         multi_statements: false,

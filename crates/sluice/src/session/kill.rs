@@ -134,6 +134,18 @@ impl Session {
         }
     }
 
+    /// The session set `@@pseudo_thread_id` itself (SUPER or BINLOG REPLAY): reads of it are
+    /// the server's, not the session id.
+    pub(super) fn pseudo_thread_id_set(&self) -> bool {
+        self.state.var("pseudo_thread_id").is_some()
+    }
+
+    /// `sql` with the session's id for CONNECTION_ID() and @@pseudo_thread_id
+    /// (`plan::rewrite_connection_id`), for a statement that is not planned.
+    pub(super) fn with_session_ids(&self, sql: Vec<u8>) -> Vec<u8> {
+        crate::plan::rewrite_connection_id(&sql, self.id, !self.pseudo_thread_id_set()).unwrap_or(sql)
+    }
+
     pub(super) async fn refuse(&mut self, seq: u8, why: &str) -> Flow {
         self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, why).await;
         Flow::Continue
@@ -415,7 +427,7 @@ impl Session {
         // own (no subquery or stored function), with the same errors.
         let mut set = format!("EXECUTE IMMEDIATE 'SET {DYNAMIC_VALUE} = ?' USING ").into_bytes();
         set.extend_from_slice(expression);
-        let set = crate::plan::rewrite_connection_id(&set, self.id).unwrap_or(set);
+        let set = self.with_session_ids(set);
         let statement = if prepare { "PREPARE..FROM" } else { "EXECUTE IMMEDIATE" };
         let read =
             format!("SELECT CHARSET({DYNAMIC_VALUE}), HEX(CAST({DYNAMIC_VALUE} AS BINARY)), HEX(CONVERT({DYNAMIC_VALUE} USING utf8mb4))");
@@ -447,7 +459,7 @@ impl Session {
             _ => "NULL".into(),
         };
         let sql = [head, value.as_bytes(), tail].concat();
-        let sql = crate::plan::rewrite_connection_id(&sql, self.id).unwrap_or(sql);
+        let sql = self.with_session_ids(sql);
         if sql.len() >= proto::frame::MAX_CHUNK {
             return Ok((Some(refusal::DYNAMIC_UNSEEN), None));
         }
@@ -461,12 +473,7 @@ impl Session {
     /// function, before anything is evaluated); its errors are the server's, named as the
     /// KILL's.
     async fn evaluate_kill_id(&mut self, expression: &str) -> Result<u64, BackendError> {
-        let sql = format!("EXECUTE IMMEDIATE 'SELECT ?' USING {expression}");
-        let sql = match sql::classify::rewrite_connection_id(sql.as_bytes(), self.id) {
-            // Rewritten from UTF-8 text with ASCII: UTF-8 still.
-            Some(rewritten) => String::from_utf8(rewritten).unwrap_or(sql),
-            None => sql,
-        };
+        let sql = self.with_session_ids(format!("EXECUTE IMMEDIATE 'SELECT ?' USING {expression}").into_bytes());
         let rows = self.query_on_session(&sql).await.map_err(|e| named_as(e, "KILL"))?;
         Ok(rows.first().and_then(|r| r.first().cloned().flatten()).map_or(0, |v| thread_id_from_text(v.as_bytes())))
     }

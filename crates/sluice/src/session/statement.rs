@@ -35,6 +35,7 @@ impl Session {
         let facts = plan::Facts {
             who: self.origin.who(&self.user.name, self.state.schema.as_deref()),
             session_id: self.id,
+            pseudo_thread_id_set: self.pseudo_thread_id_set(),
             default_hostgroup: self.user.default_hostgroup,
             digests_on: self.digests_on(),
             multi_statements: self.negotiated.capabilities.contains(proto::CapabilityFlags::CLIENT_MULTI_STATEMENTS),
