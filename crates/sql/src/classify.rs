@@ -114,7 +114,7 @@ fn code(sql: &[u8]) -> Code<'_> {
 }
 
 /// `t` is the keyword or identifier `k` (any case).
-pub(crate) fn is_word(t: &Token, sql: &[u8], k: &str) -> bool {
+pub fn is_word(t: &Token, sql: &[u8], k: &str) -> bool {
     t.kind == Kind::Word && eq_ignore_case(t.text(sql), k)
 }
 

@@ -18,7 +18,13 @@ use std::sync::Arc;
 /// so weights spread statements (not only new connections) and a server back from a drain
 /// gets its share at once.
 pub fn pick_online(group: &[Server]) -> Option<&Server> {
-    by_weight(group.iter().filter(|s| s.accepts_new()))
+    pick_usable(group, Server::accepts_new)
+}
+
+/// A server of `group` that is `usable` (ONLINE, and not one a connect just failed on), each
+/// as likely as its weight.
+pub fn pick_usable(group: &[Server], usable: impl Fn(&Server) -> bool) -> Option<&Server> {
+    by_weight(group.iter().filter(|s| usable(s)))
 }
 
 /// One of `candidates`, each as likely as its weight (0 counts as 1).
@@ -189,10 +195,10 @@ impl Hostgroups {
         pick_online(group).ok_or(NoServer::NoneOnline(hostgroup))
     }
 
-    /// Reserves room for a new pooled connection on an ONLINE server of `group` that has room,
-    /// chosen by weight among those.
-    pub fn reserve_by_weight<'a>(&self, group: &'a [Server]) -> Option<&'a Server> {
-        let room = || group.iter().filter(|s| s.accepts_new() && s.pool.open() < s.pool.max());
+    /// Reserves room for a new pooled connection on a `usable` server of `group` that has
+    /// room, chosen by weight among those.
+    pub fn reserve_by_weight<'a>(&self, group: &'a [Server], usable: impl Fn(&Server) -> bool) -> Option<&'a Server> {
+        let room = || group.iter().filter(|s| usable(s) && s.pool.open() < s.pool.max());
         // Room can vanish between the look and the reservation: try the others then.
         let first = by_weight(room())?;
         if first.pool.reserve() {
