@@ -350,7 +350,7 @@ impl AccountSource {
         }
         match self {
             AccountSource::GlobalPriv => format!(
-                "SELECT User, Host, Priv, @@global.default_password_lifetime, @@global.max_password_errors \
+                "SELECT User, Host, Priv, @@global.default_password_lifetime, @@global.max_password_errors, @@global.userstat \
                  FROM mysql.global_priv WHERE User IN ({list})"
             ),
             AccountSource::UserTable => format!(
@@ -488,6 +488,7 @@ fn parse_rows(source: AccountSource, rows: Vec<Vec<Option<String>>>) -> (Vec<Acc
                 policy.default_password_lifetime = it.next().flatten().and_then(|v| v.parse().ok()).unwrap_or(0);
                 policy.password_errors_limited =
                     it.next().flatten().and_then(|v| v.parse::<u64>().ok()).is_some_and(|n| n < u64::from(u32::MAX));
+                policy.userstat = it.next().flatten().is_some_and(|v| v == "1");
                 out.extend(AccountRow::from_global_priv(user, host, &third));
             }
             AccountSource::UserTable | AccountSource::UserTableWithoutPassword => {
@@ -509,9 +510,9 @@ mod tests {
         assert!(q.ends_with("WHERE User IN ('',X'612762')"), "{q}");
         let (rows, policy) = parse_rows(
             AccountSource::GlobalPriv,
-            vec![vec![Some("u".into()), Some("%".into()), Some(r#"{"account_locked":true}"#.into()), Some("0".into()), Some("10".into())]],
+            vec![vec![Some("u".into()), Some("%".into()), Some(r#"{"account_locked":true}"#.into()), Some("0".into()), Some("10".into()), Some("1".into())]],
         );
-        assert!(rows[0].locked && policy.state_known && policy.password_errors_limited);
+        assert!(rows[0].locked && policy.state_known && policy.password_errors_limited && policy.userstat);
         let (rows, policy) = parse_rows(
             AccountSource::UserTable,
             vec![vec![Some("u".into()), Some("%".into()), Some("mysql_native_password".into()), Some("*AB".into())]],

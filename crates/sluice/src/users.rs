@@ -242,6 +242,8 @@ pub struct ServerPolicy {
     /// max_password_errors is set: the server counts wrong passwords per account and blocks
     /// it, which only its own logins show.
     pub password_errors_limited: bool,
+    /// userstat is on: the server counts each account's refused logins (USER_STATISTICS).
+    pub userstat: bool,
 }
 
 /// The backend's rows that decide a login as one name: its own and the anonymous accounts.
@@ -259,6 +261,9 @@ pub struct Account {
     /// The row alone cannot say whether the server takes the login now (locked, a password
     /// that expires, or the state not read): a fresh login to the backend decides.
     pub prove: bool,
+    /// The server counts this account's refused logins (max_password_errors, userstat): a
+    /// password sluice refuses is refused by the server too, which counts it and answers.
+    pub failures_counted: bool,
 }
 
 /// Reading the backend's accounts failed: the error a client gets instead.
@@ -297,6 +302,7 @@ impl Lookup {
             },
             ssl_type: row.ssl_type,
             prove: !self.policy.state_known || row.locked || expiring || self.policy.password_errors_limited,
+            failures_counted: self.policy.password_errors_limited || self.policy.userstat,
         })
     }
 
