@@ -134,6 +134,25 @@ impl Users {
     pub fn configured(&self, name: &str) -> Option<&User> {
         self.configured.get(name)
     }
+
+    /// A configured user whose backend login sluice holds whole (a password in plain text or
+    /// none, or a separate backend login), the first by name: how sluice reaches the backend
+    /// for itself when no `[monitor]` login is configured. Its hostgroup, login and credential.
+    pub fn own_login(&self) -> Option<(u32, String, Credential)> {
+        let mut users: Vec<&User> = self.configured.values().collect();
+        users.sort_by(|a, b| a.name.cmp(&b.name));
+        users.into_iter().find_map(|u| {
+            let credential = match (&u.backend_login, &u.secret) {
+                // The separate backend login replaces the client's credential.
+                (Some(_), _) => Credential::Empty,
+                (None, Secret::Empty) => Credential::Empty,
+                (None, Secret::Plain { password, .. }) => Credential::Plain(password.clone()),
+                (None, Secret::NativeHash { .. }) => return None,
+            };
+            let (login, credential) = u.backend_credential(credential);
+            Some((u.default_hostgroup, login, credential))
+        })
+    }
 }
 
 /// A client as the server names it in messages and matches it against account hosts:

@@ -298,7 +298,9 @@ async fn verify(
             Ok(Found::Missing(unverified)) => (None, unverified),
             Err(refused) => return Ok(Err(refused)),
         },
-        Directory::Admin => (admin_user(data, a.user).map(|user| Account { user, ssl_type: 0, prove: false, failures_counted: false }), None),
+        Directory::Admin => {
+            (admin_user(data, a.user).map(|user| Account { user, ssl_type: 0, prove: false, failures_counted: false }), None)
+        }
     };
     // caching_sha2 clients whose account has only a native hash give their password in full.
     let mut clear: Option<Vec<u8>> = None;
