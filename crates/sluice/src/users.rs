@@ -597,6 +597,27 @@ mod tests {
     }
 
     #[test]
+    fn own_login_is_a_configured_login_sluice_holds_whole() {
+        let user = |name: &str, password: &str, backend: Option<(&str, &str)>| User {
+            name: name.into(),
+            secret: Secret::from_config(password),
+            default_hostgroup: 3,
+            default_schema: None,
+            backend_login: backend.map(|(u, p)| (u.into(), p.into())),
+            from_backend: false,
+        };
+        let users = |list: Vec<User>| Users { configured: list.into_iter().map(|u| (u.name.clone(), u)).collect() };
+        let hash = auth::format_native_hash(&auth::native_stage2(&auth::native_stage1(b"pw")));
+        assert_eq!(users(vec![user("a", &hash, None)]).own_login(), None, "a hash alone does not log in");
+        let some = users(vec![user("a", &hash, None), user("c", "pw", None), user("b", &hash, Some(("svc", "s")))]);
+        assert_eq!(some.own_login(), Some((3, "svc".into(), Credential::Plain("s".into()))));
+        assert_eq!(
+            users(vec![user("c", "pw", None), user("d", "", None)]).own_login(),
+            Some((3, "c".into(), Credential::Plain("pw".into())))
+        );
+    }
+
+    #[test]
     fn secrets_verify_and_derive_backend_credentials() {
         let nonce = auth::make_nonce([7; 20]);
         let reply = auth::native_scramble(&auth::native_stage1(b"pw"), &nonce);
