@@ -97,6 +97,11 @@ pub struct ProxySection {
     pub datadir: Option<PathBuf>,
 }
 
+/// The shortest and longest monitor interval or timeout (ms): a shorter one would keep the
+/// servers busy answering the monitor, a longer one is a mistake (a day).
+pub const MONITOR_MIN_MS: u64 = 10;
+pub const MONITOR_MAX_MS: u64 = 86_400_000;
+
 /// The most `max_allowed_packet` can be, as on the server (1 GiB).
 pub const MAX_ALLOWED_PACKET_CEILING: usize = 1 << 30;
 
@@ -241,12 +246,57 @@ impl Default for QueryLogSection {
     }
 }
 
-/// The account sluice uses for its own backend queries (reading mysql.user, health checks).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Default)]
+/// The account sluice uses for its own backend queries (reading mysql.user, health checks),
+/// and how often the monitor checks the servers (ProxySQL's `mysql-monitor_*` settings).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MonitorSection {
     pub username: String,
     pub password: String,
+    /// How often each server gets a new monitor connection (logged in, then closed).
+    pub connect_interval_ms: u64,
+    /// How often each server is pinged on the monitor's kept connection.
+    pub ping_interval_ms: u64,
+    /// How often the servers of replication hostgroups are asked whether they are read-only.
+    pub read_only_interval_ms: u64,
+    /// How often the readers of replication hostgroups are asked for their replication lag.
+    pub replication_lag_interval_ms: u64,
+    /// A monitor connect (and login) that takes longer has failed.
+    pub connect_timeout_ms: u64,
+    /// A ping (or a read_only / lag query) that takes longer has failed.
+    pub ping_timeout_ms: u64,
+    /// Failed connects or pings in a row after which a server is SHUNNED.
+    pub ping_max_failures: u32,
+    /// The lag a replica counts as when it reports none (its IO or SQL thread stopped):
+    /// -1 keeps it in the read set, any other value is compared with its max_replication_lag.
+    pub slave_lag_when_null: i64,
+    /// Rows each monitor log table keeps per server (the latest).
+    pub history_rows: u32,
+}
+
+impl Default for MonitorSection {
+    fn default() -> Self {
+        MonitorSection {
+            username: String::new(),
+            password: String::new(),
+            connect_interval_ms: 60_000,
+            ping_interval_ms: 10_000,
+            read_only_interval_ms: 1_000,
+            replication_lag_interval_ms: 10_000,
+            connect_timeout_ms: 600,
+            ping_timeout_ms: 1_000,
+            ping_max_failures: 3,
+            slave_lag_when_null: 60,
+            history_rows: 100,
+        }
+    }
+}
+
+impl MonitorSection {
+    /// The monitor's login and settings: `username` alone (other settings at their defaults).
+    pub fn login(username: &str, password: &str) -> MonitorSection {
+        MonitorSection { username: username.into(), password: password.into(), ..MonitorSection::default() }
+    }
 }
 
 /// A `[[mysql_servers]]` row (ProxySQL's mysql_servers columns).
@@ -263,6 +313,10 @@ pub struct ServerRow {
     pub weight: u32,
     #[serde(default = "default_server_max_connections")]
     pub max_connections: u32,
+    /// Seconds of replication lag above which the monitor takes this server out of its reader
+    /// hostgroup (SHUNNED_REPLICATION_LAG) until it catches up; 0: never.
+    #[serde(default)]
+    pub max_replication_lag: u32,
     #[serde(default, deserialize_with = "bool_or_int")]
     pub use_ssl: bool,
     /// PEM file of CA certificates to verify the server with; without it, the certificate is not verified.
@@ -647,6 +701,7 @@ impl FileConfig {
         self.check_pool(&mut out);
         self.check_stats(&mut out);
         self.check_querylog(&mut out);
+        self.check_monitor(&mut out);
         self.check_servers(&mut out);
         self.check_replication_hostgroups(&mut out);
         self.check_users(&mut out);
@@ -759,6 +814,35 @@ impl FileConfig {
         use PathPart::Key;
         if self.querylog.enabled && self.querylog.path.is_none() {
             out.push(problem(vec![Key("querylog"), Key("path")], "is needed when the query log is enabled"));
+        }
+    }
+
+    /// `[monitor]`: intervals and timeouts of at least 10 ms, bounds that are not 0.
+    fn check_monitor(&self, out: &mut Vec<Problem>) {
+        use PathPart::Key;
+        let Some(m) = &self.monitor else { return };
+        let at = |k| vec![Key("monitor"), Key(k)];
+        let times = [
+            ("connect_interval_ms", m.connect_interval_ms),
+            ("ping_interval_ms", m.ping_interval_ms),
+            ("read_only_interval_ms", m.read_only_interval_ms),
+            ("replication_lag_interval_ms", m.replication_lag_interval_ms),
+            ("connect_timeout_ms", m.connect_timeout_ms),
+            ("ping_timeout_ms", m.ping_timeout_ms),
+        ];
+        for (field, ms) in times {
+            if !(MONITOR_MIN_MS..=MONITOR_MAX_MS).contains(&ms) {
+                out.push(problem(at(field), format!("{ms} is out of range ({MONITOR_MIN_MS} to {MONITOR_MAX_MS} ms)")));
+            }
+        }
+        if m.ping_max_failures == 0 {
+            out.push(problem(at("ping_max_failures"), "must be at least 1"));
+        }
+        if !(1..=10_000).contains(&m.history_rows) {
+            out.push(problem(at("history_rows"), format!("{} is out of range (1 to 10000)", m.history_rows)));
+        }
+        if m.slave_lag_when_null < -1 {
+            out.push(problem(at("slave_lag_when_null"), "must be -1 (keep the replica) or a lag in seconds"));
         }
     }
 
@@ -1025,6 +1109,7 @@ pub fn quick_start(listen: Vec<String>, backend: &str, user: &str, password: &st
         status: ServerStatus::Online,
         weight: 1,
         max_connections: default_server_max_connections(),
+        max_replication_lag: 0,
         use_ssl: false,
         ssl_ca: None,
         comment: String::new(),
@@ -1033,7 +1118,7 @@ pub fn quick_start(listen: Vec<String>, backend: &str, user: &str, password: &st
     // read with this login (a password given as a hash cannot log in, so then only this user).
     if proto::auth::parse_native_hash(password).is_none() {
         fc.proxy.backend_users = true;
-        fc.monitor = Some(MonitorSection { username: user.to_string(), password: password.to_string() });
+        fc.monitor = Some(MonitorSection::login(user, password));
     }
     fc.mysql_users.push(UserRow {
         username: user.to_string(),

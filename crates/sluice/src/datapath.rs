@@ -60,6 +60,8 @@ pub struct DataPath {
     pub backend_max_packet: AtomicUsize,
     /// Statistics: per-worker counters merged when read.
     pub stats: Arc<crate::stats::Stats>,
+    /// What the monitor found (its logs and per-server summaries), for the admin and HTTP sides.
+    pub health: Arc<crate::health::Findings>,
     /// The runtime kind, fixed at start (per-core workers take connections only from their
     /// own pool shard).
     pub runtime: RuntimeKind,
@@ -71,6 +73,7 @@ impl DataPath {
         DataPath {
             statements: Arc::new(crate::pool::prepared::Registry::new(config.pool.max_statements)),
             stats: Arc::new(crate::stats::Stats::new(&config.stats)),
+            health: Arc::default(),
             runtime: config.proxy.runtime,
             live: Arc::new(arc_swap::ArcSwap::from_pointee(snapshot)),
             backend_accounts: BackendAccounts::default(),

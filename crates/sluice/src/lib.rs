@@ -1,7 +1,7 @@
 //! sluice: a MySQL/MariaDB-protocol proxy. The data path, in six steps:
 //! ① `listener` → ② `session` → (`plan`: ③ `rules` → ④ `route`) → ⑤ `pool` → ⑥ `exec`;
-//! beside it `config`, `users`, `throttle`, `registry`, `monitor`, `tls`, `net`; the side paths `admin` (SQL
-//! port), `http`, `stats` and `querylog`.
+//! beside it `config`, `users`, `throttle`, `registry`, `monitor` (its findings in `health`), `tls`,
+//! `net`; the side paths `admin` (SQL port), `http`, `stats` and `querylog`.
 //!
 //! Three handles, no god object: `datapath::DataPath` (what sessions read: the config snapshot,
 //! pools, registry, statistics), `control::Control` (reloads, ports, worker count; used by
@@ -14,6 +14,7 @@ pub mod config;
 pub mod control;
 pub mod datapath;
 pub mod exec;
+pub mod health;
 pub mod http;
 mod lenient;
 pub mod listener;

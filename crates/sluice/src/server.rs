@@ -135,15 +135,15 @@ impl Server {
     }
 }
 
-/// The monitor's own thread (side path: it never shares a runtime with sessions), following
-/// the replication hostgroups' server roles until shutdown.
+/// The monitor's own thread (side path: it never shares a runtime with sessions): the servers'
+/// health checks and the replication hostgroups' roles, until shutdown.
 fn start_monitor(control: Arc<Control>) -> anyhow::Result<JoinHandle<()>> {
     runtime_thread("sluice-monitor".into(), move || {
         let tokio_rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(rt) => rt,
             Err(e) => return tracing::error!("monitor: cannot build runtime: {e}"),
         };
-        tokio_rt.block_on(crate::monitor::follow_roles(control));
+        tokio_rt.block_on(crate::monitor::run(control));
         stop_runtime(tokio_rt);
     })
 }

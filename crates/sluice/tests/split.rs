@@ -182,7 +182,7 @@ async fn the_monitor_moves_servers_by_their_read_only_flag() {
     let t = Replication::start(1).unwrap();
     let (old_primary, replica) = (t.primary.port(), t.replicas[0].port());
     let mut config = split_config(&t, "ONLINE");
-    config.monitor = Some(config::MonitorSection { username: "root".into(), password: String::new() });
+    config.monitor = Some(config::MonitorSection::login("root", ""));
     let proxy = Proxy::start(config);
     let mut c = connect(proxy.port).await;
     assert_eq!(port_of(&mut c, "SELECT @@port /* sluice:route=writer */").await, old_primary);

@@ -8,9 +8,10 @@ use super::AdminPort;
 use super::{AdminCommand, AdminError, Layer, Module, Output, StatsTable, Store};
 use crate::config::{Config, FileConfig};
 use crate::control::ReloadError;
+use crate::snapshot::Snapshot;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
 /// The admin port's state: the store and where `LOAD … FROM CONFIG` reads.
@@ -22,11 +23,14 @@ pub struct Admin {
     /// A reload put a configuration in force while the store was busy: the memory and runtime
     /// tables are rewritten from the running configuration before the store is next used.
     stale: AtomicBool,
+    /// What runtime_mysql_servers shows: the snapshot in force and the monitor's verdicts
+    /// (`Findings::verdicts`) when it was last written.
+    shown: Mutex<(Weak<Snapshot>, u64)>,
 }
 
 impl Admin {
     pub fn new(store: Store, config_file: Option<PathBuf>) -> Admin {
-        Admin { fence: store.fence(), store: Mutex::new(store), config_file, stale: AtomicBool::new(false) }
+        Admin { fence: store.fence(), store: Mutex::new(store), config_file, stale: AtomicBool::new(false), shown: Mutex::default() }
     }
 
     /// The store as it is, for tests and start-up (admin statements go through `lock`).
@@ -39,6 +43,7 @@ impl Admin {
     fn lock(&self, port: &AdminPort) -> MutexGuard<'_, Store> {
         let mut store = self.store();
         self.refresh_if_stale(port, &mut store);
+        self.show_live_servers(port, &mut store);
         if let Err(e) = store.set_limits(port.control.snapshot().config.proxy.admin_memory_limit_bytes) {
             tracing::warn!("admin: the store's memory limit could not be set: {e}");
         }
@@ -58,6 +63,33 @@ impl Admin {
             Ok(mut store) => self.refresh_if_stale(port, &mut store),
             Err(TryLockError::Poisoned(p)) => self.refresh_if_stale(port, &mut p.into_inner()),
             Err(TryLockError::WouldBlock) => tracing::debug!("reload: the admin tables are updated after the running admin statement"),
+        }
+    }
+
+    /// runtime_mysql_servers shows the servers in force, and which the monitor shunned: it is
+    /// rewritten when either changed since (the monitor's moves between replication hostgroups
+    /// are reloads no admin statement made).
+    fn show_live_servers(&self, port: &AdminPort, store: &mut Store) {
+        let data = &port.control.data;
+        let snapshot = data.live.load_full();
+        let verdicts = data.health.verdicts();
+        let mut shown = self.shown.lock().unwrap_or_else(|p| p.into_inner());
+        if shown.0.ptr_eq(&Arc::downgrade(&snapshot)) && shown.1 == verdicts {
+            return;
+        }
+        let shunned: Vec<(u32, &str, u16)> = snapshot
+            .hostgroups
+            .servers()
+            .iter()
+            .filter(|s| s.pool.status() == crate::config::ServerStatus::Online && s.pool.health() != crate::pool::Health::Healthy)
+            .map(|s| (s.hostgroup, s.hostname.as_str(), s.port))
+            .collect();
+        let written = store
+            .write_runtime(Module::MysqlServers, &in_force(&snapshot.config, Layer::Runtime))
+            .and_then(|()| store.show_shunned(&shunned));
+        match written {
+            Ok(()) => *shown = (Arc::downgrade(&snapshot), verdicts),
+            Err(e) => tracing::warn!("admin: runtime_mysql_servers could not be brought up to date: {e}"),
         }
     }
 

@@ -180,10 +180,10 @@ impl Fence {
             AuthAction::Read { table_name, .. } => {
                 // A table none of whose columns is read (`SELECT count(*) FROM t`) comes with
                 // the database as written: none when unqualified.
-                if db.is_empty() || db.eq_ignore_ascii_case("stats") {
-                    if let Some(i) = StatsTable::ALL.iter().position(|t| t.name().eq_ignore_ascii_case(table_name)) {
-                        self.reads.fetch_or(1 << i, Ordering::AcqRel);
-                    }
+                let named =
+                    |t: &StatsTable| t.name().eq_ignore_ascii_case(table_name) && (db.is_empty() || db.eq_ignore_ascii_case(t.schema()));
+                if let Some(i) = StatsTable::ALL.iter().position(named) {
+                    self.reads.fetch_or(1 << i, Ordering::AcqRel);
                 }
                 Authorization::Allow
             }
@@ -206,7 +206,7 @@ impl Fence {
             }
             // The database SQLite names here is the trigger's (a TEMP trigger may watch `main`).
             AuthAction::CreateTrigger { table_name, .. } | AuthAction::CreateTempTrigger { table_name, .. }
-                if ["main", "disk", "stats"].iter().any(|db| sluice_table(db, table_name)) =>
+                if ["main", "disk", "stats", "monitor"].iter().any(|db| sluice_table(db, table_name)) =>
             {
                 self.refuse(own_table(table_name))
             }
@@ -240,14 +240,14 @@ fn own_table(table: &str) -> String {
     format!("{table} is one of sluice's own tables: it cannot be dropped or altered, nor carry triggers")
 }
 
-/// A table sluice reads and writes itself: `main` (memory and runtime), `disk`, `stats`.
+/// A table sluice reads and writes itself: `main` (memory and runtime), `disk`, `stats`, `monitor`.
 fn sluice_table(db: &str, table: &str) -> bool {
     let config = |name: &str| CONFIG_TABLES.iter().any(|(t, _)| t.eq_ignore_ascii_case(name));
     let lower = table.to_ascii_lowercase();
     match db.to_ascii_lowercase().as_str() {
         "main" => config(&lower) || lower.strip_prefix("runtime_").is_some_and(config),
         "disk" => config(&lower),
-        "stats" => StatsTable::ALL.iter().any(|t| t.name() == lower),
+        db @ ("stats" | "monitor") => StatsTable::ALL.iter().any(|t| t.schema() == db && t.name() == lower),
         _ => false,
     }
 }

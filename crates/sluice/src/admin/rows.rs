@@ -108,7 +108,8 @@ fn write_err(key: String) -> impl Fn(rusqlite::Error) -> AdminError {
     move |e| AdminError::Row(RowError::new(key.clone(), "", e.to_string()))
 }
 
-const SERVER_COLUMNS: &[&str] = &["hostgroup_id", "hostname", "port", "status", "weight", "max_connections", "use_ssl", "comment"];
+const SERVER_COLUMNS: &[&str] =
+    &["hostgroup_id", "hostname", "port", "status", "weight", "max_connections", "max_replication_lag", "use_ssl", "comment"];
 const SSL_COLUMNS: &[&str] = &["hostname", "port", "username", "ssl_ca"];
 
 fn status_name(s: ServerStatus) -> &'static str {
@@ -125,11 +126,21 @@ pub(crate) fn write_servers(conn: &Connection, layer: Layer, rows: &[ServerRow])
     conn.execute(&format!("DELETE FROM {servers}"), [])?;
     conn.execute(&format!("DELETE FROM {ssl}"), [])?;
     let mut insert =
-        conn.prepare(&format!("INSERT INTO {servers} ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)", SERVER_COLUMNS.join(", ")))?;
+        conn.prepare(&format!("INSERT INTO {servers} ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)", SERVER_COLUMNS.join(", ")))?;
     for s in rows {
         let key = server_key(s.hostgroup_id, &s.hostname, s.port);
         insert
-            .execute(params![s.hostgroup_id, s.hostname, s.port, status_name(s.status), s.weight, s.max_connections, s.use_ssl, s.comment])
+            .execute(params![
+                s.hostgroup_id,
+                s.hostname,
+                s.port,
+                status_name(s.status),
+                s.weight,
+                s.max_connections,
+                s.max_replication_lag,
+                s.use_ssl,
+                s.comment
+            ])
             .map_err(write_err(key))?;
     }
     // One CA per hostname:port (ProxySQL's mysql_servers_ssl_params, username ''): rows of the
@@ -154,6 +165,17 @@ pub(crate) fn write_servers(conn: &Connection, layer: Layer, rows: &[ServerRow])
             let key = server_key(s.hostgroup_id, &s.hostname, s.port);
             insert_ssl.execute(params![s.hostname, s.port, ca.to_string_lossy()]).map_err(write_err(key))?;
         }
+    }
+    Ok(())
+}
+
+/// Marks `shunned` (hostgroup, hostname, port) SHUNNED in runtime_mysql_servers.
+pub(crate) fn show_shunned(conn: &Connection, shunned: &[(u32, &str, u16)]) -> Result<(), AdminError> {
+    let table = qualified(Layer::Runtime, "mysql_servers");
+    let mut update =
+        conn.prepare(&format!("UPDATE {table} SET status = 'SHUNNED' WHERE hostgroup_id = ?1 AND hostname = ?2 AND port = ?3"))?;
+    for (hostgroup, hostname, port) in shunned {
+        update.execute(params![hostgroup, hostname, port])?;
     }
     Ok(())
 }
@@ -203,6 +225,7 @@ pub(crate) fn read_servers(conn: &Connection, layer: Layer) -> Result<Vec<Server
             status,
             weight: r.ranged("weight", "0 to 4294967295")?,
             max_connections: r.ranged("max_connections", "0 to 4294967295")?,
+            max_replication_lag: r.ranged("max_replication_lag", "0 to 126144000 seconds")?,
             use_ssl: r.boolean("use_ssl")?,
             ssl_ca,
             comment: r.text_or_empty("comment")?,

@@ -155,14 +155,15 @@ pub(crate) fn create_statements() -> Vec<String> {
         }
     }
     for t in StatsTable::ALL {
-        out.push(format!("CREATE TABLE IF NOT EXISTS stats.{} ({})", t.name(), t.body()));
+        out.push(format!("CREATE TABLE IF NOT EXISTS {}.{} ({})", t.schema(), t.name(), t.body()));
     }
     out
 }
 
 /// A statistics table the integrator fills before a statement reads it. They live in the
-/// attached in-memory `stats` schema: `stats.stats_mysql_global` and `stats_mysql_global` both
-/// name it.
+/// attached in-memory `stats` schema (`stats.stats_mysql_global` and `stats_mysql_global` both
+/// name it), and the monitor's logs in `monitor` (`monitor.mysql_server_ping_log`), as in
+/// ProxySQL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StatsTable {
     QueryDigest,
@@ -176,6 +177,12 @@ pub enum StatsTable {
     Rates,
     /// sluice's: why sessions were pinned to a backend connection, and how often.
     MultiplexPins,
+    /// The monitor's logs (`health::Findings`): the latest `[monitor] history_rows` checks
+    /// of each server.
+    ConnectLog,
+    PingLog,
+    ReadOnlyLog,
+    ReplicationLagLog,
 }
 
 const DIGEST_COLUMNS: &str = "
@@ -206,7 +213,7 @@ const COMMAND_COLUMNS: [&str; 15] = {
 };
 
 impl StatsTable {
-    pub const ALL: [StatsTable; 8] = [
+    pub const ALL: [StatsTable; 12] = [
         StatsTable::QueryDigest,
         StatsTable::QueryDigestReset,
         StatsTable::ConnectionPool,
@@ -215,7 +222,19 @@ impl StatsTable {
         StatsTable::Global,
         StatsTable::Rates,
         StatsTable::MultiplexPins,
+        StatsTable::ConnectLog,
+        StatsTable::PingLog,
+        StatsTable::ReadOnlyLog,
+        StatsTable::ReplicationLagLog,
     ];
+
+    /// The attached schema it lives in.
+    pub fn schema(self) -> &'static str {
+        match self {
+            StatsTable::ConnectLog | StatsTable::PingLog | StatsTable::ReadOnlyLog | StatsTable::ReplicationLagLog => "monitor",
+            _ => "stats",
+        }
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -227,6 +246,10 @@ impl StatsTable {
             StatsTable::Global => "stats_mysql_global",
             StatsTable::Rates => "stats_rates",
             StatsTable::MultiplexPins => "stats_mysql_multiplex_pins",
+            StatsTable::ConnectLog => "mysql_server_connect_log",
+            StatsTable::PingLog => "mysql_server_ping_log",
+            StatsTable::ReadOnlyLog => "mysql_server_read_only_log",
+            StatsTable::ReplicationLagLog => "mysql_server_replication_lag_log",
         }
     }
 
@@ -275,6 +298,11 @@ impl StatsTable {
             StatsTable::Global => &["Variable_Name", "Variable_Value"],
             StatsTable::Rates => &["Variable_Name", "per_second_1s", "per_second_10s", "per_second_60s"],
             StatsTable::MultiplexPins => &["reason", "count"],
+            StatsTable::ConnectLog => &["hostname", "port", "time_start_us", "connect_success_time_us", "connect_error"],
+            StatsTable::PingLog => &["hostname", "port", "time_start_us", "ping_success_time_us", "ping_error"],
+            StatsTable::ReadOnlyLog => &["hostname", "port", "time_start_us", "success_time_us", "read_only", "error"],
+            // sluice's last column: the replica's GTID position.
+            StatsTable::ReplicationLagLog => &["hostname", "port", "time_start_us", "success_time_us", "repl_lag", "error", "gtid_pos"],
         }
     }
 
@@ -295,6 +323,19 @@ impl StatsTable {
                  per_second_10s REAL NOT NULL, per_second_60s REAL NOT NULL"
                 .into(),
             StatsTable::MultiplexPins => "reason VARCHAR NOT NULL PRIMARY KEY, count INT NOT NULL".into(),
+            StatsTable::ConnectLog => "hostname VARCHAR NOT NULL, port INT NOT NULL DEFAULT 3306, time_start_us INT NOT NULL DEFAULT 0, \
+                 connect_success_time_us INT DEFAULT 0, connect_error VARCHAR"
+                .into(),
+            StatsTable::PingLog => "hostname VARCHAR NOT NULL, port INT NOT NULL DEFAULT 3306, time_start_us INT NOT NULL DEFAULT 0, \
+                 ping_success_time_us INT DEFAULT 0, ping_error VARCHAR"
+                .into(),
+            StatsTable::ReadOnlyLog => "hostname VARCHAR NOT NULL, port INT NOT NULL DEFAULT 3306, time_start_us INT NOT NULL DEFAULT 0, \
+                 success_time_us INT DEFAULT 0, read_only INT DEFAULT 1, error VARCHAR"
+                .into(),
+            StatsTable::ReplicationLagLog => "hostname VARCHAR NOT NULL, port INT NOT NULL DEFAULT 3306, \
+                 time_start_us INT NOT NULL DEFAULT 0, success_time_us INT DEFAULT 0, repl_lag INT DEFAULT 0, error VARCHAR, \
+                 gtid_pos VARCHAR"
+                .into(),
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use super::{Cell, StatsTable};
 use crate::datapath::DataPath;
+use crate::health::Check;
 use std::sync::atomic::Ordering::Relaxed;
 
 pub fn rows(data: &DataPath, table: StatsTable) -> Vec<Vec<Cell>> {
@@ -35,7 +36,32 @@ pub fn rows(data: &DataPath, table: StatsTable) -> Vec<Vec<Cell>> {
         StatsTable::MultiplexPins => {
             crate::session::pin_counts::by_reason().into_iter().map(|(reason, n)| vec![Cell::Text(reason.into()), n.into()]).collect()
         }
+        StatsTable::ConnectLog => log_rows(data, Check::Connect),
+        StatsTable::PingLog => log_rows(data, Check::Ping),
+        StatsTable::ReadOnlyLog => log_rows(data, Check::ReadOnly),
+        StatsTable::ReplicationLagLog => log_rows(data, Check::ReplicationLag),
     }
+}
+
+/// A monitor log: hostname, port, time_start_us, success time, then read_only / repl_lag,
+/// the error, and the lag log's GTID position.
+fn log_rows(data: &DataPath, check: Check) -> Vec<Vec<Cell>> {
+    let or_null = |v: Option<String>| v.map_or(Cell::Null, Cell::Text);
+    data.health
+        .log(check)
+        .into_iter()
+        .map(|r| {
+            let mut row = vec![Cell::Text(r.hostname), u32::from(r.port).into(), r.time_start_us.into(), r.success_time_us.into()];
+            if matches!(check, Check::ReadOnly | Check::ReplicationLag) {
+                row.push(r.value.map_or(Cell::Null, Cell::Int));
+            }
+            row.push(or_null(r.error));
+            if check == Check::ReplicationLag {
+                row.push(or_null(r.gtid));
+            }
+            row
+        })
+        .collect()
 }
 
 fn digest_rows(rows: Vec<crate::stats::DigestRow>) -> Vec<Vec<Cell>> {
@@ -81,14 +107,16 @@ pub struct PoolRow {
     pub queries: u64,
     pub bytes_sent: u64,
     pub bytes_recv: u64,
-    /// The mean time of the statements this server answered (sluice has no ping monitor yet,
-    /// which is what ProxySQL's Latency_us measures).
+    /// The monitor's last ping round trip (ProxySQL's Latency_us); without one yet, the mean
+    /// time of the statements this server answered.
     pub latency_us: u64,
 }
 
 pub fn pools(data: &DataPath) -> Vec<PoolRow> {
     let snapshot = data.snapshot();
     let traffic = data.stats.servers();
+    let pings: Vec<_> = data.health.servers();
+    let ping = |s: &crate::pool::Server| pings.iter().find(|f| f.hostname == s.hostname && f.port == s.port).and_then(|f| f.last_ping_us);
     snapshot
         .hostgroups
         .servers()
@@ -101,7 +129,7 @@ pub fn pools(data: &DataPath) -> Vec<PoolRow> {
                 hostgroup: s.hostgroup,
                 srv_host: s.hostname.clone(),
                 srv_port: s.port,
-                status: status_name(p.status()),
+                status: p.status_name(),
                 conn_used: u64::from(p.open()).saturating_sub(idle),
                 conn_free: idle,
                 conn_ok: p.connects_ok.load(Relaxed),
@@ -110,7 +138,7 @@ pub fn pools(data: &DataPath) -> Vec<PoolRow> {
                 queries: t.queries,
                 bytes_sent: t.bytes_sent,
                 bytes_recv: t.bytes_recv,
-                latency_us: t.latency_sum_us.checked_div(t.queries).unwrap_or(0),
+                latency_us: ping(s).unwrap_or_else(|| t.latency_sum_us.checked_div(t.queries).unwrap_or(0)),
             }
         })
         .collect()
@@ -138,14 +166,6 @@ fn pool_rows(data: &DataPath) -> Vec<Vec<Cell>> {
             ]
         })
         .collect()
-}
-
-pub fn status_name(s: crate::config::ServerStatus) -> &'static str {
-    match s {
-        crate::config::ServerStatus::Online => "ONLINE",
-        crate::config::ServerStatus::OfflineSoft => "OFFLINE_SOFT",
-        crate::config::ServerStatus::OfflineHard => "OFFLINE_HARD",
-    }
 }
 
 /// stats_mysql_global: the counters, and gauges read now.

@@ -176,8 +176,9 @@ impl Store {
         let disk = |e: rusqlite::Error| StoreError::Disk { path: path.clone(), message: e.to_string() };
         conn.execute("ATTACH DATABASE ?1 AS disk", [&path]).map_err(disk)?;
         conn.execute("ATTACH DATABASE ':memory:' AS stats", [])?;
-        conn.execute_batch("PRAGMA stats.auto_vacuum = FULL")?;
-        // No database is attached after these two (VACUUM attaches its output too): the
+        conn.execute("ATTACH DATABASE ':memory:' AS monitor", [])?;
+        conn.execute_batch("PRAGMA stats.auto_vacuum = FULL; PRAGMA monitor.auto_vacuum = FULL")?;
+        // No database is attached after these (VACUUM attaches its output too): the
         // authorizer refuses ATTACH already; this holds even if it did not.
         conn.set_limit(Limit::SQLITE_LIMIT_ATTACHED, 0)?;
         conn.set_limit(Limit::SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)?;
@@ -301,6 +302,14 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// Shows the servers the monitor has shunned (hostgroup, hostname, port) as SHUNNED in
+    /// runtime_mysql_servers (ProxySQL's runtime table has no SHUNNED_REPLICATION_LAG; the
+    /// connection pool statistics tell the two apart).
+    pub fn show_shunned(&mut self, shunned: &[(u32, &str, u16)]) -> Result<(), AdminError> {
+        let _internal = self.fence.internal();
+        rows::show_shunned(&self.conn, shunned)
     }
 
     /// Rewrites `module`'s runtime tables from the configuration now live.
@@ -485,9 +494,10 @@ fn fill_table<R: IntoIterator<Item = Vec<Cell>>>(conn: &Connection, fence: &Fenc
     conn.execute_batch("SAVEPOINT sluice_fill")?;
     let filled = (|| {
         let n = table.columns().len();
-        conn.execute(&format!("DELETE FROM stats.{}", table.name()), [])?;
+        let name = format!("{}.{}", table.schema(), table.name());
+        conn.execute(&format!("DELETE FROM {name}"), [])?;
         let marks: Vec<String> = (1..=n).map(|i| format!("?{i}")).collect();
-        let mut insert = conn.prepare(&format!("INSERT INTO stats.{} VALUES ({})", table.name(), marks.join(", ")))?;
+        let mut insert = conn.prepare(&format!("INSERT INTO {name} VALUES ({})", marks.join(", ")))?;
         for row in rows {
             if row.len() != n {
                 return Err(AdminError::Unsupported(format!("{}: a row of {} values for {n} columns", table.name(), row.len())));

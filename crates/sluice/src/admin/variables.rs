@@ -36,6 +36,14 @@ const PROXYSQL_NAMES: &[(&str, &str, &str)] = &[
     ("mysql-have_ssl", "tls", "enabled"),
     ("mysql-monitor_username", "monitor", "username"),
     ("mysql-monitor_password", "monitor", "password"),
+    ("mysql-monitor_connect_interval", "monitor", "connect_interval_ms"),
+    ("mysql-monitor_ping_interval", "monitor", "ping_interval_ms"),
+    ("mysql-monitor_read_only_interval", "monitor", "read_only_interval_ms"),
+    ("mysql-monitor_replication_lag_interval", "monitor", "replication_lag_interval_ms"),
+    ("mysql-monitor_connect_timeout", "monitor", "connect_timeout_ms"),
+    ("mysql-monitor_ping_timeout", "monitor", "ping_timeout_ms"),
+    ("mysql-monitor_ping_max_failures", "monitor", "ping_max_failures"),
+    ("mysql-monitor_slave_lag_when_null", "monitor", "slave_lag_when_null"),
     ("mysql-multiplexing", "pool", "multiplexing"),
     ("mysql-max_stmts_per_connection", "pool", "max_statements_per_connection"),
     ("mysql-max_stmts_cache", "pool", "max_statements"),
@@ -130,7 +138,9 @@ pub fn render(fc: &FileConfig, module: Module) -> Result<Vec<(String, String)>, 
         .iter()
         .filter(|v| v.module == module)
         .map(|v| {
-            let value = table.get(v.section).and_then(|s| s.get(v.field)).map_or_else(String::new, render_value);
+            // A section the config leaves out (no [monitor]) shows its defaults.
+            let value =
+                table.get(v.section).or_else(|| hints().get(v.section)).and_then(|s| s.get(v.field)).map_or_else(String::new, render_value);
             (v.name.clone(), value)
         })
         .collect())
@@ -327,7 +337,7 @@ mod tests {
         fc.proxy.datadir = Some(PathBuf::from("/var/lib/sluice"));
         fc.tls.enabled = false;
         fc.tls.cert = Some(PathBuf::from("/etc/c.pem"));
-        fc.monitor = Some(MonitorSection { username: "mon".into(), password: "pw".into() });
+        fc.monitor = Some(MonitorSection::login("mon", "pw"));
         fc.pool.multiplexing = false;
         fc.querylog.path = Some(PathBuf::from("/tmp/q.log"));
         fc.proxy.runtime = crate::config::RuntimeKind::PerCore;

@@ -479,6 +479,24 @@ enum Watch {
     Stop,
 }
 
+/// Resolves when the client goes while sluice runs a statement of its own for it (as
+/// `watch_client_side`); never when it sent its next command ahead.
+pub async fn client_gone(client: &mut Conn) {
+    let mut watching = true;
+    poll_fn(|cx| match watching {
+        false => Poll::Pending,
+        true => match watch_client_side(client, cx) {
+            Watch::Gone => Poll::Ready(()),
+            Watch::Stop => {
+                watching = false;
+                Poll::Pending
+            }
+            Watch::Quiet => Poll::Pending,
+        },
+    })
+    .await
+}
+
 /// Has the client gone while its reply is awaited? The reactor's readiness answers without a
 /// system call while the client sends nothing (its command's read drained its socket). Once it
 /// is readable, what it sent ahead — its next command — is read into its buffer, where the

@@ -66,6 +66,18 @@ pub fn render(data: &DataPath) -> String {
         }
     }
 
+    e.family(
+        "sluice_server_shunned",
+        "1 while the monitor keeps new statements off the server (SHUNNED or SHUNNED_REPLICATION_LAG)",
+        Kind::Gauge,
+    );
+    for p in &pools {
+        let (hg, server) = label(p);
+        let shunned = p.status.starts_with("SHUNNED");
+        e.sample("", &[("hostgroup", &hg), ("server", &server), ("status", p.status)], f64::from(u8::from(shunned)));
+    }
+    monitor(&mut e, data);
+
     e.family("sluice_rule_hits_total", "Statements each query rule matched (since its last LOAD)", Kind::Counter);
     for (rule, hits) in snapshot.config.rules.hits() {
         e.sample("", &[("rule_id", &rule.to_string())], hits as f64);
@@ -83,4 +95,30 @@ pub fn render(data: &DataPath) -> String {
         );
     }
     e.finish()
+}
+
+/// What the monitor found, per server (hostname:port).
+fn monitor(e: &mut Exposition, data: &DataPath) {
+    let found = data.health.servers();
+    let name = |f: &crate::health::ServerFindings| format!("{}:{}", f.hostname, f.port);
+    e.family("sluice_monitor_ping_seconds", "The monitor's last successful ping round trip", Kind::Gauge);
+    for f in &found {
+        if let Some(us) = f.last_ping_us {
+            e.sample("", &[("server", &name(f))], us as f64 / 1e6);
+        }
+    }
+    e.family("sluice_monitor_connect_errors_total", "Monitor connects the server did not answer or refused", Kind::Counter);
+    for f in &found {
+        e.sample("", &[("server", &name(f))], f.connect_errors as f64);
+    }
+    e.family("sluice_monitor_ping_errors_total", "Monitor pings that failed", Kind::Counter);
+    for f in &found {
+        e.sample("", &[("server", &name(f))], f.ping_errors as f64);
+    }
+    e.family("sluice_monitor_replication_lag_seconds", "A replica's last replication lag read (absent: unknown or NULL)", Kind::Gauge);
+    for f in &found {
+        if let Some(lag) = f.replication_lag {
+            e.sample("", &[("server", &name(f))], lag as f64);
+        }
+    }
 }

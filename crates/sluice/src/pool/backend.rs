@@ -235,16 +235,17 @@ impl Backend {
 
     /// Runs a statement whose result is small and returns its rows as text (NULL as `None`).
     /// For sluice's own queries only: client traffic is streamed by `exec`.
-    pub async fn query(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, BackendError> {
+    pub async fn query(&mut self, sql: impl AsRef<[u8]>) -> Result<Vec<Vec<Option<String>>>, BackendError> {
         let (rows, _) = self.query_columns(sql).await?;
         Ok(rows.into_iter().map(|r| r.into_iter().map(|c| c.value.map(|v| String::from_utf8_lossy(&v).into_owned())).collect()).collect())
     }
 
     /// Runs one of sluice's own statements and returns the rows of its result sets with each
     /// column's type, and the status flags of its last reply.
-    pub async fn query_columns(&mut self, sql: &str) -> Result<(Vec<Vec<state::Column>>, u16), BackendError> {
+    pub async fn query_columns(&mut self, sql: impl AsRef<[u8]>) -> Result<(Vec<Vec<state::Column>>, u16), BackendError> {
+        let sql = sql.as_ref();
         let mut out = Vec::with_capacity(sql.len() + 5);
-        proto::frame::write_command(&mut out, 0, proto::command::COM_QUERY, sql.as_bytes());
+        proto::frame::write_command(&mut out, 0, proto::command::COM_QUERY, sql);
         self.conn.write_all(&out).await.map_err(|e| self.lost(e))?;
         let mut rows = Vec::new();
         loop {
@@ -255,8 +256,29 @@ impl Backend {
         }
     }
 
+    /// Runs one of sluice's own statements that returns one small result set (SHOW … STATUS):
+    /// its column names and its rows as text (NULL as `None`).
+    pub async fn query_named(&mut self, sql: &str) -> Result<(Vec<String>, Vec<Vec<Option<String>>>), BackendError> {
+        let mut out = Vec::with_capacity(sql.len() + 5);
+        proto::frame::write_command(&mut out, 0, proto::command::COM_QUERY, sql.as_bytes());
+        self.conn.write_all(&out).await.map_err(|e| self.lost(e))?;
+        let (mut rows, mut names) = (Vec::new(), Vec::new());
+        self.read_result_named(&mut rows, Some(&mut names)).await?;
+        let text = |c: state::Column| c.value.map(|v| String::from_utf8_lossy(&v).into_owned());
+        Ok((names, rows.into_iter().map(|r| r.into_iter().map(text).collect()).collect()))
+    }
+
     /// Reads one result (OK, ERR or a text result set) into `rows`; returns its status flags.
     pub(super) async fn read_result(&mut self, rows: &mut Vec<Vec<state::Column>>) -> Result<u16, BackendError> {
+        self.read_result_named(rows, None).await
+    }
+
+    /// `read_result`, also giving the result set's column names to `names`.
+    async fn read_result_named(
+        &mut self,
+        rows: &mut Vec<Vec<state::Column>>,
+        mut names: Option<&mut Vec<String>>,
+    ) -> Result<u16, BackendError> {
         let max = 1 << 30;
         let server = self.server.name.to_string();
         let proto_err = |what: &str| BackendError::Protocol { server: server.clone(), what: what.to_string() };
@@ -274,6 +296,9 @@ impl Backend {
                 for _ in 0..cols {
                     let (_, def) = self.conn.read_packet(max).await.map_err(|e| self.lost(e))?;
                     types.push(column_type(&def, self.mariadb_caps).ok_or_else(|| proto_err("bad column definition"))?);
+                    if let Some(names) = names.as_deref_mut() {
+                        names.push(column_name(&def).ok_or_else(|| proto_err("bad column definition"))?);
+                    }
                 }
                 if !self.deprecate_eof() {
                     self.conn.read_packet(max).await.map_err(|e| self.lost(e))?;
@@ -719,6 +744,18 @@ fn column_type(def: &[u8], mariadb_caps: u32) -> Option<u8> {
     }
     // Length of the fixed fields (0x0c), character set (2), column length (4), then the type.
     rest.get(7).copied()
+}
+
+/// The name (alias) of a column definition: its fifth string, after catalog, schema, table
+/// and original table.
+fn column_name(def: &[u8]) -> Option<String> {
+    let mut rest = def;
+    for _ in 0..4 {
+        let (_, n) = proto::codec::read_lenenc_str(rest)?;
+        rest = rest.get(n..)?;
+    }
+    let (name, _) = proto::codec::read_lenenc_str(rest)?;
+    Some(String::from_utf8_lossy(name).into_owned())
 }
 
 const MARIADB_CLIENT_EXTENDED_METADATA: u32 = 1 << 3;

@@ -1,5 +1,6 @@
-//! ⑤ pool: the servers of each hostgroup, and which one a statement uses (ONLINE ones below
-//! their max_connections, chosen by weight). Each server owns its connection pool.
+//! ⑤ pool: the servers of each hostgroup, and which one a statement uses (ONLINE ones the
+//! monitor has not shunned, below their max_connections, chosen by weight). Each server owns
+//! its connection pool.
 //!
 //! `Hostgroups` is part of the config snapshot and rebuilt at each reload; a server that stays
 //! (same hostgroup, host and port) keeps its pool, whose status and max_connections the reload
@@ -65,6 +66,8 @@ pub struct Server {
     /// the registry at every hostgroup switch).
     pub name: Arc<str>,
     pub weight: u32,
+    /// Seconds of replication lag above which the monitor shuns it in a reader hostgroup; 0: never.
+    pub max_replication_lag: u32,
     /// Idle connections, the count of open ones (at most max_connections), and the server's
     /// live status: shared by every snapshot the server is in.
     pub pool: Arc<ServerPool>,
@@ -72,9 +75,10 @@ pub struct Server {
 }
 
 impl Server {
-    /// ONLINE: new statements may use it (OFFLINE_SOFT lets pinned sessions finish).
+    /// ONLINE and not shunned by the monitor: new statements may use it (OFFLINE_SOFT and
+    /// SHUNNED let pinned sessions finish).
     pub fn accepts_new(&self) -> bool {
-        self.pool.status() == ServerStatus::Online
+        self.pool.accepts_new()
     }
 }
 
@@ -127,6 +131,7 @@ impl Hostgroups {
                 port: s.port,
                 name: format!("{}:{}", s.hostname, s.port).into(),
                 weight: s.weight,
+                max_replication_lag: s.max_replication_lag,
                 pool,
                 tls,
             });

@@ -196,6 +196,18 @@ impl Waiters {
     }
 }
 
+/// The monitor's verdict on a server, beside its configured status: runtime state, changed
+/// without a reload (`ServerPool::set_health`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    Healthy,
+    /// Failed `ping_max_failures` checks in a row: no new statements until a check succeeds.
+    Shunned,
+    /// A replica lagging more than its max_replication_lag: out of the read set until it
+    /// catches up.
+    ShunnedReplicationLag,
+}
+
 /// One server's pooled connections, and its live status and limit (kept across reloads).
 pub struct ServerPool {
     /// Stable for the server's life in the config, whatever reloads happen (statistics key).
@@ -207,6 +219,8 @@ pub struct ServerPool {
     max: AtomicU32,
     /// `ServerStatus` as a number: a reload changes it under connections in use.
     status: AtomicU8,
+    /// `Health` as a number: the monitor changes it, no reload involved.
+    health: AtomicU8,
     pub(crate) waiters: Arc<Waiters>,
     /// Connections opened and failed to open, and the most in use at once (statistics; touched
     /// at connect time only).
@@ -241,6 +255,7 @@ impl ServerPool {
             slots: AtomicU32::new(0),
             max: AtomicU32::new(max_connections),
             status: AtomicU8::new(status as u8),
+            health: AtomicU8::new(Health::Healthy as u8),
             waiters,
             connects_ok: Default::default(),
             connects_failed: Default::default(),
@@ -267,6 +282,45 @@ impl ServerPool {
             0 => ServerStatus::Online,
             1 => ServerStatus::OfflineSoft,
             _ => ServerStatus::OfflineHard,
+        }
+    }
+
+    pub fn health(&self) -> Health {
+        match self.health.load(Ordering::Relaxed) {
+            0 => Health::Healthy,
+            1 => Health::Shunned,
+            _ => Health::ShunnedReplicationLag,
+        }
+    }
+
+    /// ONLINE in the config and healthy: new statements may use it.
+    pub fn accepts_new(&self) -> bool {
+        self.status() == ServerStatus::Online && self.health() == Health::Healthy
+    }
+
+    /// The monitor's new verdict; true when it changed. A shunned server's idle connections
+    /// close now, those in use when they come back (pinned sessions finish, as OFFLINE_SOFT);
+    /// waiters look again when it is healthy again.
+    pub fn set_health(&self, health: Health) -> bool {
+        let changed = self.health.swap(health as u8, Ordering::Relaxed) != health as u8;
+        if changed && health != Health::Healthy {
+            self.close_idle();
+        }
+        if changed {
+            self.waiters.notify.notify_waiters();
+        }
+        changed
+    }
+
+    /// The status the admin port and /metrics show: the configured one, or the monitor's
+    /// verdict on an ONLINE server (ProxySQL's names).
+    pub fn status_name(&self) -> &'static str {
+        match (self.status(), self.health()) {
+            (ServerStatus::Online, Health::Healthy) => "ONLINE",
+            (ServerStatus::Online, Health::Shunned) => "SHUNNED",
+            (ServerStatus::Online, Health::ShunnedReplicationLag) => "SHUNNED_REPLICATION_LAG",
+            (ServerStatus::OfflineSoft, _) => "OFFLINE_SOFT",
+            (ServerStatus::OfflineHard, _) => "OFFLINE_HARD",
         }
     }
 

@@ -422,7 +422,10 @@ impl Session {
         // Without a read-back after DROP DATABASE, the connection's default database is unknown:
         // the session keeps it, and it is never pooled again.
         let schema_unknown = e.flags & effects::DROP_SCHEMA != 0;
-        if held.pins.untracked || e.sysvars.iter().any(|v| OBSERVES_STATEMENTS.contains(&&**v)) {
+        // After GET DIAGNOSTICS, a read-back would reset the diagnostics area (ROW_COUNT,
+        // NUMBER) that the next GET DIAGNOSTICS reads again.
+        let diagnostics = e.flags & effects::DIAGNOSTICS != 0;
+        if held.pins.untracked || diagnostics || e.sysvars.iter().any(|v| OBSERVES_STATEMENTS.contains(&&**v)) {
             debug!(id = self.id, "keeping the connection: a read-back would show to the client");
             held.pins.untracked = true;
             held.backend.broken |= schema_unknown;

@@ -35,6 +35,7 @@ impl Session {
         let facts = plan::Facts {
             who: self.origin.who(&self.user.name, self.state.schema.as_deref()),
             session_id: self.id,
+            pseudo_thread_id_set: self.pseudo_thread_id_set(),
             default_hostgroup: self.user.default_hostgroup,
             digests_on: self.digests_on(),
             multi_statements: self.negotiated.capabilities.contains(proto::CapabilityFlags::CLIENT_MULTI_STATEMENTS),
@@ -84,10 +85,13 @@ impl Session {
 
     /// Sends a planned statement to its target and streams the reply.
     async fn forward_query(&mut self, mut plan: Plan, frame: Frame, seq: u8) -> Flow {
-        if let Some(variable) = plan.dynamic_sql.take() {
-            if let Some(answered) = self.check_dynamic_sql(&variable, seq).await {
-                self.client.consume(frame.wire_len);
-                return answered;
+        if let Some(dynamic) = plan.dynamic_sql.take() {
+            match self.check_dynamic_sql(&dynamic, seq).await {
+                Ok(sent) => plan.rewrite = sent.map(|sql| plan::query_packet(&sql, frame.first_seq)).or(plan.rewrite),
+                Err(answered) => {
+                    self.client.consume(frame.wire_len);
+                    return answered;
+                }
             }
         }
         let watch = self.watch_query(&frame, &plan);

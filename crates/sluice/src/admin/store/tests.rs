@@ -392,7 +392,7 @@ fn save_to_disk_survives_a_restart() {
     assert_eq!(from_disk.mysql_users, fc.mysql_users);
     assert_eq!(from_disk.mysql_servers, fc.mysql_servers);
     assert_eq!(from_disk.mysql_query_rules.iter().map(|r| r.rule_id).collect::<Vec<_>>(), vec![5, 7, 20]);
-    assert_eq!(from_disk.monitor, Some(MonitorSection { username: "mon".into(), password: "monpw".into() }));
+    assert_eq!(from_disk.monitor, Some(MonitorSection::login("mon", "monpw")));
     // Memory starts empty; LOAD … FROM DISK fills it.
     assert!(read_all(&store, Layer::Memory).mysql_servers.is_empty());
     for m in Module::ALL {
@@ -462,7 +462,7 @@ fn query_outputs_and_client_commands() {
     assert_eq!(answer(&mut store, "SET NAMES utf8mb4"), Some(Output::Done { affected: 0 }));
     let dbs = rows_of(answer(&mut store, "SHOW DATABASES").unwrap());
     let names: Vec<&str> = dbs.iter().map(|r| r[1].as_deref().unwrap_or("")).collect();
-    assert_eq!(names, ["main", "disk", "stats"]);
+    assert_eq!(names, ["main", "disk", "stats", "monitor"]);
     let tables = rows_of(answer(&mut store, "SHOW TABLES").unwrap());
     let tables: Vec<&str> = tables.iter().map(|r| r[0].as_deref().unwrap_or("")).collect();
     for t in ["global_variables", "mysql_query_rules", "mysql_servers", "mysql_users", "runtime_mysql_servers", "runtime_global_variables"]
@@ -471,7 +471,9 @@ fn query_outputs_and_client_commands() {
     }
     assert!(!tables.iter().any(|t| t.starts_with("sqlite_")));
     let stats = rows_of(answer(&mut store, "SHOW TABLES FROM stats").unwrap());
-    assert_eq!(stats.len(), StatsTable::ALL.len());
+    let monitor = rows_of(answer(&mut store, "SHOW TABLES FROM monitor").unwrap());
+    assert_eq!(stats.len() + monitor.len(), StatsTable::ALL.len());
+    assert_eq!(monitor.len(), 4, "the monitor's logs, in ProxySQL's `monitor` schema");
     let create = rows_of(answer(&mut store, "SHOW CREATE TABLE mysql_users").unwrap());
     assert!(create[0][1].as_deref().unwrap_or("").contains("backend_username"));
     assert!(store.answer(&parse("SHOW CREATE TABLE nope").unwrap()).unwrap_err().to_string().contains("nope"));
@@ -638,7 +640,7 @@ fn the_admin_sql_cannot_touch_files() {
     store.seed(&Module::ALL, &config(), &[Layer::Memory]).unwrap();
     store.copy(Module::MysqlServers, Layer::Memory, Layer::Disk).unwrap();
     assert_eq!(read_all(&store, Layer::Disk).mysql_servers.len(), 3);
-    assert_eq!(text(&rows_of(store.answer(&AdminCommand::ShowDatabases).unwrap().unwrap())).len(), 3);
+    assert_eq!(text(&rows_of(store.answer(&AdminCommand::ShowDatabases).unwrap().unwrap())).len(), 4);
 }
 
 #[test]
