@@ -10,6 +10,17 @@ use crate::codec::{write_lenenc, write_lenenc_str};
 use crate::frame::PacketBuilder;
 use crate::packet::{write_eof, write_ok, Ok, EOF_HEADER};
 
+/// The name (alias) of a column definition (Protocol::ColumnDefinition41): its fifth string,
+/// after catalog, schema, table and original table. `None` when the packet is too short.
+pub fn column_name(def: &[u8]) -> Option<&[u8]> {
+    let mut rest = def;
+    for _ in 0..4 {
+        let (_, n) = crate::codec::read_lenenc_str(rest)?;
+        rest = rest.get(n..)?;
+    }
+    crate::codec::read_lenenc_str(rest).map(|(name, _)| name)
+}
+
 /// `MYSQL_TYPE_*`: the types the binary protocol encodes as numbers.
 pub const TYPE_TINY: u8 = 0x01;
 pub const TYPE_SHORT: u8 = 0x02;
@@ -177,6 +188,14 @@ mod tests {
     use crate::response::{Event, Reply, Scanner};
 
     const AUTOCOMMIT: u16 = 0x0002;
+
+    #[test]
+    fn column_names_from_definitions() {
+        let mut def = Vec::new();
+        write_column_definition(&mut def, &mut 0, &Column::text("Progress"));
+        assert_eq!(column_name(&def[4..]), Some(&b"Progress"[..]));
+        assert_eq!(column_name(&[1, b'd']), None);
+    }
 
     fn one_row(deprecate_eof: bool) -> Vec<u8> {
         let mut out = Vec::new();

@@ -297,7 +297,8 @@ impl Backend {
                     let (_, def) = self.conn.read_packet(max).await.map_err(|e| self.lost(e))?;
                     types.push(column_type(&def, self.mariadb_caps).ok_or_else(|| proto_err("bad column definition"))?);
                     if let Some(names) = names.as_deref_mut() {
-                        names.push(column_name(&def).ok_or_else(|| proto_err("bad column definition"))?);
+                        let name = proto::resultset::column_name(&def).ok_or_else(|| proto_err("bad column definition"))?;
+                        names.push(String::from_utf8_lossy(name).into_owned());
                     }
                 }
                 if !self.deprecate_eof() {
@@ -744,18 +745,6 @@ fn column_type(def: &[u8], mariadb_caps: u32) -> Option<u8> {
     }
     // Length of the fixed fields (0x0c), character set (2), column length (4), then the type.
     rest.get(7).copied()
-}
-
-/// The name (alias) of a column definition: its fifth string, after catalog, schema, table
-/// and original table.
-fn column_name(def: &[u8]) -> Option<String> {
-    let mut rest = def;
-    for _ in 0..4 {
-        let (_, n) = proto::codec::read_lenenc_str(rest)?;
-        rest = rest.get(n..)?;
-    }
-    let (name, _) = proto::codec::read_lenenc_str(rest)?;
-    Some(String::from_utf8_lossy(name).into_owned())
 }
 
 const MARIADB_CLIENT_EXTENDED_METADATA: u32 = 1 << 3;

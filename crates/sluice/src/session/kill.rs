@@ -540,8 +540,8 @@ impl Session {
         self.settle(held);
         let server = server?;
         self.status = server.status;
-        let names: Vec<String> = server.columns.iter().map(|c| column_name(c).unwrap_or_default()).collect();
-        let column = |name: &str| names.iter().position(|n| n.eq_ignore_ascii_case(name));
+        let names: Vec<&[u8]> = server.columns.iter().map(|c| proto::resultset::column_name(c).unwrap_or_default()).collect();
+        let column = |name: &str| names.iter().position(|n| n.eq_ignore_ascii_case(name.as_bytes()));
         let (id_col, state_col, progress_col) = (column("Id"), column("State"), column("Progress"));
         // State and Progress of the threads this server showed, by thread id.
         let server_row = |thread: u32| {
@@ -696,18 +696,6 @@ async fn read_raw_result(backend: &mut Backend, sql: &str) -> Result<RawResult, 
     }
 }
 
-/// A column definition's name (Protocol::ColumnDefinition41: catalog, schema, table,
-/// org_table, name…).
-fn column_name(def: &[u8]) -> Option<String> {
-    let mut rest = def;
-    for _ in 0..4 {
-        let (_, n) = proto::codec::read_lenenc_str(rest)?;
-        rest = rest.get(n..)?;
-    }
-    let (name, _) = proto::codec::read_lenenc_str(rest)?;
-    Some(String::from_utf8_lossy(name).into_owned())
-}
-
 /// Kills the statement running on `thread` of `server` with the session's own `login`, from a
 /// short-lived side connection; the session awaits it before its connection serves anyone
 /// else. With a query id, only that statement (`KILL QUERY ID`).
@@ -834,13 +822,5 @@ mod tests {
         assert_eq!(decode_hex(b"4B494C4C"), Some(b"KILL".to_vec()));
         assert_eq!(decode_hex(b"4"), None);
         assert_eq!(decode_hex(b"ZZ"), None);
-    }
-
-    #[test]
-    fn column_names_from_definitions() {
-        let mut def = Vec::new();
-        proto::resultset::write_column_definition(&mut def, &mut 0, &proto::resultset::Column::text("Progress"));
-        assert_eq!(column_name(&def[4..]).as_deref(), Some("Progress"));
-        assert_eq!(column_name(&[1, b'd']), None);
     }
 }
