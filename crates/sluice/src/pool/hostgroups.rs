@@ -110,14 +110,20 @@ pub struct Server {
     pub pool: Arc<ServerPool>,
     /// Kept with the pool across reloads: statements in flight end on the old snapshot.
     running: Arc<Running>,
+    /// The only server of its hostgroup: nothing compares its running count, so none is kept.
+    alone: bool,
     pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Server {
-    /// Counts a statement as running here until the returned value is dropped.
-    pub fn run_statement(&self) -> RunningStatement {
+    /// Counts a statement as running here until the returned value is dropped (not on a
+    /// server alone in its hostgroup, a writer mostly: no choice reads it there).
+    pub fn run_statement(&self) -> Option<RunningStatement> {
+        if self.alone {
+            return None;
+        }
         self.running.0.fetch_add(1, Ordering::Relaxed);
-        RunningStatement(self.running.clone())
+        Some(RunningStatement(self.running.clone()))
     }
 
     /// ONLINE and not shunned by the monitor: new statements may use it (OFFLINE_SOFT and
@@ -182,8 +188,14 @@ impl Hostgroups {
                 max_replication_lag: s.max_replication_lag,
                 pool,
                 running,
+                alone: false,
                 tls,
             });
+        }
+        for i in 0..servers.len() {
+            let hostgroup = servers[i].hostgroup;
+            let same = |j: usize| servers.get(j).is_some_and(|s: &Server| s.hostgroup == hostgroup);
+            servers[i].alone = !same(i + 1) && !(i > 0 && same(i - 1));
         }
         Ok(Hostgroups { servers, generations })
     }
@@ -279,7 +291,17 @@ mod tests {
     fn server(port: u16, weight: u32) -> Server {
         let pool = ServerPool::new(ServerStatus::Online, 10, 1, Arc::default(), Arc::default());
         let name = format!("127.0.0.1:{port}").into();
-        Server { hostgroup: 20, hostname: "127.0.0.1".into(), port, name, weight, pool: Arc::new(pool), running: Arc::default(), tls: None }
+        Server {
+            hostgroup: 20,
+            hostname: "127.0.0.1".into(),
+            port,
+            name,
+            weight,
+            pool: Arc::new(pool),
+            running: Arc::default(),
+            alone: false,
+            tls: None,
+        }
     }
 
     fn picks(group: &[Server]) -> std::collections::BTreeMap<u16, u32> {

@@ -76,7 +76,11 @@ impl Session {
             CausalReads::Off => return true,
             CausalReads::Local => {}
             CausalReads::Global => {
-                let Some(position) = self.writer_position(writer).await else { return false };
+                let position = self.writer_position(writer).await;
+                // The writer's connection served the session meanwhile: `held` serves it again
+                // (KILL and SHOW PROCESSLIST find the statement's backend by it).
+                self.handle.set_backend(held.backend.server.pool.id, held.backend.thread_id);
+                let Some(position) = position else { return false };
                 self.raise_watermark(position);
             }
         }
