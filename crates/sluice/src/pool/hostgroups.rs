@@ -192,10 +192,10 @@ impl Hostgroups {
                 tls,
             });
         }
-        for i in 0..servers.len() {
-            let hostgroup = servers[i].hostgroup;
-            let same = |j: usize| servers.get(j).is_some_and(|s: &Server| s.hostgroup == hostgroup);
-            servers[i].alone = !same(i + 1) && !(i > 0 && same(i - 1));
+        for group in servers.chunk_by_mut(|a, b| a.hostgroup == b.hostgroup) {
+            if let [only] = group {
+                only.alone = true;
+            }
         }
         Ok(Hostgroups { servers, generations })
     }
@@ -336,5 +336,17 @@ mod tests {
         // Only ONLINE servers count.
         group[0].pool.set_limits(ServerStatus::OfflineSoft, 10);
         assert_eq!(picks(&group), [(2, 1000)].into());
+    }
+
+    #[test]
+    fn only_servers_that_share_a_hostgroup_count_running_statements() {
+        let text = "[[mysql_users]]\nusername = \"u\"\npassword = \"\"\ndefault_hostgroup = 10\n\
+            [[mysql_servers]]\nhostgroup_id = 10\nhostname = \"a\"\n\
+            [[mysql_servers]]\nhostgroup_id = 20\nhostname = \"b\"\n\
+            [[mysql_servers]]\nhostgroup_id = 20\nhostname = \"c\"\n";
+        let config = crate::config::FileConfig::parse(text).unwrap().validate(None, Some(text)).unwrap();
+        let hostgroups = Hostgroups::from_config(&config).unwrap();
+        let counted: Vec<bool> = hostgroups.servers().iter().map(|s| s.run_statement().is_some()).collect();
+        assert_eq!(counted, [false, true, true], "the writer alone in 10 keeps no count");
     }
 }
