@@ -16,8 +16,8 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-/// Where a statement goes first: the ONLINE server of `group` with the fewest statements
-/// running per unit of weight (MaxScale's LEAST_CURRENT_OPERATIONS), ties drawn by weight. A
+/// Where a statement goes first: of the servers of `group` that take new statements (ONLINE,
+/// not shunned), the one with the fewest statements running per unit of weight (MaxScale's LEAST_CURRENT_OPERATIONS), ties drawn by weight. A
 /// server kept busy by long statements gets new ones last; idle servers share them by weight,
 /// and a server back from a drain gets its share at once.
 pub fn pick_online(group: &[Server]) -> Option<&Server> {
@@ -297,6 +297,7 @@ mod tests {
             port,
             name,
             weight,
+            max_replication_lag: 0,
             pool: Arc::new(pool),
             running: Arc::default(),
             alone: false,
