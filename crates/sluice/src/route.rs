@@ -7,7 +7,8 @@
 //! 3. **split**: when the user's default hostgroup is the writer of a
 //!    `[[mysql_replication_hostgroups]]` row, reads (`sql::rw`) go to its reader hostgroup and
 //!    everything else to the writer; a session in a transaction (or with autocommit off), or
-//!    holding state on a connection of either hostgroup, stays where that is;
+//!    holding state on a connection of either hostgroup, stays where that is (on a reader's,
+//!    only reads and what reads that state: a write goes to the writer);
 //! 4. *(to come)* the shard map: the shards a sharded table's key selects (several targets);
 //! 5. **default**: the user's `default_hostgroup`.
 //!
@@ -113,11 +114,17 @@ pub enum Statement<'a> {
 pub struct Known {
     pub hint: Option<Hint>,
     pub class: Class,
+    /// It reads what the previous statement left on its connection (`sql::rw::reads_last_statement`).
+    pub reads_last_statement: bool,
 }
 
 impl Known {
     pub fn of(text: &[u8]) -> Known {
-        Known { hint: sql::hint::routing_hint(text), class: sql::rw::class(text) }
+        Known {
+            hint: sql::hint::routing_hint(text),
+            class: sql::rw::class(text),
+            reads_last_statement: sql::rw::reads_last_statement(text),
+        }
     }
 }
 
@@ -133,6 +140,13 @@ impl Statement<'_> {
         match self {
             Statement::Text(text) => sql::rw::class(text),
             Statement::Prepared(k) => k.class,
+        }
+    }
+
+    fn reads_last_statement(self) -> bool {
+        match self {
+            Statement::Text(text) => sql::rw::reads_last_statement(text),
+            Statement::Prepared(k) => k.reads_last_statement,
         }
     }
 }
@@ -169,8 +183,16 @@ fn by_hint(facts: &Facts) -> Option<Routed> {
 fn by_split(facts: &Facts) -> Option<Routed> {
     let pair = facts.pair()?;
     let to = |hostgroup| Some(Routed::to(hostgroup, Router::Split));
-    if let Some(kept) = facts.kept_hostgroup.filter(|&h| h == pair.writer_hostgroup || h == pair.reader_hostgroup) {
-        return to(kept);
+    match facts.kept_hostgroup {
+        Some(kept) if kept == pair.writer_hostgroup => return to(kept),
+        // State on a reader's connection (warnings, FOUND_ROWS(), a cursor, a read-only
+        // transaction): what reads it, and reads, stay with it; anything else goes to the
+        // writer (a reader would refuse a write, or apply it where no one else sees it).
+        Some(kept) if kept == pair.reader_hostgroup => {
+            let stays = facts.statement.class() != Class::Write || facts.statement.reads_last_statement();
+            return to(if stays { kept } else { pair.writer_hostgroup });
+        }
+        _ => {}
     }
     if facts.in_transaction {
         return to(pair.writer_hostgroup);
@@ -234,6 +256,11 @@ mod tests {
         // State kept on a connection: where it is.
         assert_eq!(split("SELECT * FROM tmp", 10, false, Some(10), &d), at(10, Router::Split));
         assert_eq!(split("SHOW WARNINGS", 10, false, Some(20), &d), at(20, Router::Split));
+        assert_eq!(split("SELECT FOUND_ROWS()", 10, false, Some(20), &d), at(20, Router::Split));
+        assert_eq!(split("SELECT 1", 10, false, Some(20), &d), at(20, Router::Split));
+        // …but a reader's connection never takes a write (nor a BEGIN): the writer does.
+        assert_eq!(split("INSERT INTO t VALUES (1)", 10, false, Some(20), &d), at(10, Router::Split));
+        assert_eq!(split("BEGIN", 10, false, Some(20), &d), at(10, Router::Split));
         // A user whose default hostgroup is no writer: no split.
         assert_eq!(split("SELECT 1", 3, false, None, &d), at(3, Router::Default));
         assert_eq!(split("SELECT 1", 20, false, None, &d), at(20, Router::Default));

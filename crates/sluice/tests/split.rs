@@ -411,3 +411,32 @@ fn a_cursor_is_fetched_from_the_replica_that_opened_it() {
     assert_eq!(ports.len(), 10, "every row fetched: {ports:?}");
     assert!(replicas.contains(&ports[0]) && ports.iter().all(|&p| p == ports[0]), "one replica's cursor: {ports:?}");
 }
+
+/// A read that leaves state on a replica's connection (warnings, FOUND_ROWS()) keeps it for
+/// what reads that state; a write or a BEGIN after it still goes to the primary. (A replica's
+/// read_only does not stop an account with SUPER: a write sent there would be applied where
+/// no one else sees it.)
+#[tokio::test]
+async fn state_kept_on_a_replica_never_takes_a_write() {
+    let t = Replication::start(1).unwrap();
+    let (primary, replica) = (t.primary.port(), t.replicas[0].port());
+    t.primary.sql("CREATE TABLE test.kept (id INT PRIMARY KEY, port INT)").unwrap();
+    t.sync().unwrap();
+    let proxy = Proxy::start(split_config(&t, "ONLINE"));
+    let mut c = connect(proxy.port).await;
+
+    c.query_drop("SELECT CAST('x' AS SIGNED)").await.unwrap();
+    let warnings: Vec<(String, u16, String)> = c.query("SHOW WARNINGS").await.unwrap();
+    assert_eq!(warnings.len(), 1, "the read's warning, from the replica's connection: {warnings:?}");
+    c.query_drop("SELECT CAST('x' AS SIGNED)").await.unwrap();
+    c.query_drop("INSERT INTO test.kept SELECT 1, @@port").await.unwrap();
+    assert_eq!(t.primary.sql("SELECT port FROM test.kept").unwrap(), format!("{primary}\n"), "the write reached the primary");
+
+    let found: Option<(u16, u16)> = c.query_first("SELECT SQL_CALC_FOUND_ROWS @@port, 1 FROM seq_1_to_5 LIMIT 2").await.unwrap();
+    assert_eq!(found.map(|f| f.0), Some(replica));
+    assert_eq!(c.query_first::<u32, _>("SELECT FOUND_ROWS()").await.unwrap(), Some(5), "FOUND_ROWS() where the read ran");
+    c.query_drop("SELECT SQL_CALC_FOUND_ROWS 1").await.unwrap();
+    c.query_drop("BEGIN").await.unwrap();
+    assert_eq!(port_of(&mut c, "SELECT @@port").await, primary, "the transaction runs on the primary");
+    c.query_drop("COMMIT").await.unwrap();
+}
