@@ -122,23 +122,24 @@ impl BackendAccounts {
         }
     }
 
-    /// `ip` as the backend server would name it. Whether the server resolves names is read once
-    /// with the `[monitor]` login; without one, it is taken to (MariaDB's default).
+    /// `ip` as the backend server would name it. Whether the server resolves names is read once,
+    /// with the `[monitor]` login, else with a configured user's (`Users::own_login`); when it
+    /// cannot be read, it is taken to (MariaDB's default).
     pub async fn client_host(&self, live: &Live, ip: IpAddr) -> ClientHost {
-        let monitor = live.load().config.monitor.as_ref().is_some_and(|m| !m.username.is_empty());
-        if monitor && self.names.load(Ordering::Relaxed) == 0 {
+        if self.names.load(Ordering::Relaxed) == 0 {
             let mut link = self.link.lock().await;
             if self.names.load(Ordering::Relaxed) == 0 {
-                let known = match open_link(live, &mut link).await {
-                    Ok(l) => {
-                        if l.resolves_names {
-                            1
-                        } else {
-                            2
-                        }
-                    }
+                let monitor = live.load().config.monitor.as_ref().is_some_and(|m| !m.username.is_empty());
+                let read = if monitor {
+                    open_link(live, &mut link).await.map(|l| l.resolves_names).map_err(|e| e.message)
+                } else {
+                    resolves_names_as_a_user(live).await
+                };
+                let known = match read {
+                    Ok(true) => 1,
+                    Ok(false) => 2,
                     Err(e) => {
-                        tracing::warn!("cannot read the backend's name resolution setting: {}", e.message);
+                        tracing::warn!("cannot read the backend's name resolution setting: {e}");
                         3
                     }
                 };
@@ -350,7 +351,7 @@ impl AccountSource {
         }
         match self {
             AccountSource::GlobalPriv => format!(
-                "SELECT User, Host, Priv, @@global.default_password_lifetime, @@global.max_password_errors \
+                "SELECT User, Host, Priv, @@global.default_password_lifetime, @@global.max_password_errors, @@global.userstat \
                  FROM mysql.global_priv WHERE User IN ({list})"
             ),
             AccountSource::UserTable => format!(
@@ -460,14 +461,32 @@ async fn connect_link(live: &Live) -> Result<AccountsLink, LookupFailed> {
     let credential = Credential::from_password(&monitor.password);
     let params = pool::ConnectParams::internal(server, &monitor.username, &credential, snapshot.config.connect_timeout());
     let mut backend = pool::connect(&params).await.map_err(|e| failed(&e))?;
-    let skip = backend.query("SELECT @@skip_name_resolve").await.map_err(|e| failed(&e))?;
-    let resolves_names = skip.first().and_then(|r| r.first()).and_then(|v| v.as_deref()) == Some("0");
+    let resolves_names = resolves_names(&mut backend).await.map_err(|e| failed(&e))?;
     Ok(AccountsLink {
         backend,
         identity: (server.name.clone(), monitor.username, monitor.password),
         source: AccountSource::GlobalPriv,
         resolves_names,
     })
+}
+
+/// Whether the server names clients by their host names (skip_name_resolve off).
+async fn resolves_names(backend: &mut Backend) -> Result<bool, BackendError> {
+    let skip = backend.query("SELECT @@skip_name_resolve").await?;
+    Ok(skip.first().and_then(|r| r.first()).and_then(|v| v.as_deref()) == Some("0"))
+}
+
+/// `resolves_names` on a connection of its own with a configured user's login (no `[monitor]`).
+async fn resolves_names_as_a_user(live: &Live) -> Result<bool, String> {
+    let snapshot = live.load_full();
+    let (hostgroup, username, credential) =
+        snapshot.users.own_login().ok_or("no [monitor] login, and no configured user whose backend password sluice holds")?;
+    let server = snapshot.hostgroups.pick(hostgroup).map_err(|e| e.to_string())?;
+    let params = pool::ConnectParams::internal(server, &username, &credential, snapshot.config.connect_timeout());
+    let mut backend = pool::connect(&params).await.map_err(|e| e.to_string())?;
+    let resolves = resolves_names(&mut backend).await.map_err(|e| e.to_string());
+    backend.quit().await;
+    resolves
 }
 
 fn failed(e: &BackendError) -> LookupFailed {
@@ -488,6 +507,7 @@ fn parse_rows(source: AccountSource, rows: Vec<Vec<Option<String>>>) -> (Vec<Acc
                 policy.default_password_lifetime = it.next().flatten().and_then(|v| v.parse().ok()).unwrap_or(0);
                 policy.password_errors_limited =
                     it.next().flatten().and_then(|v| v.parse::<u64>().ok()).is_some_and(|n| n < u64::from(u32::MAX));
+                policy.userstat = it.next().flatten().is_some_and(|v| v == "1");
                 out.extend(AccountRow::from_global_priv(user, host, &third));
             }
             AccountSource::UserTable | AccountSource::UserTableWithoutPassword => {
@@ -509,9 +529,16 @@ mod tests {
         assert!(q.ends_with("WHERE User IN ('',X'612762')"), "{q}");
         let (rows, policy) = parse_rows(
             AccountSource::GlobalPriv,
-            vec![vec![Some("u".into()), Some("%".into()), Some(r#"{"account_locked":true}"#.into()), Some("0".into()), Some("10".into())]],
+            vec![vec![
+                Some("u".into()),
+                Some("%".into()),
+                Some(r#"{"account_locked":true}"#.into()),
+                Some("0".into()),
+                Some("10".into()),
+                Some("1".into()),
+            ]],
         );
-        assert!(rows[0].locked && policy.state_known && policy.password_errors_limited);
+        assert!(rows[0].locked && policy.state_known && policy.password_errors_limited && policy.userstat);
         let (rows, policy) = parse_rows(
             AccountSource::UserTable,
             vec![vec![Some("u".into()), Some("%".into()), Some("mysql_native_password".into()), Some("*AB".into())]],

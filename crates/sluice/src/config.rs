@@ -177,6 +177,11 @@ pub struct PoolSection {
     /// How long a statement waits for a connection when every server of its hostgroup is at
     /// max_connections; then it fails with an error naming the hostgroup.
     pub checkout_timeout_ms: u64,
+    /// How long a statement for the writer hostgroup of a `[[mysql_replication_hostgroups]]`
+    /// pair waits, before anything is sent, for a writer it can use (the old one back, or a
+    /// promoted replica moved in by the role monitor or an admin) when none can be used; then
+    /// it fails as it would at once (0: no wait).
+    pub writer_wait_ms: u64,
     /// An idle connection is checked for a server-side close before reuse once it has been
     /// idle this long (0: always).
     pub check_idle_after_ms: u64,
@@ -195,6 +200,7 @@ impl Default for PoolSection {
             max_idle_ms: 60_000,
             max_lifetime_ms: 3_600_000,
             checkout_timeout_ms: 10_000,
+            writer_wait_ms: 10_000,
             check_idle_after_ms: 0,
             max_statements_per_connection: 256,
             max_statements: 20_000,
@@ -272,6 +278,10 @@ pub struct MonitorSection {
     pub slave_lag_when_null: i64,
     /// Rows each monitor log table keeps per server (the latest).
     pub history_rows: u32,
+    /// The login replicas use to replicate from a new writer after a `SWITCHOVER` (CHANGE
+    /// MASTER TO … MASTER_USER); empty: re-pointing replication is left to the operator.
+    pub replication_user: String,
+    pub replication_password: String,
 }
 
 impl Default for MonitorSection {
@@ -288,6 +298,8 @@ impl Default for MonitorSection {
             ping_max_failures: 3,
             slave_lag_when_null: 60,
             history_rows: 100,
+            replication_user: String::new(),
+            replication_password: String::new(),
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::rules::{Decision, Query, RuleSet, Scratch, Who};
 use crate::stats::Command;
 use proto::command::COM_QUERY;
 use proto::errors::*;
-use sql::classify::Intercept;
+use sql::classify::{Dynamic, Intercept};
 use sql::effects::Effects;
 use std::time::Duration;
 
@@ -31,6 +31,9 @@ pub struct Facts<'a> {
     pub who: Who<'a>,
     /// The session id clients see (CONNECTION_ID() is answered with it).
     pub session_id: u32,
+    /// The session set `@@pseudo_thread_id` itself: reads of it are the server's, not the
+    /// session id.
+    pub pseudo_thread_id_set: bool,
     /// The user's default hostgroup, where a statement no router claims goes.
     pub default_hostgroup: u32,
     /// Statistics want the digest even when no rule does.
@@ -80,9 +83,9 @@ pub struct Plan {
     pub use_db: Option<String>,
     /// Where it goes, and which router decided.
     pub routed: Routed,
-    /// `PREPARE s FROM @v` / `EXECUTE IMMEDIATE @v`: the user variable whose text must be
-    /// checked for a KILL before the statement is sent.
-    pub dynamic_sql: Option<String>,
+    /// `PREPARE s FROM …` / `EXECUTE IMMEDIATE …` of a user variable or an expression, whose
+    /// text must be read and checked for a KILL before the statement is sent.
+    pub dynamic_sql: Option<Dynamic>,
     /// The statement is relayed beyond its head, and its unread rest could hold a statement
     /// sluice must see (a KILL after `;`, or inside anything but a plain SELECT, INSERT…):
     /// exec watches the rest for those words and refuses the statement if one comes.
@@ -166,7 +169,12 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
     let text = stmt.text;
     let command = Command::from_sql(text);
     let dynamic_sql = match sql::classify::intercept(text) {
-        Some(Intercept::Variable(name)) => Some(name),
+        // The session sends an expression's value in its place: it needs the whole text.
+        Some(Intercept::Dynamic(Dynamic::Expression { .. })) if !(stmt.whole && stmt.chunks == 1) => {
+            scratch.digest_text.clear();
+            return Plan::answered(command, Action::Intercept(Intercept::Refuse(sql::classify::refusal::DYNAMIC_UNSEEN)), facts);
+        }
+        Some(Intercept::Dynamic(dynamic)) => Some(dynamic),
         Some(answered) => {
             scratch.digest_text.clear();
             return Plan::answered(command, Action::Intercept(answered), facts);
@@ -208,7 +216,9 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
     // The text the backend gets: the rules' rewrite, and sluice's id for CONNECTION_ID().
     let rewrite = if action != Action::Forward {
         None
-    } else if let Some(with_id) = (stmt.whole && stmt.chunks == 1).then(|| rewrite_connection_id(sent, facts.session_id)).flatten() {
+    } else if let Some(with_id) =
+        (stmt.whole && stmt.chunks == 1).then(|| rewrite_connection_id(sent, facts.session_id, !facts.pseudo_thread_id_set)).flatten()
+    {
         Some(query_packet(&with_id, stmt.first_seq))
     } else if rewritten {
         Some(query_packet(sent, stmt.first_seq))
@@ -251,8 +261,8 @@ pub fn prepare_blocked(text: &[u8], who: &Who, rules: &RuleSet, scratch: &mut Pl
 /// each SELECT so rewritten kept out of the server's query cache: the server never caches a
 /// statement that calls CONNECTION_ID(), but it would cache the literal that replaced it
 /// (`Qcache_queries_in_cache` and `Qcache_hits` would count it).
-pub fn rewrite_connection_id(sql: &[u8], id: u32) -> Option<Vec<u8>> {
-    let with_id = sql::classify::rewrite_connection_id(sql, id)?;
+pub fn rewrite_connection_id(sql: &[u8], id: u32, pseudo_thread_id: bool) -> Option<Vec<u8>> {
+    let with_id = sql::classify::rewrite_connection_id(sql, id, pseudo_thread_id)?;
     Some(uncached(sql, &with_id).unwrap_or(with_id))
 }
 
@@ -307,7 +317,7 @@ fn chunks(len: usize) -> usize {
     len / proto::frame::MAX_CHUNK + 1
 }
 
-fn query_packet(sql: &[u8], seq: u8) -> bytes::Bytes {
+pub fn query_packet(sql: &[u8], seq: u8) -> bytes::Bytes {
     let mut buf = Vec::with_capacity(sql.len() + 5);
     proto::frame::write_command(&mut buf, seq, COM_QUERY, sql);
     bytes::Bytes::from(buf)

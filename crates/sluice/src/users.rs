@@ -134,6 +134,25 @@ impl Users {
     pub fn configured(&self, name: &str) -> Option<&User> {
         self.configured.get(name)
     }
+
+    /// A configured user whose backend login sluice holds whole (a password in plain text or
+    /// none, or a separate backend login), the first by name: how sluice reaches the backend
+    /// for itself when no `[monitor]` login is configured. Its hostgroup, login and credential.
+    pub fn own_login(&self) -> Option<(u32, String, Credential)> {
+        let mut users: Vec<&User> = self.configured.values().collect();
+        users.sort_by(|a, b| a.name.cmp(&b.name));
+        users.into_iter().find_map(|u| {
+            let credential = match (&u.backend_login, &u.secret) {
+                // The separate backend login replaces the client's credential.
+                (Some(_), _) => Credential::Empty,
+                (None, Secret::Empty) => Credential::Empty,
+                (None, Secret::Plain { password, .. }) => Credential::Plain(password.clone()),
+                (None, Secret::NativeHash { .. }) => return None,
+            };
+            let (login, credential) = u.backend_credential(credential);
+            Some((u.default_hostgroup, login, credential))
+        })
+    }
 }
 
 /// A client as the server names it in messages and matches it against account hosts:
@@ -242,6 +261,8 @@ pub struct ServerPolicy {
     /// max_password_errors is set: the server counts wrong passwords per account and blocks
     /// it, which only its own logins show.
     pub password_errors_limited: bool,
+    /// userstat is on: the server counts each account's refused logins (USER_STATISTICS).
+    pub userstat: bool,
 }
 
 /// The backend's rows that decide a login as one name: its own and the anonymous accounts.
@@ -259,6 +280,9 @@ pub struct Account {
     /// The row alone cannot say whether the server takes the login now (locked, a password
     /// that expires, or the state not read): a fresh login to the backend decides.
     pub prove: bool,
+    /// The server counts this account's refused logins (max_password_errors, userstat): a
+    /// password sluice refuses is refused by the server too, which counts it and answers.
+    pub failures_counted: bool,
 }
 
 /// Reading the backend's accounts failed: the error a client gets instead.
@@ -297,6 +321,7 @@ impl Lookup {
             },
             ssl_type: row.ssl_type,
             prove: !self.policy.state_known || row.locked || expiring || self.policy.password_errors_limited,
+            failures_counted: self.policy.password_errors_limited || self.policy.userstat,
         })
     }
 
@@ -569,6 +594,27 @@ mod tests {
         assert_eq!(Refusal::of("ed25519", true, true, false), Some(Refusal::NotSupportedAuthMode));
         assert_eq!(Refusal::of("ed25519", true, true, true), None);
         assert_eq!(Refusal::of("", true, false, false), None);
+    }
+
+    #[test]
+    fn own_login_is_a_configured_login_sluice_holds_whole() {
+        let user = |name: &str, password: &str, backend: Option<(&str, &str)>| User {
+            name: name.into(),
+            secret: Secret::from_config(password),
+            default_hostgroup: 3,
+            default_schema: None,
+            backend_login: backend.map(|(u, p)| (u.into(), p.into())),
+            from_backend: false,
+        };
+        let users = |list: Vec<User>| Users { configured: list.into_iter().map(|u| (u.name.clone(), u)).collect() };
+        let hash = auth::format_native_hash(&auth::native_stage2(&auth::native_stage1(b"pw")));
+        assert_eq!(users(vec![user("a", &hash, None)]).own_login(), None, "a hash alone does not log in");
+        let some = users(vec![user("a", &hash, None), user("c", "pw", None), user("b", &hash, Some(("svc", "s")))]);
+        assert_eq!(some.own_login(), Some((3, "svc".into(), Credential::Plain("s".into()))));
+        assert_eq!(
+            users(vec![user("c", "pw", None), user("d", "", None)]).own_login(),
+            Some((3, "c".into(), Credential::Plain("pw".into())))
+        );
     }
 
     #[test]

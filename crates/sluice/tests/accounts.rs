@@ -572,3 +572,68 @@ fn login_refusals_keep_the_servers_bytes() {
     let through = login_error_payload(proxy.port, "lk", "pw", latin1);
     assert_eq!(through, direct, "through sluice {:?}", String::from_utf8_lossy(&through));
 }
+
+/// The outcome of each login of `attempts` (user, password) on `port`: Ok, or (code, message).
+async fn outcomes(port: u16, attempts: &[(&str, &str)]) -> Vec<Result<(), (u16, String)>> {
+    let mut out = Vec::new();
+    for (user, password) in attempts {
+        out.push(login(port, user, password).await);
+    }
+    out
+}
+
+/// The server's count of `user`'s refused logins (USER_STATISTICS.ACCESS_DENIED), once it has
+/// `want` (it is updated as the refused connection's thread ends), or what it has after 5 s.
+async fn access_denied(db: &MariaDb, user: &str, want: u64) -> u64 {
+    let sql = format!("SELECT IFNULL(MAX(ACCESS_DENIED), 0) FROM information_schema.USER_STATISTICS WHERE USER = '{user}'");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let n: u64 = db.sql(&sql).unwrap().trim().parse().unwrap();
+        if n == want || Instant::now() > deadline {
+            return n;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The server counts wrong passwords per account (max_password_errors, then ER_USER_IS_BLOCKED
+/// until FLUSH PRIVILEGES or a good login) and, with userstat, refused logins per user: a
+/// password sluice refuses counts there as a direct one does, and the client gets the server's
+/// answers (max_password_errors and userstat-badlogin-4824 of mysql-test).
+#[tokio::test]
+async fn refused_passwords_count_on_the_server_as_direct_ones() {
+    let db = MariaDb::start_with(MariaDbOptions {
+        extra_args: vec!["--max-password-errors=2".into(), "--userstat=1".into()],
+        ..Default::default()
+    })
+    .unwrap();
+    let proxy = backend_users_proxy(&db, "max_connect_errors = 0\nlogin_failure_delay_ms = 0");
+    create_user(&db, "u", "%", "good");
+    let u = |password| ("u", password);
+    // Two wrong passwords block the account, for the right one, a wrong one and none alike; an
+    // empty password is not counted; a good login resets the count.
+    let blocking = [u("bad"), u("bad"), u("good"), u("bad"), u("")];
+    let resetting = [u("good"), u("bad"), u(""), u("good"), u("bad"), u("bad"), u("good")];
+    let mut seen = Vec::new();
+    for port in [db.port(), proxy.port] {
+        db.sql("FLUSH PRIVILEGES").unwrap();
+        let blocked = outcomes(port, &blocking).await;
+        db.sql("FLUSH PRIVILEGES").unwrap();
+        seen.push((blocked, outcomes(port, &resetting).await));
+    }
+    let codes = |o: &[Result<(), (u16, String)>]| o.iter().map(|r| r.as_ref().err().map_or(0, |e| e.0)).collect::<Vec<_>>();
+    assert_eq!(codes(&seen[0].0), [1045, 1045, 4150, 4150, 4150], "{:?}", seen[0]);
+    assert_eq!(codes(&seen[0].1), [0, 1045, 1045, 0, 1045, 1045, 4150], "{:?}", seen[0]);
+    assert_eq!(seen[1], seen[0], "through sluice as directly");
+
+    // Without max_password_errors, userstat alone: each refused login counts in USER_STATISTICS.
+    db.sql("SET GLOBAL max_password_errors = DEFAULT; FLUSH PRIVILEGES").unwrap();
+    for port in [db.port(), proxy.port] {
+        db.sql("FLUSH USER_STATISTICS").unwrap();
+        login(port, "u", "good").await.expect("logs in");
+        for password in ["bad", "", "worse"] {
+            assert_eq!(login(port, "u", password).await.unwrap_err().0, 1045);
+        }
+        assert_eq!(access_denied(&db, "u", 3).await, 3, "refused logins counted by the server (port {port})");
+    }
+}

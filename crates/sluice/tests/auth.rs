@@ -291,3 +291,30 @@ async fn backend_tls_to_mariadb_with_and_without_verification() {
     let Err(e) = mysql_async::Conn::new(opts(proxy.port, "root", "")).await else { panic!("an unverifiable backend was accepted") };
     assert!(e.to_string().contains(&db.addr()), "{e}");
 }
+
+/// A configured user's refusal names the client as the server would, whether it resolves names
+/// (`localhost`) or not (testkit's default, skip_name_resolve: `127.0.0.1`), also with no
+/// `[monitor]` login to read that setting with (sluice reads it with the configured login).
+#[tokio::test]
+async fn configured_users_refusals_name_the_client_as_the_server_does() {
+    let resolving =
+        MariaDb::start_with(testkit::MariaDbOptions { extra_args: vec!["--skip-name-resolve=0".into()], ..Default::default() }).unwrap();
+    for (db, host) in [(shared(), "127.0.0.1"), (&resolving, "localhost")] {
+        let user = unique("cfg_named");
+        backend_user(db, &user, "right");
+        let text = format!(
+            "[proxy]\nlisten = [\"127.0.0.1:0\"]\nworkers = 2\n[[mysql_servers]]\nhostgroup_id = 0\nhostname = \"127.0.0.1\"\n\
+             port = {{BACKEND_PORT}}\n[[mysql_users]]\nusername = \"{user}\"\npassword = \"right\"\n"
+        );
+        let proxy = Proxy::start(toml_config(&text, db));
+        for port in [db.port(), proxy.port] {
+            let Err(mysql_async::Error::Server(e)) = mysql_async::Conn::new(opts(port, &user, "wrong")).await else { panic!("let in") };
+            assert_eq!(
+                (e.code, e.message),
+                (1045, format!("Access denied for user '{user}'@'{host}' (using password: YES)")),
+                "port {port}"
+            );
+        }
+        db.sql(&format!("DROP USER '{user}'@'%'")).unwrap();
+    }
+}

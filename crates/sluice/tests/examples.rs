@@ -73,9 +73,10 @@ fn run_example(name: &str) {
 }
 
 /// Every folder under `examples/`, each run by the test of the same name below.
-const EXAMPLES: [&str; 10] = [
+const EXAMPLES: [&str; 11] = [
     "query-rules",
     "read-write-split",
+    "replication-failover",
     "live-reconfig",
     "pooling",
     "load-balancing",
@@ -108,6 +109,11 @@ fn query_rules() {
 #[test]
 fn read_write_split() {
     run_example("read-write-split");
+}
+
+#[test]
+fn replication_failover() {
+    run_example("replication-failover");
 }
 
 #[test]

@@ -81,6 +81,12 @@ async fn backend_thread_running(db: &MariaDb, marker: &str) -> u64 {
     panic!("no backend thread runs {marker}");
 }
 
+/// How many statements the backend runs for `user` (a backend login).
+async fn statements_of(direct: &mut Conn, user: &str) -> i64 {
+    let sql = format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = '{user}' AND INFO IS NOT NULL");
+    direct.query_first(sql).await.unwrap().unwrap()
+}
+
 fn code(r: Result<(), mysql_async::Error>) -> Option<u16> {
     r.err().and_then(|e| server_code(&e))
 }
@@ -418,4 +424,161 @@ async fn connection_id_in_prepared_statements_is_the_session_id() {
         Err(e) => assert_eq!(server_code(&e), Some(1317)),
     }
     runner.ping().await.unwrap();
+}
+
+/// What a statement gives a client: its column names and rows, or the server's error (code and
+/// message). The same statement directly and through sluice must give the same.
+async fn outcome(c: &mut Conn, sql: &str) -> Result<(Vec<String>, Vec<Vec<mysql_async::Value>>), (u16, String)> {
+    match c.query_iter(sql).await {
+        Ok(mut result) => {
+            let names = result.columns().map(|cs| cs.iter().map(|c| c.name_str().into_owned()).collect()).unwrap_or_default();
+            let rows: Vec<Row> = result.collect().await.map_err(|e| (server_code(&e).unwrap_or(0), e.to_string()))?;
+            Ok((names, rows.into_iter().map(Row::unwrap).collect()))
+        }
+        Err(e) => Err((server_code(&e).unwrap_or(0), e.to_string())),
+    }
+}
+
+/// A KILL's id expression is evaluated as the server evaluates it, where a client can stop
+/// it: KILL QUERY of that session ends `KILL SLEEP(100)` with the server's 1317, as it would
+/// end the same SLEEP in a SELECT, and a shutdown is not held by it.
+#[tokio::test]
+async fn a_kill_expression_is_interruptible() {
+    let db = shared();
+    let s = Setup::start(db);
+    let mut killer = s.connect("bob").await;
+    let sleeper = s.connect("bob").await;
+    let sleeper_id = sleeper.id();
+    let task = tokio::spawn(async move {
+        let mut sleeper = sleeper;
+        let started = Instant::now();
+        let r = sleeper.query_drop("KILL SLEEP(100)").await;
+        (sleeper, r, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    killer.query_drop(format!("KILL QUERY {sleeper_id}")).await.unwrap();
+    let (mut sleeper, r, took) = tokio::time::timeout(Duration::from_secs(10), task).await.expect("the KILL ended").unwrap();
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(code(r), Some(1317));
+    sleeper.ping().await.unwrap();
+    // An expression the server refuses in KILL is refused before it runs: a stored function
+    // as a subquery.
+    let f = unique("kill_f");
+    let mut root = s.connect("root").await;
+    root.query_drop(format!("CREATE FUNCTION test.{f}() RETURNS INT RETURN SLEEP(100)")).await.unwrap();
+    let e = sleeper.query_drop(format!("KILL test.{f}()")).await.unwrap_err();
+    assert_eq!(server_code(&e), Some(1970));
+    assert!(e.to_string().contains("KILL does not support subqueries or stored functions"), "{e}");
+    root.query_drop(format!("DROP FUNCTION test.{f}")).await.unwrap();
+
+    // A client that leaves during the evaluation has it stopped on the server, as a statement
+    // of its own would be (the server itself notices a gone client within seconds).
+    // (The server shows the evaluation as `SELECT ?`: found by the backend login, which only
+    // this test's sessions use.)
+    let mut raw = RawClient::connect(s.proxy.port, "bob", "b");
+    raw.send(b"\x03KILL SLEEP(100)");
+    let mut direct = connect(db.port()).await;
+    let mut tries = 0;
+    while statements_of(&mut direct, &s.backend_user).await == 0 {
+        tries += 1;
+        assert!(tries < 100, "the evaluation runs on the backend");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(raw);
+    let mut left = 1;
+    for _ in 0..30 {
+        left = statements_of(&mut direct, &s.backend_user).await;
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(left, 0, "the evaluation ended with its client");
+
+    // Shutdown: after its timeout, the evaluation is killed like any statement.
+    let text = format!(
+        "[proxy]\nlisten = [\"127.0.0.1:0\"]\nshutdown_timeout_ms = 1000\n[[mysql_servers]]\nhostgroup_id = 0\nhostname = \"127.0.0.1\"\n\
+         port = {}\n[[mysql_users]]\nusername = \"root\"\npassword = \"\"\n",
+        db.port()
+    );
+    let proxy = Proxy::start(toml_config(&text, db));
+    let mut c = Conn::new(opts(proxy.port, "root", "")).await.unwrap();
+    let marker = unique("kill_sleep");
+    let task = tokio::spawn(async move { c.query_drop(format!("KILL SLEEP(100) /* {marker} */")).await });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let started = Instant::now();
+    tokio::task::spawn_blocking(move || drop(proxy)).await.unwrap();
+    // The shutdown timeout, then a kill: the sessions' KILL_GRACE (2 s) is not waited out.
+    assert!(started.elapsed() < Duration::from_millis(2800), "shutdown took {:?}", started.elapsed());
+    let _ = task.await;
+}
+
+/// `EXECUTE IMMEDIATE` / `PREPARE … FROM` of an expression: evaluated once on the session's
+/// connection, its text checked as a literal's is, then run; results and errors as directly.
+#[tokio::test]
+async fn dynamic_sql_expressions_run_once_and_are_checked() {
+    let db = shared();
+    let s = Setup::start(db);
+    let mut c = s.connect("root").await;
+    let mut direct = connect(db.port()).await;
+    let victim = s.connect("bob").await;
+    let victim_id = victim.id();
+    for sql in [
+        "EXECUTE IMMEDIATE CONCAT('SELECT ', '1+1')",
+        "EXECUTE IMMEDIATE CONCAT('SELECT ?, ', 2) USING 1",
+        "EXECUTE IMMEDIATE CONVERT('SELECT 3' USING latin1)",
+        "EXECUTE IMMEDIATE CONCAT('SELECT ', nocol)",
+        "EXECUTE IMMEDIATE (SELECT 'SELECT 1')",
+        "EXECUTE IMMEDIATE CONCAT('SELEC', 'T 1+')",
+        "EXECUTE IMMEDIATE CONCAT(NULL)",
+        "EXECUTE IMMEDIATE CONCAT('')",
+        "PREPARE s FROM CONCAT('SELECT ', 2)",
+        "EXECUTE s",
+        "PREPARE s FROM nocol",
+        "PREPARE s FROM (SELECT 1)",
+    ] {
+        assert_eq!(outcome(&mut c, sql).await, outcome(&mut direct, sql).await, "{sql}");
+    }
+    // Once: its side effects happen once.
+    c.query_drop("SET @n = 0").await.unwrap();
+    let one: Option<i64> = c.query_first("EXECUTE IMMEDIATE CONCAT('SELECT ', @n := @n + 1)").await.unwrap();
+    assert_eq!(one, Some(1));
+    let n: Option<i64> = c.query_first("SELECT @n").await.unwrap();
+    assert_eq!(n, Some(1));
+    // A KILL built by the expression is refused as a literal one is, and never runs.
+    for sql in [format!("EXECUTE IMMEDIATE CONCAT('KI', 'LL ', {victim_id})"), format!("EXECUTE IMMEDIATE 'KILL {victim_id}'")] {
+        assert_eq!(code(c.query_drop(&sql).await), Some(proto::errors::ER_NOT_SUPPORTED_YET), "{sql}");
+    }
+    let mut victim = victim;
+    victim.ping().await.unwrap();
+    // sluice's variable is not left with a value.
+    let left: Option<Option<String>> = c.query_first("SELECT @`sluice dynamic sql`").await.unwrap();
+    assert_eq!(left, Some(None));
+}
+
+/// A select item that calls CONNECTION_ID() or reads @@pseudo_thread_id keeps the name the
+/// server gives it, and @@pseudo_thread_id is the session id, as CONNECTION_ID() is: KILL of
+/// it names the session.
+#[tokio::test]
+async fn session_id_rewrites_keep_column_names() {
+    let db = shared();
+    let s = Setup::start(db);
+    let mut c = s.connect("bob").await;
+    let id = c.id() as i64;
+    let sql = "select @a - connection_id(), connection_id() + 1, @@pseudo_thread_id   , @@session.pseudo_thread_id";
+    let (names, rows) = outcome(&mut c, sql).await.unwrap();
+    assert_eq!(names, ["@a - connection_id()", "connection_id() + 1", "@@pseudo_thread_id", "@@session.pseudo_thread_id"]);
+    let values: Vec<Option<i64>> = rows[0].iter().map(|v| mysql_async::from_value_opt(v.clone()).ok()).collect();
+    assert_eq!(values, [None, Some(id + 1), Some(id), Some(id)]);
+    let mut other = s.connect("bob").await;
+    let thread: i64 = other.query_first("SELECT @@pseudo_thread_id").await.unwrap().unwrap();
+    assert_eq!(thread, other.id() as i64);
+    c.query_drop(format!("KILL {thread}")).await.unwrap();
+    assert!(other.ping().await.is_err(), "KILL of @@pseudo_thread_id ended that session");
+    assert_eq!(code(c.query_drop("KILL QUERY @@pseudo_thread_id").await), Some(1317), "its own id, as on the server");
+    // A session that sets it (SUPER) reads its own value, as on the server.
+    let mut root = s.connect("root").await;
+    root.query_drop("SET @@pseudo_thread_id = 4242").await.unwrap();
+    let (set, own): (i64, i64) = root.query_first("SELECT @@pseudo_thread_id, CONNECTION_ID()").await.unwrap().unwrap();
+    assert_eq!((set, own), (4242, root.id() as i64));
 }

@@ -210,3 +210,27 @@ async fn connection_id_stays_out_of_the_query_cache() {
     let _: Vec<u64> = c.query("SELECT a FROM qc").await.unwrap();
     assert_eq!(in_cache(), "1");
 }
+
+/// GET DIAGNOSTICS leaves the diagnostics area as it found it, so a second one reads the same
+/// row count: sluice must not read the variables it set back with a statement of its own in
+/// between (a SELECT would set ROW_COUNT to -1).
+#[tokio::test]
+async fn get_diagnostics_reads_the_same_area_twice() {
+    let db = shared();
+    let proxy = Proxy::quick(db);
+    let table = unique("diag");
+    let mut direct = connect(db.port()).await;
+    direct.query_drop(format!("CREATE TABLE {table} (a INT)")).await.unwrap();
+    let mut seen = Vec::new();
+    for port in [db.port(), proxy.port] {
+        let mut c = connect(port).await;
+        c.query_drop(format!("INSERT INTO {table} VALUES (1), (2), (3)")).await.unwrap();
+        c.query_drop("GET DIAGNOSTICS @n = NUMBER, @r = ROW_COUNT").await.unwrap();
+        c.query_drop("GET DIAGNOSTICS @r2 = ROW_COUNT").await.unwrap();
+        let values: Option<(i64, i64, i64)> = c.query_first("SELECT @n, @r, @r2").await.unwrap();
+        seen.push(values);
+    }
+    assert_eq!(seen[0], Some((0, 3, 3)), "directly");
+    assert_eq!(seen[1], seen[0], "through sluice");
+    direct.query_drop(format!("DROP TABLE {table}")).await.unwrap();
+}

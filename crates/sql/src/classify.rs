@@ -59,19 +59,30 @@ pub enum Intercept {
     Processlist {
         full: bool,
     },
-    /// `PREPARE s FROM @v` or `EXECUTE IMMEDIATE @v`, alone: the statement it runs is the
-    /// value of the user variable `v` (name unquoted), to be read and checked first.
-    Variable(String),
+    /// `PREPARE s FROM …` or `EXECUTE IMMEDIATE …`, alone, of text sluice reads and checks
+    /// first.
+    Dynamic(Dynamic),
     /// Must not reach the backend; why, for the client's error message.
     Refuse(&'static str),
 }
 
 impl Intercept {
-    /// Sluice answers the statement itself (it never reaches rules or a backend); `Variable`
+    /// Sluice answers the statement itself (it never reaches rules or a backend); `Dynamic`
     /// goes on once its text is checked.
     pub fn answered_by_sluice(&self) -> bool {
-        !matches!(self, Intercept::Variable(_))
+        !matches!(self, Intercept::Dynamic(_))
     }
+}
+
+/// Dynamic SQL whose text the session reads before it lets the statement run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dynamic {
+    /// `@v`: the statement is the value of the user variable `v` (name unquoted).
+    Variable(String),
+    /// Any other expression: the statement is its value, evaluated once by the session. The
+    /// text is `head` + the expression + `tail` (`USING …`, a `;`); `prepare`: PREPARE … FROM
+    /// (else EXECUTE IMMEDIATE).
+    Expression { head: Vec<u8>, expression: Vec<u8>, tail: Vec<u8>, prepare: bool },
 }
 
 /// Why a text is refused (the client's error message).
@@ -103,7 +114,7 @@ fn code(sql: &[u8]) -> Code<'_> {
 }
 
 /// `t` is the keyword or identifier `k` (any case).
-pub(crate) fn is_word(t: &Token, sql: &[u8], k: &str) -> bool {
+pub fn is_word(t: &Token, sql: &[u8], k: &str) -> bool {
     t.kind == Kind::Word && eq_ignore_case(t.text(sql), k)
 }
 
@@ -227,13 +238,13 @@ pub fn plain_dml(sql: &[u8]) -> bool {
 
 /// Where dynamic SQL takes its text from.
 enum Source {
-    /// String literals (adjacent ones concatenate), unescaped; `whole` when nothing but the
-    /// end of the statement or `USING` follows.
-    Literal { text: Vec<u8>, whole: bool },
-    /// A user variable (name unquoted).
-    Variable { name: String, whole: bool },
-    /// Anything else: an expression sluice cannot evaluate.
-    Other,
+    /// String literals (adjacent ones concatenate), unescaped, and nothing else.
+    Literal(Vec<u8>),
+    /// A user variable (name unquoted), and nothing else.
+    Variable(String),
+    /// Any other expression, `start..end` in the text (up to `USING` or the statement's end);
+    /// `single`: one expression (no `,` outside parentheses), the only form the server takes.
+    Expression { start: usize, end: usize, single: bool },
 }
 
 /// Words after which a statement begins inside a compound statement (`BEGIN NOT ATOMIC`,
@@ -250,7 +261,7 @@ fn scan(sql: &[u8], depth: u8) -> Option<Intercept> {
     let mut at_start = true;
     let mut kill = false;
     let mut processlist = false;
-    let mut variable: Option<String> = None;
+    let mut dynamic: Option<Dynamic> = None;
     while let Some(t) = toks.next() {
         if t.kind == Kind::Punct && t.text(sql) == b";" {
             at_start = true;
@@ -274,11 +285,12 @@ fn scan(sql: &[u8], depth: u8) -> Option<Intercept> {
             processlist |= ahead.next().is_some_and(|n| is_word(&n, sql, "PROCESSLIST"));
             continue;
         }
+        let prepare = is_word(&t, sql, "PREPARE");
         let source = if is_word(&t, sql, "EXECUTE") && toks.clone().next().is_some_and(|n| is_word(&n, sql, "IMMEDIATE")) {
             let mut ahead = toks.clone();
             ahead.next();
             source(sql, ahead)
-        } else if is_word(&t, sql, "PREPARE") {
+        } else if prepare {
             let statement_start = starts || definition || before.is_some_and(|b| STATEMENT_AFTER.iter().any(|k| is_word(&b, sql, k)));
             let mut ahead = toks.clone();
             let named = ahead.next().is_some_and(|n| matches!(n.kind, Kind::Word | Kind::QuotedIdent));
@@ -290,26 +302,30 @@ fn scan(sql: &[u8], depth: u8) -> Option<Intercept> {
             continue;
         };
         match source {
-            Source::Literal { text, whole } => {
+            Source::Literal(text) => {
                 if depth >= 2 {
                     return Some(Intercept::Refuse(DYNAMIC_UNSEEN));
                 }
                 if let Some(inner) = runs_something(&text, depth + 1) {
                     return Some(Intercept::Refuse(inner));
                 }
-                if !whole && !definition {
+            }
+            Source::Variable(name) if !definition => {
+                if dynamic.is_some() {
                     return Some(Intercept::Refuse(DYNAMIC_UNSEEN));
                 }
+                dynamic = Some(Dynamic::Variable(name));
             }
-            Source::Variable { name, whole } if !definition => {
-                if !whole || variable.is_some() {
+            // Evaluated by the session, which can do so only for a statement it runs now.
+            Source::Expression { start, end, single } if !definition => {
+                if !single || depth > 0 || dynamic.is_some() {
                     return Some(Intercept::Refuse(DYNAMIC_UNSEEN));
                 }
-                variable = Some(name);
+                let (head, expression, tail) = (sql[..start].to_vec(), sql[start..end].to_vec(), sql[end..].to_vec());
+                dynamic = Some(Dynamic::Expression { head, expression, tail, prepare });
             }
-            Source::Other if !definition => return Some(Intercept::Refuse(DYNAMIC_UNSEEN)),
             // Run later by a stored program, with values sluice cannot see.
-            Source::Variable { .. } | Source::Other => {}
+            Source::Variable(_) | Source::Expression { .. } => {}
         }
     }
     let first = first?;
@@ -320,8 +336,8 @@ fn scan(sql: &[u8], depth: u8) -> Option<Intercept> {
             _ => Intercept::Refuse(KILL_IN_TEXT),
         });
     }
-    if let Some(name) = variable {
-        return Some(if statements == 1 { Intercept::Variable(name) } else { Intercept::Refuse(DYNAMIC_UNSEEN) });
+    if let Some(dynamic) = dynamic {
+        return Some(if statements == 1 { Intercept::Dynamic(dynamic) } else { Intercept::Refuse(DYNAMIC_UNSEEN) });
     }
     if processlist {
         return if statements == 1 { parse_processlist(sql) } else { Some(Intercept::Refuse(PROCESSLIST_IN_TEXT)) };
@@ -332,12 +348,7 @@ fn scan(sql: &[u8], depth: u8) -> Option<Intercept> {
 /// The refusal for dynamic SQL whose text is `sql` (read both ways, as `intercept` does), if
 /// that text would run something sluice must answer or cannot see.
 fn runs_something(sql: &[u8], depth: u8) -> Option<&'static str> {
-    let reason = |i: Option<Intercept>| {
-        i.map(|i| match i {
-            Intercept::Refuse(why) => why,
-            _ => refusal::DYNAMIC_KILL,
-        })
-    };
+    let reason = |i: Option<Intercept>| i.map(|i| dynamic_refusal(&i));
     reason(scan(sql, depth)).or_else(|| {
         memchr::memchr(b'\\', sql)?;
         let plain: Vec<u8> = sql.iter().map(|&b| if b == b'\\' { b' ' } else { b }).collect();
@@ -345,9 +356,20 @@ fn runs_something(sql: &[u8], depth: u8) -> Option<&'static str> {
     })
 }
 
+/// Why dynamic SQL whose text `intercept` answered with `i` is refused: a statement sluice
+/// must answer itself cannot run inside it, and nested dynamic SQL it cannot read.
+pub fn dynamic_refusal(i: &Intercept) -> &'static str {
+    match i {
+        Intercept::Refuse(why) => why,
+        Intercept::Dynamic(_) => refusal::DYNAMIC_UNSEEN,
+        Intercept::Kill(_) | Intercept::Processlist { .. } => refusal::DYNAMIC_KILL,
+    }
+}
+
 /// The text dynamic SQL runs, from the tokens after `FROM` or `IMMEDIATE`.
 fn source(sql: &[u8], mut ahead: Code) -> Source {
     let ends = |n: Option<Token>| n.is_none_or(|n| n.text(sql) == b";" || is_word(&n, sql, "USING"));
+    let rest = ahead.clone();
     let mut t = ahead.next();
     // A character set introducer: _utf8mb4'…', N'…'.
     if t.is_some_and(|w| w.kind == Kind::Word && (w.text(sql).starts_with(b"_") || is_word(&w, sql, "N")))
@@ -363,13 +385,43 @@ fn source(sql: &[u8], mut ahead: Code) -> Source {
                 text.extend_from_slice(&unquote(more.text(sql)));
                 next = ahead.next();
             }
-            Source::Literal { text, whole: ends(next) }
+            if ends(next) {
+                Source::Literal(text)
+            } else {
+                dynamic_expression(sql, rest)
+            }
         }
-        Some(v) if v.kind == Kind::Variable && !v.text(sql).starts_with(b"@@") => match variable_name(v.text(sql)) {
-            Some(name) => Source::Variable { name, whole: ends(ahead.next()) },
-            None => Source::Other,
-        },
-        _ => Source::Other,
+        Some(v) if v.kind == Kind::Variable && !v.text(sql).starts_with(b"@@") && ends(ahead.clone().next()) => {
+            match variable_name(v.text(sql)) {
+                Some(name) => Source::Variable(name),
+                None => dynamic_expression(sql, rest),
+            }
+        }
+        _ => dynamic_expression(sql, rest),
+    }
+}
+
+/// The expression dynamic SQL takes its text from: the tokens up to `USING` or `;` outside
+/// parentheses (`CONVERT(x USING utf8mb4)` is inside), or the end.
+fn dynamic_expression(sql: &[u8], toks: Code) -> Source {
+    let (mut start, mut end, mut depth, mut single) = (None, 0, 0usize, true);
+    for t in toks {
+        let text = t.text(sql);
+        if depth == 0 && (text == b";" || is_word(&t, sql, "USING")) {
+            break;
+        }
+        match text {
+            b"(" => depth += 1,
+            b")" => depth = depth.saturating_sub(1),
+            b"," if depth == 0 => single = false,
+            _ => {}
+        }
+        start.get_or_insert(t.start);
+        end = t.end;
+    }
+    match start {
+        Some(start) => Source::Expression { start, end, single },
+        None => Source::Expression { start: end, end, single: false },
     }
 }
 
@@ -573,12 +625,15 @@ fn rewritable(first: &[u8]) -> bool {
         .any(|k| eq_ignore_case(first, k))
 }
 
-/// Cheap pre-check on every statement: is "connection_id" anywhere (any case)? Looks only
-/// around underscores (memchr), so ordinary statements cost a few nanoseconds.
+/// Cheap pre-check on every statement: is "connection_id" or "pseudo_thread_id" anywhere (any
+/// case)? Looks only around underscores (memchr), so ordinary statements cost a few nanoseconds.
 fn mentions_connection_id(sql: &[u8]) -> bool {
-    memchr::memchr_iter(b'_', sql).any(|i| {
-        i >= 10 && sql.len() >= i + 3 && sql[i - 10..i].eq_ignore_ascii_case(b"connection") && sql[i + 1..i + 3].eq_ignore_ascii_case(b"id")
-    })
+    let around = |i: usize, before: &[u8], after: &[u8]| {
+        i >= before.len()
+            && sql[i - before.len()..i].eq_ignore_ascii_case(before)
+            && sql.get(i + 1..i + 1 + after.len()).is_some_and(|a| a.eq_ignore_ascii_case(after))
+    };
+    memchr::memchr_iter(b'_', sql).any(|i| around(i, b"connection", b"id") || around(i, b"pseudo", b"thread_id"))
 }
 
 /// Tables keyed by the server's own thread ids: a statement reading them compares
@@ -598,10 +653,11 @@ fn names_server_threads(word: &[u8]) -> bool {
     .any(|k| eq_ignore_case(word, k))
 }
 
-/// Replaces each `CONNECTION_ID()` call with the literal `id`. A call that is a whole select
-/// item keeps its column name through an alias. `None` when there is nothing to replace
-/// (the common case, found without allocating).
-pub fn rewrite_connection_id(sql: &[u8], id: u32) -> Option<Vec<u8>> {
+/// Replaces each `CONNECTION_ID()` call, and with `pseudo_thread_id` each read of
+/// `@@pseudo_thread_id` (the server sets it to the thread id; false when the session set it
+/// itself), with the literal `id`. A select item that held one keeps its column name through an
+/// alias. `None` when there is nothing to replace (the common case, found without allocating).
+pub fn rewrite_connection_id(sql: &[u8], id: u32, pseudo_thread_id: bool) -> Option<Vec<u8>> {
     if !mentions_connection_id(sql) {
         return None;
     }
@@ -626,57 +682,168 @@ pub fn rewrite_connection_id(sql: &[u8], id: u32) -> Option<Vec<u8>> {
     if thread_table {
         return None;
     }
-    let mut out = Vec::with_capacity(sql.len() + 32);
-    let mut copied = 0;
+    // (start, end, replacement) of each edit, in order.
+    let literal = id.to_string().into_bytes();
+    let mut edits: Vec<(usize, usize, Vec<u8>)> = Vec::new();
     let mut i = 0;
-    let mut changed = false;
     while i < toks.len() {
         let t = toks[i];
-        let is_call = t.kind == Kind::Word
+        let call = t.kind == Kind::Word
             && eq_ignore_case(t.text(sql), "CONNECTION_ID")
             && toks.get(i + 1).is_some_and(|p| p.text(sql) == b"(")
             && toks.get(i + 2).is_some_and(|p| p.text(sql) == b")");
-        if !is_call {
-            i += 1;
-            continue;
-        }
-        let close = toks[i + 2];
-        let prev = i.checked_sub(1).map(|p| toks[p].text(sql));
-        let next = toks.get(i + 3).map(|n| n.text(sql));
-        let ends_item =
-            |n: &[u8]| n == b"," || n == b";" || eq_ignore_case(n, "FROM") || eq_ignore_case(n, "INTO") || eq_ignore_case(n, "UNION");
-        // `(SELECT CONNECTION_ID())`: a `)` ends the item only right after SELECT (after a
-        // comma it may close a function's arguments).
-        let select_item = match prev {
-            Some(p) if eq_ignore_case(p, "SELECT") => next.is_none_or(|n| ends_item(n) || n == b")"),
-            Some(b",") => next.is_none_or(ends_item),
-            _ => false,
-        };
-        out.extend_from_slice(&sql[copied..t.start]);
-        out.extend_from_slice(id.to_string().as_bytes());
-        if select_item {
-            // The column keeps the call's own text as its name; backticks in it are doubled.
-            out.extend_from_slice(b" AS `");
-            for &b in &sql[t.start..close.end] {
-                out.push(b);
-                if b == b'`' {
-                    out.push(b'`');
-                }
+        let width = match () {
+            _ if call => 3,
+            _ if pseudo_thread_id && reads_pseudo_thread_id(&toks, i, sql) => 1,
+            _ => {
+                i += 1;
+                continue;
             }
-            out.push(b'`');
-        } else if sql.get(close.end).is_some_and(|&b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80) {
+        };
+        let end = toks[i + width - 1].end;
+        let mut replacement = literal.clone();
+        if sql.get(end).is_some_and(|&b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80) {
             // `CONNECTION_ID()e5` is the call followed by the alias `e5`: keep them apart.
-            out.push(b' ');
+            replacement.push(b' ');
         }
-        copied = close.end;
-        changed = true;
-        i += 3;
+        edits.push((t.start, end, replacement));
+        i += width;
     }
-    if !changed {
+    if edits.is_empty() {
         return None;
+    }
+    // Select items that held a replaced call are named by their text, as the server names them.
+    for (first, last) in select_items(sql, &toks) {
+        let (start, end) = (toks[first].start, toks[last].end);
+        if edits.iter().any(|e| e.0 >= start && e.1 <= end) {
+            if let Some(alias) = item_alias(sql, &toks[first..=last]) {
+                let at = edits.partition_point(|e| e.0 < end);
+                edits.insert(at, (end, end, alias));
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(sql.len() + 32);
+    let mut copied = 0;
+    for (start, end, replacement) in edits {
+        out.extend_from_slice(&sql[copied..start]);
+        out.extend_from_slice(&replacement);
+        copied = end;
     }
     out.extend_from_slice(&sql[copied..]);
     Some(out)
+}
+
+/// Is token `i` a read of `@@pseudo_thread_id` (`@@session.` or `@@local.` too), not the
+/// target of a SET?
+fn reads_pseudo_thread_id(toks: &[Token], i: usize, sql: &[u8]) -> bool {
+    let t = toks[i];
+    let Some(var) = t.text(sql).strip_prefix(b"@@") else { return false };
+    let var = [&b"session."[..], b"local."].iter().find_map(|scope| strip_prefix_ignore_case(var, scope)).unwrap_or(var);
+    var.eq_ignore_ascii_case(b"pseudo_thread_id")
+        && t.kind == Kind::Variable
+        && !toks.get(i + 1).is_some_and(|n| n.text(sql) == b"=" || n.text(sql) == b":")
+}
+
+fn strip_prefix_ignore_case<'a>(s: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
+    s.get(..prefix.len()).filter(|p| p.eq_ignore_ascii_case(prefix)).map(|_| &s[prefix.len()..])
+}
+
+/// The select items of every SELECT in `toks` (indexes of each item's first and last token):
+/// from SELECT and its options to the first `FROM`, `INTO`, `;`, set operator or clause at
+/// its depth, or the `)` that closes it, split at that depth's commas.
+fn select_items(sql: &[u8], toks: &[Token]) -> Vec<(usize, usize)> {
+    const OPTIONS: [&str; 11] = [
+        "ALL",
+        "DISTINCT",
+        "DISTINCTROW",
+        "HIGH_PRIORITY",
+        "STRAIGHT_JOIN",
+        "SQL_SMALL_RESULT",
+        "SQL_BIG_RESULT",
+        "SQL_BUFFER_RESULT",
+        "SQL_CACHE",
+        "SQL_NO_CACHE",
+        "SQL_CALC_FOUND_ROWS",
+    ];
+    const ENDS: [&str; 14] = [
+        "FROM",
+        "INTO",
+        "UNION",
+        "EXCEPT",
+        "INTERSECT",
+        "WHERE",
+        "GROUP",
+        "HAVING",
+        "ORDER",
+        "LIMIT",
+        "WINDOW",
+        "FOR",
+        "LOCK",
+        "PROCEDURE",
+    ];
+    let mut items = Vec::new();
+    for (s, _) in toks.iter().enumerate().filter(|(_, t)| is_word(t, sql, "SELECT")) {
+        let mut i = s + 1;
+        while toks.get(i).is_some_and(|t| OPTIONS.iter().any(|o| is_word(t, sql, o))) {
+            i += 1;
+        }
+        let (mut depth, mut first) = (0usize, i);
+        while let Some(t) = toks.get(i) {
+            let text = t.text(sql);
+            let at_top = depth == 0;
+            match text {
+                b"(" => depth += 1,
+                b")" if depth == 0 => break,
+                b")" => depth -= 1,
+                _ => {}
+            }
+            if at_top && (text == b";" || (t.kind == Kind::Word && ENDS.iter().any(|e| is_word(t, sql, e)))) {
+                break;
+            }
+            if at_top && text == b"," {
+                if i > first {
+                    items.push((first, i - 1));
+                }
+                first = i + 1;
+            }
+            i += 1;
+        }
+        if i > first {
+            items.push((first, i - 1));
+        }
+    }
+    items
+}
+
+/// ` AS `name`` for a select item with no alias of its own, naming it as the server does: its
+/// text as written, comments left out. `None` when it has an alias, or may have one (it ends
+/// in a word or string), or holds an executable comment.
+fn item_alias(sql: &[u8], item: &[Token]) -> Option<Vec<u8>> {
+    let last = item.last()?;
+    if !(last.text(sql) == b")" || matches!(last.kind, Kind::Number | Kind::Variable | Kind::HexOrBit)) {
+        return None;
+    }
+    let (start, end) = (item.first()?.start, last.end);
+    let mut name = Vec::with_capacity(end - start);
+    let mut copied = start;
+    for comment in Lexer::new(&sql[..end]).filter(|t| t.kind == Kind::Comment && t.start >= start) {
+        name.extend_from_slice(&sql[copied..comment.start]);
+        copied = comment.end;
+    }
+    name.extend_from_slice(&sql[copied..end]);
+    if memchr::memmem::find(&name, b"/*").is_some() {
+        return None;
+    }
+    let mut alias = Vec::with_capacity(name.len() + 8);
+    alias.extend_from_slice(b" AS `");
+    for b in name {
+        alias.push(b);
+        if b == b'`' {
+            alias.push(b'`');
+        }
+    }
+    alias.push(b'`');
+    Some(alias)
 }
 
 /// `USE db` (alone): the schema the session moves to if the server accepts it.
@@ -710,14 +877,17 @@ mod tests {
     #[test]
     fn connection_id_stays_the_servers_against_thread_tables() {
         let q = b"SELECT ATTR_VALUE FROM performance_schema.session_account_connect_attrs WHERE PROCESSLIST_ID = CONNECTION_ID()";
-        assert_eq!(rewrite_connection_id(q, 7), None);
-        assert_eq!(rewrite_connection_id(b"SELECT * FROM information_schema.PROCESSLIST WHERE ID = connection_id()", 7), None);
-        assert_eq!(rewrite_connection_id(b"SELECT * FROM `performance_schema`.`threads` WHERE PROCESSLIST_ID = CONNECTION_ID()", 7), None);
+        assert_eq!(rewrite_connection_id(q, 7, true), None);
+        assert_eq!(rewrite_connection_id(b"SELECT * FROM information_schema.PROCESSLIST WHERE ID = connection_id()", 7, true), None);
+        assert_eq!(
+            rewrite_connection_id(b"SELECT * FROM `performance_schema`.`threads` WHERE PROCESSLIST_ID = CONNECTION_ID()", 7, true),
+            None
+        );
         assert!(
-            rewrite_connection_id(b"SELECT CONNECTION_ID(), threads FROM t", 7).is_none(),
+            rewrite_connection_id(b"SELECT CONNECTION_ID(), threads FROM t", 7, true).is_none(),
             "a column named like a thread table: kept too"
         );
-        assert!(rewrite_connection_id(b"DELETE FROM locks WHERE owner = CONNECTION_ID()", 7).is_some());
+        assert!(rewrite_connection_id(b"DELETE FROM locks WHERE owner = CONNECTION_ID()", 7, true).is_some());
     }
 
     #[test]
@@ -747,6 +917,10 @@ mod tests {
     const REFUSE_PROGRAM: Option<Intercept> = Some(Intercept::Refuse(refusal::KILL_IN_PROGRAM));
     const REFUSE_DYNAMIC: Option<Intercept> = Some(Intercept::Refuse(refusal::DYNAMIC_KILL));
     const REFUSE_UNSEEN: Option<Intercept> = Some(Intercept::Refuse(refusal::DYNAMIC_UNSEEN));
+
+    fn variable(name: &str) -> Option<Intercept> {
+        Some(Intercept::Dynamic(Dynamic::Variable(name.into())))
+    }
 
     #[test]
     fn kill_forms_sluice_resolves() {
@@ -820,12 +994,29 @@ mod tests {
         assert_eq!(i("PREPARE s FROM 'SHOW PROCESSLIST'"), REFUSE_DYNAMIC);
         assert_eq!(i("EXECUTE IMMEDIATE 'EXECUTE IMMEDIATE ''KILL 5'''"), REFUSE_DYNAMIC);
         assert_eq!(i("EXECUTE IMMEDIATE 'SELECT 1; KILL 5'"), REFUSE_TEXT);
-        assert_eq!(i("EXECUTE IMMEDIATE CONCAT('KI', 'LL 5')"), REFUSE_UNSEEN);
+        // An expression is evaluated by the session, which checks its value.
+        let expression = |head: &str, e: &str, tail: &str, prepare| {
+            let (head, expression, tail) = (head.into(), e.into(), tail.into());
+            Some(Intercept::Dynamic(Dynamic::Expression { head, expression, tail, prepare }))
+        };
+        assert_eq!(i("EXECUTE IMMEDIATE CONCAT('KI', 'LL 5')"), expression("EXECUTE IMMEDIATE ", "CONCAT('KI', 'LL 5')", "", false));
+        assert_eq!(
+            i("execute immediate CONVERT(@q USING latin1) USING 1, 2;"),
+            expression("execute immediate ", "CONVERT(@q USING latin1)", " USING 1, 2;", false)
+        );
+        assert_eq!(i("PREPARE s FROM 'SELECT ' || @x"), expression("PREPARE s FROM ", "'SELECT ' || @x", "", true));
+        assert_eq!(i("PREPARE s FROM @x + 0"), expression("PREPARE s FROM ", "@x + 0", "", true));
+        assert_eq!(i("EXECUTE IMMEDIATE X'4B494C4C2035'"), expression("EXECUTE IMMEDIATE ", "X'4B494C4C2035'", "", false));
+        assert_eq!(i("EXECUTE IMMEDIATE CONCAT('SELECT ', KILL)"), REFUSE_TEXT, "a KILL anywhere is seen");
+        assert_eq!(i("EXECUTE IMMEDIATE 'SELECT 1', 'x'"), REFUSE_UNSEEN, "not one expression");
+        assert_eq!(i("EXECUTE IMMEDIATE"), REFUSE_UNSEEN);
+        assert_eq!(i("EXECUTE IMMEDIATE 'EXECUTE IMMEDIATE CONCAT(1)'"), REFUSE_UNSEEN, "nested: not evaluated");
+        assert_eq!(i("EXECUTE IMMEDIATE CONCAT('SELECT 1'); EXECUTE IMMEDIATE 'SELECT 2'"), REFUSE_UNSEEN);
         assert_eq!(i("PREPARE s FROM @a; EXECUTE s"), REFUSE_UNSEEN, "the variable may change within the text");
         assert_eq!(i("SELECT 1; EXECUTE IMMEDIATE @@init_connect"), REFUSE_UNSEEN);
-        assert_eq!(i("SET STATEMENT sql_mode='' FOR EXECUTE IMMEDIATE @x"), Some(Intercept::Variable("x".into())));
-        assert_eq!(i("PREPARE s FROM @sql"), Some(Intercept::Variable("sql".into())));
-        assert_eq!(i("EXECUTE IMMEDIATE @`my var` USING 1"), Some(Intercept::Variable("my var".into())));
+        assert_eq!(i("SET STATEMENT sql_mode='' FOR EXECUTE IMMEDIATE @x"), variable("x"));
+        assert_eq!(i("PREPARE s FROM @sql"), variable("sql"));
+        assert_eq!(i("EXECUTE IMMEDIATE @`my var` USING 1"), variable("my var"));
         assert_eq!(i("EXECUTE IMMEDIATE 'SELECT ?' USING 1"), None);
         assert_eq!(i("PREPARE s FROM 'SELECT 1'; EXECUTE s; DEALLOCATE PREPARE s"), None);
         assert_eq!(i("BEGIN NOT ATOMIC PREPARE s FROM CONCAT('KI','LL 5'); EXECUTE s; END"), REFUSE_UNSEEN);
@@ -887,18 +1078,32 @@ mod tests {
 
     #[test]
     fn connection_id_rewrites() {
-        let r = |s: &str| rewrite_connection_id(s.as_bytes(), 42).map(|v| String::from_utf8(v).unwrap());
+        let r = |s: &str| rewrite_connection_id(s.as_bytes(), 42, true).map(|v| String::from_utf8(v).unwrap());
         assert_eq!(r("SELECT CONNECTION_ID()").as_deref(), Some("SELECT 42 AS `CONNECTION_ID()`"));
         assert_eq!(r("select connection_id(), 1").as_deref(), Some("select 42 AS `connection_id()`, 1"));
         assert_eq!(r("SELECT * FROM t WHERE id = CONNECTION_ID()").as_deref(), Some("SELECT * FROM t WHERE id = 42"));
         assert_eq!(r("SELECT CONNECTION_ID() AS me").as_deref(), Some("SELECT 42 AS me"));
         assert_eq!(r("((SELECT CONNECTION_ID()))").as_deref(), Some("((SELECT 42 AS `CONNECTION_ID()`))"));
         assert_eq!(r("(CREATE PROCEDURE p() SELECT CONNECTION_ID())"), None);
-        assert_eq!(r("SELECT f(1, CONNECTION_ID())").as_deref(), Some("SELECT f(1, 42)"));
+        assert_eq!(r("SELECT f(1, CONNECTION_ID())").as_deref(), Some("SELECT f(1, 42) AS `f(1, CONNECTION_ID())`"));
+        // A select item that holds the call is named by its own text, comments left out.
+        assert_eq!(r("select @a - connection_id()").as_deref(), Some("select @a - 42 AS `@a - connection_id()`"));
+        assert_eq!(
+            r("SELECT DISTINCT 1 + /* c */ CONNECTION_ID(), (SELECT connection_id() x) FROM t WHERE a = CONNECTION_ID()").as_deref(),
+            Some("SELECT DISTINCT 1 + /* c */ 42 AS `1 +  CONNECTION_ID()`, (SELECT 42 x) AS `(SELECT connection_id() x)` FROM t WHERE a = 42")
+        );
+        assert_eq!(r("SELECT connection_id() IS NULL").as_deref(), Some("SELECT 42 IS NULL"), "may be an alias: left alone");
+        assert_eq!(r("SELECT connection_id() + 1 INTO @x").as_deref(), Some("SELECT 42 + 1 AS `connection_id() + 1` INTO @x"));
+        // @@pseudo_thread_id is the thread id too, unless assigned.
+        assert_eq!(r("select @@pseudo_thread_id    ").as_deref(), Some("select 42 AS `@@pseudo_thread_id`    "));
+        assert_eq!(r("SET @t = @@SESSION.pseudo_thread_id").as_deref(), Some("SET @t = 42"));
+        assert_eq!(r("SET @@pseudo_thread_id = 5"), None);
+        assert_eq!(r("SELECT @@global.pseudo_thread_id"), None);
+        assert_eq!(rewrite_connection_id(b"SELECT @@pseudo_thread_id", 42, false), None, "the session set it: the server's");
         assert_eq!(r("KILL CONNECTION_ID()").as_deref(), Some("KILL 42"));
         assert_eq!(r("SELECT CONNECTION_ID()e5").as_deref(), Some("SELECT 42 e5"));
         assert_eq!(r("SELECT CONNECTION_ID()abc, 1").as_deref(), Some("SELECT 42 abc, 1"));
-        assert_eq!(r("SELECT CONNECTION_ID(/*`*/) FROM t").as_deref(), Some("SELECT 42 AS `CONNECTION_ID(/*``*/)` FROM t"));
+        assert_eq!(r("SELECT CONNECTION_ID(/*`*/) FROM t").as_deref(), Some("SELECT 42 AS `CONNECTION_ID()` FROM t"));
         assert_eq!(r("SELECT 'CONNECTION_ID()'"), None);
         assert_eq!(r("SELECT `connection_id`"), None);
         assert_eq!(r("CREATE PROCEDURE p() SELECT CONNECTION_ID()"), None);

@@ -69,6 +69,9 @@ pub const GLOBALS: u32 = 1 << 19;
 /// `DROP DATABASE | SCHEMA`: the server unsets the session's default database when it is the
 /// one dropped.
 pub const DROP_SCHEMA: u32 = 1 << 20;
+/// `GET DIAGNOSTICS`: reads the diagnostics area the previous statement left, and leaves it
+/// for the next one (which may read it again).
+pub const DIAGNOSTICS: u32 = 1 << 21;
 
 /// What one COM_QUERY text (possibly several statements separated by `;`) may do to session
 /// state.
@@ -399,6 +402,9 @@ impl Parser<'_> {
                 self.backup();
             } else if is("LOAD") || is("CALL") || is("GET") {
                 self.assigns_any_user_var = true;
+                if is("GET") {
+                    self.flag(DIAGNOSTICS);
+                }
             } else if self.compound_start(first) {
                 self.compound();
             }
@@ -1246,6 +1252,7 @@ mod tests {
         assert_eq!(user_vars("CALL get_totals(@total, @count)"), ["@total", "@count"]);
         assert_eq!(user_vars("LOAD DATA INFILE 'f' INTO TABLE t (a, @b) SET c = @b * 2"), ["@b"]);
         assert_eq!(user_vars("GET DIAGNOSTICS CONDITION 1 @state = RETURNED_SQLSTATE, @msg = MESSAGE_TEXT"), ["@state", "@msg"]);
+        assert_eq!(flags("GET DIAGNOSTICS @n = NUMBER, @r = ROW_COUNT"), DIAGNOSTICS);
         assert_eq!(flags("SET @\u{e9} = 1"), 0);
         assert_eq!(effects(b"SET @\xff = 1").flags, UNKNOWN_SET);
         assert_eq!(effects(b"SELECT @`\xff` := 1").flags, UNKNOWN_SET);

@@ -27,8 +27,28 @@ pub struct Replication {
     pub replicas: Vec<MariaDb>,
 }
 
-/// The server options of member `server_id` of a topology.
-fn member_args(server_id: u32, replica: bool) -> Vec<String> {
+/// `SHOW SLAVE STATUS` of `db`, by column name (`MariaDb::sql` leaves the names out).
+fn slave_status(db: &MariaDb) -> anyhow::Result<std::collections::HashMap<String, String>> {
+    let out = std::process::Command::new("mariadb")
+        .arg("--no-defaults")
+        .arg("-uroot")
+        .arg(format!("--socket={}", db.socket_path().display()))
+        .args(["-B", "-e", "SHOW SLAVE STATUS"])
+        .output()
+        .context("running the `mariadb` client")?;
+    if !out.status.success() {
+        bail!("SHOW SLAVE STATUS failed on port {}: {}", db.port(), String::from_utf8_lossy(&out.stderr));
+    }
+    let text = String::from_utf8(out.stdout).context("`mariadb` output is not UTF-8")?;
+    let mut lines = text.lines();
+    let (names, values) = (lines.next().unwrap_or_default(), lines.next().unwrap_or_default());
+    Ok(names.split('\t').map(String::from).zip(values.split('\t').map(String::from)).collect())
+}
+
+/// The server options of member `server_id` of a topology; with `semi_sync`, the primary
+/// acknowledges a commit only once a replica has received it (lossless, `AFTER_SYNC`), so a
+/// replica promoted after the primary's crash has every acknowledged transaction.
+fn member_args(server_id: u32, replica: bool, semi_sync: bool) -> Vec<String> {
     let mut args: Vec<String> = [
         "--log-bin=mariadb-bin",
         "--log-slave-updates",
@@ -43,6 +63,14 @@ fn member_args(server_id: u32, replica: bool) -> Vec<String> {
     if replica {
         args.push("--read-only=1".into());
     }
+    if semi_sync && replica {
+        args.push("--rpl-semi-sync-slave-enabled=1".into());
+    } else if semi_sync {
+        args.extend(
+            ["--rpl-semi-sync-master-enabled=1", "--rpl-semi-sync-master-wait-point=AFTER_SYNC", "--rpl-semi-sync-master-timeout=600000"]
+                .map(String::from),
+        );
+    }
     args
 }
 
@@ -50,12 +78,22 @@ impl Replication {
     /// Starts a primary and `replicas` replicas replicating from it (GTID, `slave_pos`), and
     /// waits until each replica's threads run.
     pub fn start(replicas: usize) -> anyhow::Result<Replication> {
-        let primary = MariaDb::start_with(MariaDbOptions { extra_args: member_args(1, false), ..Default::default() })
+        Replication::start_with(replicas, false)
+    }
+
+    /// [`start`](Self::start) with semi-synchronous replication: a commit the primary
+    /// acknowledged is on a replica too, so failover tests can ask for every acknowledged row.
+    pub fn start_semi_sync(replicas: usize) -> anyhow::Result<Replication> {
+        Replication::start_with(replicas, true)
+    }
+
+    fn start_with(replicas: usize, semi_sync: bool) -> anyhow::Result<Replication> {
+        let primary = MariaDb::start_with(MariaDbOptions { extra_args: member_args(1, false, semi_sync), ..Default::default() })
             .context("starting the primary")?;
         let mut t = Replication { primary, replicas: Vec::with_capacity(replicas) };
         for i in 0..replicas {
             let id = 2 + i as u32;
-            let replica = MariaDb::start_with(MariaDbOptions { extra_args: member_args(id, true), ..Default::default() })
+            let replica = MariaDb::start_with(MariaDbOptions { extra_args: member_args(id, true, semi_sync), ..Default::default() })
                 .with_context(|| format!("starting replica {i}"))?;
             t.replicas.push(replica);
             t.replicate(i, t.primary.port())?;
@@ -108,5 +146,22 @@ impl Replication {
         let r = &self.replicas[i];
         r.sql("STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = 0;")?;
         Ok(r)
+    }
+
+    /// Promotes replica `i` after the primary was lost, losing nothing it received: stops
+    /// receiving, applies everything already in its relay log (`Gtid_IO_Pos`), then as
+    /// [`promote`](Self::promote).
+    pub fn promote_after_loss(&self, i: usize) -> anyhow::Result<&MariaDb> {
+        let r = &self.replicas[i];
+        r.sql("STOP SLAVE IO_THREAD")?;
+        let status = slave_status(r)?;
+        let received = status.get("Gtid_IO_Pos").with_context(|| format!("no Gtid_IO_Pos in SHOW SLAVE STATUS of port {}", r.port()))?;
+        if !received.is_empty() {
+            let waited = r.sql(&format!("SELECT MASTER_GTID_WAIT('{received}', {})", SYNC_TIMEOUT.as_secs()))?;
+            if waited.trim() != "0" {
+                bail!("replica {i} (port {}) did not apply its relay log up to {received}", r.port());
+            }
+        }
+        self.promote(i)
     }
 }

@@ -56,6 +56,12 @@ pub enum AdminCommand {
     ShowMysqlStatus,
     /// `SHOW STATUS RATE`: `stats_rates`.
     ShowStatusRate,
+    /// `SWITCHOVER TO 'host:port' [FOR HOSTGROUP n]`: a planned change of writer
+    /// (`switchover`).
+    Switchover {
+        to: String,
+        hostgroup: Option<u32>,
+    },
 }
 
 impl AdminCommand {
@@ -100,6 +106,10 @@ pub fn parse(sql: &str) -> Option<AdminCommand> {
         ["SHOW", "STATUS", "RATE"] => Some(AdminCommand::ShowStatusRate),
         ["SHOW", ..] => parse_show_variables(&t, &w),
         ["SET", ..] => Some(parse_set(&t)),
+        ["SWITCHOVER", "TO", _] => Some(AdminCommand::Switchover { to: t.string(2)?, hostgroup: None }),
+        ["SWITCHOVER", "TO", _, "FOR", "HOSTGROUP", n] => {
+            Some(AdminCommand::Switchover { to: t.string(2)?, hostgroup: Some(n.parse().ok()?) })
+        }
         _ => None,
     }
 }
@@ -249,6 +259,17 @@ mod tests {
     use super::*;
     use AdminCommand::*;
     use Layer::{Disk, Memory, Runtime};
+
+    #[test]
+    fn switchover_forms() {
+        let to = |hostgroup| Some(Switchover { to: "10.0.0.2:3306".into(), hostgroup });
+        assert_eq!(parse("SWITCHOVER TO '10.0.0.2:3306'"), to(None));
+        assert_eq!(parse("switchover to \"10.0.0.2:3306\" /* planned */ ;"), to(None));
+        assert_eq!(parse("SWITCHOVER TO '10.0.0.2:3306' FOR HOSTGROUP 10"), to(Some(10)));
+        for not in ["SWITCHOVER", "SWITCHOVER TO 10", "SWITCHOVER TO '10.0.0.2:3306' FOR HOSTGROUP x", "SWITCHOVER TO 'a' FOR 10"] {
+            assert_eq!(parse(not), None, "{not}");
+        }
+    }
 
     #[test]
     fn every_load_and_save_form() {

@@ -149,6 +149,7 @@ fn run(port: &AdminPort, store: &mut Store, sql: &str) -> Result<Output, AdminEr
         Some(AdminCommand::Move { module, from, to }) => store.copy(module, from, to).map(|_| DONE),
         Some(AdminCommand::LoadFromConfig(module)) => load_from_config(admin, store, module),
         Some(AdminCommand::ShowProcesslist { full }) => Ok(processlist(port, full)),
+        Some(AdminCommand::Switchover { to, hostgroup }) => switchover(port, store, &to, hostgroup),
         Some(cmd) => {
             fill(port, store, cmd.stats_needed())?;
             Ok(store.answer(&cmd)?.unwrap_or(DONE))
@@ -204,6 +205,20 @@ fn load_to_runtime(port: &AdminPort, store: &mut Store, module: Module, from: La
         tracing::warn!("admin: LOAD {module} TO RUNTIME: {setting} changes at the next start");
     }
     Ok(DONE)
+}
+
+/// SWITCHOVER: carried out on the runtime the admin port runs on (this is one of its blocking
+/// threads); the servers' tables then show the new roles, in memory and at runtime.
+fn switchover(port: &AdminPort, store: &mut Store, to: &str, hostgroup: Option<u32>) -> Result<Output, AdminError> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| AdminError::Unsupported("SWITCHOVER needs sluice's runtime".into()))?;
+    let done = runtime.block_on(super::switchover::switchover(&port.control, to, hostgroup));
+    // Whatever happened, the tables show the servers as they are now.
+    port.tables.fence.clear_deadline();
+    let config = port.control.snapshot().config.clone();
+    store.seed(&[Module::MysqlServers], &in_force(&config, Layer::Memory), &[Layer::Memory])?;
+    store.write_runtime(Module::MysqlServers, &in_force(&config, Layer::Runtime))?;
+    let message = done.map_err(AdminError::Unsupported)?;
+    Ok(Output::Rows { columns: vec!["switchover".into()], rows: vec![vec![Some(message)]] })
 }
 
 /// LOAD `module` FROM CONFIG: the config file's rows into memory.

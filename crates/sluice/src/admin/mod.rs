@@ -32,6 +32,7 @@ pub mod session;
 pub mod startup;
 pub(crate) mod stats_rows;
 pub mod store;
+mod switchover;
 pub mod variables;
 
 pub use commands::{parse, AdminCommand};

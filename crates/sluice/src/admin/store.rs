@@ -481,7 +481,10 @@ impl Store {
             }
             AdminCommand::ShowMysqlStatus => self.internal_query("SELECT Variable_Name, Variable_Value FROM stats.stats_mysql_global")?,
             AdminCommand::ShowStatusRate => self.internal_query("SELECT * FROM stats.stats_rates")?,
-            AdminCommand::Move { .. } | AdminCommand::LoadFromConfig(_) | AdminCommand::ShowProcesslist { .. } => return Ok(None),
+            AdminCommand::Move { .. }
+            | AdminCommand::LoadFromConfig(_)
+            | AdminCommand::ShowProcesslist { .. }
+            | AdminCommand::Switchover { .. } => return Ok(None),
         };
         Ok(Some(out))
     }

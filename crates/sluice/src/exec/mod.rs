@@ -119,8 +119,9 @@ pub enum ExecError {
     /// then the whole packets received and not yet written are left in the backend's read
     /// buffer, for the caller to pass on after an error packet once it has let the backend go
     /// (the client may be slow to take them).
+    /// `before_reply`: nothing of the reply had come (so none of it reached the client).
     #[error("lost the backend connection during the reply")]
-    BackendLost { reply_seq: Option<u8> },
+    BackendLost { reply_seq: Option<u8>, before_reply: bool },
     /// The backend sent something that is not a valid reply.
     #[error("backend protocol error: {0}")]
     BackendProtocol(proto::ProtoError),
@@ -142,15 +143,60 @@ pub enum ExecError {
     ClientPacketTooLarge { seq: u8 },
 }
 
-/// Sends `request` and streams the reply.
-pub async fn forward(client: &mut Conn, backend: &mut Conn, request: Request<'_>, limits: &Limits) -> Result<Outcome, ExecError> {
+/// A checksum of a reply's packets without their sequence ids (which depend on the request's
+/// framing, not on the answer): two replies with the same checksum said the same. Fed the
+/// reply's bytes in order, in pieces of any size.
+#[derive(Default)]
+pub struct ReplyChecksum {
+    hasher: xxhash_rust::xxh3::Xxh3,
+    header: [u8; 4],
+    header_len: usize,
+    payload_left: usize,
+}
+
+impl ReplyChecksum {
+    pub fn feed(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.payload_left > 0 {
+                let n = self.payload_left.min(bytes.len());
+                self.hasher.update(&bytes[..n]);
+                self.payload_left -= n;
+                bytes = &bytes[n..];
+                continue;
+            }
+            let n = (4 - self.header_len).min(bytes.len());
+            self.header[self.header_len..self.header_len + n].copy_from_slice(&bytes[..n]);
+            self.header_len += n;
+            bytes = &bytes[n..];
+            if self.header_len == 4 {
+                // The length, not the sequence id.
+                self.hasher.update(&self.header[..3]);
+                self.payload_left = self.header[0] as usize | (self.header[1] as usize) << 8 | (self.header[2] as usize) << 16;
+                self.header_len = 0;
+            }
+        }
+    }
+
+    pub fn finish(&self) -> u64 {
+        self.hasher.digest()
+    }
+}
+
+/// Sends `request` and streams the reply; with a `checksum`, the reply is fed to it too.
+pub async fn forward(
+    client: &mut Conn,
+    backend: &mut Conn,
+    request: Request<'_>,
+    limits: &Limits,
+    mut checksum: Option<&mut ReplyChecksum>,
+) -> Result<Outcome, ExecError> {
     let Request { packets, reply, format, tail, watch_tail } = request;
     // The reply continues the sequence from the request's last chunk.
     let mut request_seq = proto::frame::frame(packets, usize::MAX).ok().flatten().map_or(0, |f| f.last_seq);
     if backend.write_all(packets).await.is_err() {
         // Half a request: the client is still sending the rest, no clean answer is possible.
         let reply_seq = tail.is_none().then(|| request_seq.wrapping_add(1));
-        return Err(ExecError::BackendLost { reply_seq });
+        return Err(ExecError::BackendLost { reply_seq, before_reply: true });
     }
     if let Some(tail) = tail {
         let watch = watch_tail.then(|| sql::classify::KeywordWatch::after(packets.last().copied()));
@@ -162,7 +208,13 @@ pub async fn forward(client: &mut Conn, backend: &mut Conn, request: Request<'_>
     let mut scanner = Scanner::new(reply, format.deprecate_eof).with_mariadb_capabilities(format.mariadb_caps);
     let mut reply_bytes = 0;
     loop {
-        match stream_reply(client, backend, &mut scanner, limits, request_seq, &mut reply_bytes).await? {
+        let step = match stream_reply(client, backend, &mut scanner, limits, request_seq, &mut reply_bytes, checksum.as_deref_mut()).await {
+            Err(ExecError::BackendLost { reply_seq, .. }) => {
+                return Err(ExecError::BackendLost { reply_seq, before_reply: reply_bytes == 0 })
+            }
+            step => step?,
+        };
+        match step {
             Event::Done { error } => {
                 return Ok(Outcome {
                     error,
@@ -197,7 +249,7 @@ async fn relay_infile(client: &mut Conn, backend: &mut Conn, limits: &Limits) ->
         let res = backend.write_all(&client.rbuf[..frame.wire_len]).await;
         client.consume(frame.wire_len);
         if res.is_err() {
-            return Err(ExecError::BackendLost { reply_seq: None });
+            return Err(ExecError::BackendLost { reply_seq: None, before_reply: false });
         }
         if let Some(tail) = tail {
             relay_tail(client, backend, tail, None).await?;
@@ -237,7 +289,7 @@ pub async fn relay_tail(
                 let res = backend.write_all(&client.rbuf[..n]).await;
                 client.consume(n);
                 if res.is_err() {
-                    return Err(ExecError::BackendLost { reply_seq: None });
+                    return Err(ExecError::BackendLost { reply_seq: None, before_reply: false });
                 }
             }
             if done {
@@ -291,6 +343,7 @@ async fn stream_reply(
     limits: &Limits,
     request_seq: u8,
     reply_bytes: &mut u64,
+    mut checksum: Option<&mut ReplyChecksum>,
 ) -> Result<Event, ExecError> {
     let Conn { stream: bstream, rbuf: buf } = backend;
     let wm = limits.watermarks;
@@ -313,6 +366,9 @@ async fn stream_reply(
                 if event == Event::More && scanned < buf.len() {
                     match scanner.feed(&buf[scanned..]) {
                         Ok((used, ev)) => {
+                            if let Some(sum) = checksum.as_deref_mut() {
+                                sum.feed(&buf[scanned..scanned + used]);
+                            }
                             scanned += used;
                             *reply_bytes += used as u64;
                             event = ev;
@@ -389,7 +445,7 @@ async fn stream_reply(
             // in progress — unless part of that one already went out.
             let cut = scanner.cut(request_seq).filter(|&(partial, _)| partial <= scanned);
             buf.truncate(cut.map_or(0, |(partial, _)| scanned - partial));
-            Err(ExecError::BackendLost { reply_seq: cut.map(|(_, seq)| seq) })
+            Err(ExecError::BackendLost { reply_seq: cut.map(|(_, seq)| seq), before_reply: false })
         }
         Err(Failed(e)) => Err(e),
     };
@@ -479,6 +535,24 @@ enum Watch {
     Stop,
 }
 
+/// Resolves when the client goes while sluice runs a statement of its own for it (as
+/// `watch_client_side`); never when it sent its next command ahead.
+pub async fn client_gone(client: &mut Conn) {
+    let mut watching = true;
+    poll_fn(|cx| match watching {
+        false => Poll::Pending,
+        true => match watch_client_side(client, cx) {
+            Watch::Gone => Poll::Ready(()),
+            Watch::Stop => {
+                watching = false;
+                Poll::Pending
+            }
+            Watch::Quiet => Poll::Pending,
+        },
+    })
+    .await
+}
+
 /// Has the client gone while its reply is awaited? The reactor's readiness answers without a
 /// system call while the client sends nothing (its command's read drained its socket). Once it
 /// is readable, what it sent ahead — its next command — is read into its buffer, where the
@@ -503,6 +577,34 @@ fn watch_client_side(client: &mut Conn, cx: &mut Context<'_>) -> Watch {
             Poll::Ready(Err(_)) => return Watch::Gone,
             Poll::Ready(Ok(_)) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod checksum_tests {
+    use super::ReplyChecksum;
+
+    #[test]
+    fn a_reply_checksum_ignores_sequence_ids_and_piece_sizes() {
+        let reply = [1u8, 0, 0, 1, 0x01, 2, 0, 0, 2, b'h', b'i', 0, 0, 0, 3];
+        let whole = {
+            let mut c = ReplyChecksum::default();
+            c.feed(&reply);
+            c.finish()
+        };
+        let mut pieces = ReplyChecksum::default();
+        reply.chunks(2).for_each(|p| pieces.feed(p));
+        assert_eq!(pieces.finish(), whole, "pieces of any size");
+        let mut renumbered = reply;
+        (renumbered[3], renumbered[8], renumbered[14]) = (5, 6, 7);
+        let mut c = ReplyChecksum::default();
+        c.feed(&renumbered);
+        assert_eq!(c.finish(), whole, "sequence ids do not count");
+        let mut other = reply;
+        other[10] = b'o';
+        let mut c = ReplyChecksum::default();
+        c.feed(&other);
+        assert_ne!(c.finish(), whole, "the payload does");
     }
 }
 

@@ -16,6 +16,7 @@ fn facts() -> Facts<'static> {
     Facts {
         who: Who { user: "app", schema: "shop", client_addr: "10.0.0.7", proxy_addr: "127.0.0.1", proxy_port: 6033 },
         session_id: 42,
+        pseudo_thread_id_set: false,
         default_hostgroup: 5,
         digests_on: true,
         multi_statements: false,
@@ -80,8 +81,8 @@ fn a_rewritten_connection_id_stays_out_of_the_query_cache() {
             "(SELECT CONNECTION_ID() FROM t) UNION (SELECT 1)",
             "(SELECT /*M! SQL_NO_CACHE */ 42 AS `CONNECTION_ID()` FROM t) UNION (SELECT 1)",
         ),
-        ("select sql_cache connection_id() from t", "select SQL_NO_CACHE 42 from t"),
-        ("SELECT SQL_NO_CACHE CONNECTION_ID() FROM t", "SELECT SQL_NO_CACHE 42 FROM t"),
+        ("select sql_cache connection_id() from t", "select SQL_NO_CACHE 42 AS `connection_id()` from t"),
+        ("SELECT SQL_NO_CACHE CONNECTION_ID() FROM t", "SELECT SQL_NO_CACHE 42 AS `CONNECTION_ID()` FROM t"),
         // Only the statements that call it, and only SELECTs.
         (
             "SELECT 1 FROM t; SELECT a FROM t WHERE b = CONNECTION_ID()",
@@ -115,7 +116,8 @@ fn kill_is_carried_out_by_sluice_and_never_digested() {
     let p = plan_of("KILL 17; SELECT 1", &RuleSet::default());
     assert!(matches!(p.action, Action::Intercept(Intercept::Refuse(_))), "{:?}", p.action);
     let p = plan_of("EXECUTE IMMEDIATE @stmt", &RuleSet::default());
-    assert_eq!((&p.action, p.dynamic_sql.as_deref()), (&Action::Forward, Some("stmt")));
+    assert_eq!(p.action, Action::Forward);
+    assert_eq!(p.dynamic_sql, Some(sql::classify::Dynamic::Variable("stmt".into())));
 }
 
 #[test]

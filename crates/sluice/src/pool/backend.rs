@@ -235,16 +235,17 @@ impl Backend {
 
     /// Runs a statement whose result is small and returns its rows as text (NULL as `None`).
     /// For sluice's own queries only: client traffic is streamed by `exec`.
-    pub async fn query(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, BackendError> {
+    pub async fn query(&mut self, sql: impl AsRef<[u8]>) -> Result<Vec<Vec<Option<String>>>, BackendError> {
         let (rows, _) = self.query_columns(sql).await?;
         Ok(rows.into_iter().map(|r| r.into_iter().map(|c| c.value.map(|v| String::from_utf8_lossy(&v).into_owned())).collect()).collect())
     }
 
     /// Runs one of sluice's own statements and returns the rows of its result sets with each
     /// column's type, and the status flags of its last reply.
-    pub async fn query_columns(&mut self, sql: &str) -> Result<(Vec<Vec<state::Column>>, u16), BackendError> {
+    pub async fn query_columns(&mut self, sql: impl AsRef<[u8]>) -> Result<(Vec<Vec<state::Column>>, u16), BackendError> {
+        let sql = sql.as_ref();
         let mut out = Vec::with_capacity(sql.len() + 5);
-        proto::frame::write_command(&mut out, 0, proto::command::COM_QUERY, sql.as_bytes());
+        proto::frame::write_command(&mut out, 0, proto::command::COM_QUERY, sql);
         self.conn.write_all(&out).await.map_err(|e| self.lost(e))?;
         let mut rows = Vec::new();
         loop {

@@ -17,19 +17,26 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// Where a statement goes first: of the servers of `group` that take new statements (ONLINE,
-/// not shunned), the one with the fewest statements running per unit of weight (MaxScale's LEAST_CURRENT_OPERATIONS), ties drawn by weight. A
-/// server kept busy by long statements gets new ones last; idle servers share them by weight,
-/// and a server back from a drain gets its share at once.
+/// not shunned), the one with the fewest statements running per unit of weight, ties drawn by
+/// weight (`pick_usable`). A server kept busy by long statements gets new ones last; idle
+/// servers share them by weight, and a server back from a drain gets its share at once.
 pub fn pick_online(group: &[Server]) -> Option<&Server> {
-    let online = || group.iter().filter(|s| s.accepts_new());
+    pick_usable(group, Server::accepts_new)
+}
+
+/// Of the servers of `group` that are `usable` (ONLINE, not shunned, and not one a connect
+/// just failed on), the one with the fewest statements running per unit of weight (MaxScale's
+/// LEAST_CURRENT_OPERATIONS), ties drawn by weight.
+pub fn pick_usable(group: &[Server], usable: impl Fn(&Server) -> bool) -> Option<&Server> {
+    let usable = || group.iter().filter(|s| usable(s));
     if group.len() == 1 {
         // Nothing to compare (a writer hostgroup, mostly): no counter is read.
-        return online().next();
+        return usable().next();
     }
     // (running, weight) of a server; a/b < c/d compared as a·d < c·b, with no division.
     let load = |s: &Server| (u64::from(s.running.0.load(Ordering::Relaxed)), u64::from(s.weight.max(1)));
     let mut least: Option<(&Server, (u64, u64))> = None;
-    for s in online() {
+    for s in usable() {
         let (r, w) = load(s);
         if least.is_none_or(|(_, (lr, lw))| r * lw < lr * w) {
             least = Some((s, (r, w)));
@@ -37,7 +44,7 @@ pub fn pick_online(group: &[Server]) -> Option<&Server> {
     }
     let (first, (lr, lw)) = least?;
     // The counts move meanwhile: if no server ties any more, the one found stands.
-    by_weight(online().filter(|s| {
+    by_weight(usable().filter(|s| {
         let (r, w) = load(s);
         r * lw == lr * w
     }))
@@ -250,12 +257,12 @@ impl Hostgroups {
         by_weight(group.iter().filter(|s| s.accepts_new())).ok_or(NoServer::NoneOnline(hostgroup))
     }
 
-    /// Reserves room for a new pooled connection on an ONLINE server of `group` that has room,
-    /// chosen by weight among those: plain weight, as this chooses where a connection opens,
-    /// not where a statement runs (`pick_online` chose that first, and only when its server
-    /// has no room does a checkout come here).
-    pub fn reserve_by_weight<'a>(&self, group: &'a [Server]) -> Option<&'a Server> {
-        let room = || group.iter().filter(|s| s.accepts_new() && s.pool.open() < s.pool.max());
+    /// Reserves room for a new pooled connection on a `usable` server of `group` that has
+    /// room, chosen by weight among those: plain weight, as this chooses where a connection
+    /// opens, not where a statement runs (`pick_usable` chose that first, and only when its
+    /// server has no room does a checkout come here).
+    pub fn reserve_by_weight<'a>(&self, group: &'a [Server], usable: impl Fn(&Server) -> bool) -> Option<&'a Server> {
+        let room = || group.iter().filter(|s| usable(s) && s.pool.open() < s.pool.max());
         // Room can vanish between the look and the reservation: try the others then.
         let first = by_weight(room())?;
         if first.pool.reserve() {

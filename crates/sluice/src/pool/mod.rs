@@ -513,27 +513,33 @@ pub struct Request<'a> {
 /// A connection to a server of `hostgroup` for `req.login`: on a server drawn by weight, an
 /// idle one (checked alive) or a new one if it has room; else another server's idle one, else
 /// a new one where there is room, else the first to come free within the checkout timeout.
+/// A server a connect fails on is left out and the others are tried (a dead server may still
+/// be ONLINE: nothing told sluice yet); the last failure is returned when none is left.
 /// The connection is not yet in line with the session's state.
 pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>) -> Result<Backend, BackendError> {
     let has_schema = req.state.schema.is_some();
     let deadline = Instant::now() + Duration::from_millis(req.settings.checkout_timeout_ms);
     let check_after = Duration::from_millis(req.settings.check_idle_after_ms);
     let mut waiting: Option<&Waiters> = None;
+    // Pool ids of servers a connect failed on in this checkout (allocated only on a failure).
+    let mut failed: Vec<u32> = Vec::new();
     let result = loop {
         let servers = match hostgroups.group(hostgroup) {
             Ok(s) => s,
             Err(e) => break Err(e.into()),
         };
+        let usable = |s: &Server| s.accepts_new() && !failed.contains(&s.pool.id);
         // 1. A server by weight: its idle connection, else a new one if it has room.
-        let preferred = hostgroups::pick_online(servers);
+        let preferred = hostgroups::pick_usable(servers, usable);
         let mut found = preferred.and_then(|s| live_idle(s, req, has_schema, check_after));
+        let mut to_open = None;
         if found.is_none() {
-            if let Some(s) = preferred.filter(|s| s.pool.reserve()) {
-                break open(s, req).await;
+            to_open = preferred.filter(|s| s.pool.reserve());
+            if to_open.is_none() {
+                // 2. Any other server's idle connection.
+                let mut others = servers.iter().filter(|s| usable(s) && !preferred.is_some_and(|p| std::ptr::eq(p, *s)));
+                found = others.find_map(|s| live_idle(s, req, has_schema, check_after));
             }
-            // 2. Any other server's idle connection.
-            let mut others = servers.iter().filter(|s| s.accepts_new() && !preferred.is_some_and(|p| std::ptr::eq(p, *s)));
-            found = others.find_map(|s| live_idle(s, req, has_schema, check_after));
         }
         if let Some(b) = found {
             if waiting.is_none() {
@@ -542,11 +548,24 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
             break Ok(b);
         }
         // 3. Room for a new one (by weight), or room made by closing another login's idle one.
-        let server = hostgroups
-            .reserve_by_weight(servers)
-            .or_else(|| servers.iter().filter(|s| s.accepts_new()).find(|s| s.pool.evict_other(req, has_schema) && s.pool.reserve()));
-        if let Some(server) = server {
-            break open(server, req).await;
+        let to_open = to_open.or_else(|| {
+            hostgroups
+                .reserve_by_weight(servers, usable)
+                .or_else(|| servers.iter().filter(|s| usable(s)).find(|s| s.pool.evict_other(req, has_schema) && s.pool.reserve()))
+        });
+        if let Some(server) = to_open {
+            match open(server, req).await {
+                Err(e) if connect_failed(&e) && servers.iter().any(|o| usable(o) && !std::ptr::eq(o, server)) => {
+                    tracing::debug!(server = %server.name, hostgroup, "connect failed, trying the other servers of the hostgroup: {e}");
+                    failed.push(server.pool.id);
+                    continue;
+                }
+                r => break r,
+            }
+        }
+        if !failed.is_empty() && !servers.iter().any(usable) {
+            // Every ONLINE server failed to connect: nothing to wait for.
+            break Err(BackendError::Unavailable(NoServer::NoneOnline(hostgroup)));
         }
         // 4. Wait for a connection to come back or close: queue up, look once more (one may
         // have come back meanwhile), then sleep until woken or the deadline.
@@ -570,6 +589,12 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
         }
     }
     result
+}
+
+/// The server could not be reached (down, restarting, unreachable), as opposed to refusing
+/// the login: another server of the hostgroup may serve.
+pub fn connect_failed(e: &BackendError) -> bool {
+    matches!(e, BackendError::Connect { .. } | BackendError::Timeout { .. } | BackendError::Lost { .. })
 }
 
 /// An idle connection of `server` that fits, checked for a server-side close if it sat long

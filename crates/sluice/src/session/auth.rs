@@ -298,7 +298,9 @@ async fn verify(
             Ok(Found::Missing(unverified)) => (None, unverified),
             Err(refused) => return Ok(Err(refused)),
         },
-        Directory::Admin => (admin_user(data, a.user).map(|user| Account { user, ssl_type: 0, prove: false }), None),
+        Directory::Admin => {
+            (admin_user(data, a.user).map(|user| Account { user, ssl_type: 0, prove: false, failures_counted: false }), None)
+        }
     };
     // caching_sha2 clients whose account has only a native hash give their password in full.
     let mut clear: Option<Vec<u8>> = None;
@@ -314,7 +316,12 @@ async fn verify(
         (None, MYSQL_NATIVE_PASSWORD) => account.user.secret.verify_native(a.nonce, &reply),
         (None, _) => account.user.secret.verify_sha2_fast(a.nonce, &reply).unwrap_or_default(),
     };
-    let Some(credential) = verified else { return access_denied(data, a, &reply).await };
+    let Some(credential) = verified else {
+        if account.failures_counted {
+            return Ok(Err(refused_by_server(data, &account.user, a, !reply.is_empty()).await));
+        }
+        return access_denied(data, a, &reply).await;
+    };
     // REQUIRE SSL needs the client's own connection in TLS; REQUIRE X509 and the like need a
     // client certificate, which sluice does not ask for.
     let tls_ok = match account.ssl_type {
@@ -352,7 +359,7 @@ async fn find_account(data: &Arc<DataPath>, a: &Attempt<'_>) -> Result<Found, De
     let hostgroup = {
         let snapshot = data.snapshot();
         if let Some(user) = snapshot.users.configured(name) {
-            return Ok(Found::Account(Account { user: user.clone(), ssl_type: 0, prove: false }));
+            return Ok(Found::Account(Account { user: user.clone(), ssl_type: 0, prove: false, failures_counted: false }));
         }
         if !snapshot.config.proxy.backend_users {
             return Ok(Found::Missing(None));
@@ -387,31 +394,71 @@ async fn refused(data: &DataPath, a: &Attempt<'_>, reply: &[u8], unverified: Opt
 /// connections of this login are closed: the session's first connection is a new one, which
 /// carries the server's verdict (an expired password's sandbox mode).
 async fn prove(data: &DataPath, user: &User, credential: &Credential, a: &Attempt<'_>, used_password: bool) -> Result<(), Denied> {
-    let snapshot = data.live.load_full();
-    let no_backend = |e: &crate::pool::BackendError| {
-        let (code, sqlstate) = e.client_error();
-        Denied { code, sqlstate, message: e.to_string().into() }
-    };
-    let server = snapshot.hostgroups.pick(user.default_hostgroup).map_err(|e| no_backend(&e.into()))?;
     let (username, credential) = user.backend_credential(credential.clone());
-    let expired_ok = CapabilityFlags::CLIENT_CAN_HANDLE_EXPIRED_PASSWORDS;
-    let mut params = crate::pool::ConnectParams::internal(server, &username, &credential, snapshot.config.connect_timeout());
-    params.capabilities = (params.capabilities - expired_ok) | (a.capabilities & expired_ok);
-    // The server's refusal in the client's character set, as it would answer the client.
-    params.collation = a.collation;
-    match crate::pool::connect(&params).await {
+    match server_login(data, user, &username, &credential, a).await {
         Ok(backend) => {
             backend.quit().await;
-            for s in snapshot.hostgroups.servers() {
+            for s in data.live.load().hostgroups.servers() {
                 s.pool.close_idle_logins(false, |login| login.username == username && login.credential == credential);
             }
             Ok(())
         }
-        Err(crate::pool::BackendError::Rejected { code: ER_ACCESS_DENIED_ERROR, .. }) => {
-            Err(Denied::access(a.user, &client_host(data, a).await, used_password))
+        Err(e) => Err(server_refusal(data, a, e, used_password).await),
+    }
+}
+
+/// A password sluice refused, for an account whose refused logins the server counts
+/// (`Account::failures_counted`): the server gets the same login with a password that cannot
+/// be right (the client's reply was made for sluice's nonce, not the server's), empty when the
+/// client's was, so it counts the failure as it would a direct one (one server attempt per
+/// client attempt, after sluice's own delay) and its answer is the client's: ER_USER_IS_BLOCKED
+/// once max_password_errors is reached.
+async fn refused_by_server(data: &DataPath, user: &User, a: &Attempt<'_>, used_password: bool) -> Denied {
+    let wrong = if used_password { Credential::Stage1(rand::random()) } else { Credential::Empty };
+    match server_login(data, user, &user.name, &wrong, a).await {
+        // A random SHA1 that is the password: sluice's refusal stands.
+        Ok(backend) => {
+            backend.quit().await;
+            Denied::access(a.user, &client_host(data, a).await, used_password)
         }
-        Err(crate::pool::BackendError::Rejected { code, sqlstate, message, .. }) => Err(Denied { code, sqlstate, message }),
-        Err(e) => Err(no_backend(&e)),
+        Err(e @ crate::pool::BackendError::Rejected { .. }) => server_refusal(data, a, e, used_password).await,
+        // The server cannot be asked: the password is wrong all the same.
+        Err(_) => Denied::access(a.user, &client_host(data, a).await, used_password),
+    }
+}
+
+/// A new connection to a server of `user`'s hostgroup as `username`, with the client's
+/// CLIENT_CAN_HANDLE_EXPIRED_PASSWORDS and character set, as its own login would be.
+async fn server_login(
+    data: &DataPath,
+    user: &User,
+    username: &str,
+    credential: &Credential,
+    a: &Attempt<'_>,
+) -> Result<crate::pool::Backend, crate::pool::BackendError> {
+    let snapshot = data.live.load_full();
+    let server = snapshot.hostgroups.pick(user.default_hostgroup)?;
+    let expired_ok = CapabilityFlags::CLIENT_CAN_HANDLE_EXPIRED_PASSWORDS;
+    let mut params = crate::pool::ConnectParams::internal(server, username, credential, snapshot.config.connect_timeout());
+    params.capabilities = (params.capabilities - expired_ok) | (a.capabilities & expired_ok);
+    // The server's refusal in the client's character set, as it would answer the client.
+    params.collation = a.collation;
+    crate::pool::connect(&params).await
+}
+
+/// The server's refusal of `server_login` as the client gets it: ER_ACCESS_DENIED_ERROR naming
+/// the client (the server named sluice), any other as the server sent it, and a server that
+/// could not be asked as such.
+async fn server_refusal(data: &DataPath, a: &Attempt<'_>, e: crate::pool::BackendError, used_password: bool) -> Denied {
+    match e {
+        crate::pool::BackendError::Rejected { code: ER_ACCESS_DENIED_ERROR, .. } => {
+            Denied::access(a.user, &client_host(data, a).await, used_password)
+        }
+        crate::pool::BackendError::Rejected { code, sqlstate, message, .. } => Denied { code, sqlstate, message },
+        e => {
+            let (code, sqlstate) = e.client_error();
+            Denied { code, sqlstate, message: e.to_string().into() }
+        }
     }
 }
 

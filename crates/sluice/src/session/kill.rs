@@ -20,8 +20,9 @@ use crate::config::MonitorSection;
 use crate::pool::Server;
 use crate::pool::{self, Backend, BackendError, Credential, Login};
 use crate::registry::{KillQuery, SessionHandle};
+use crate::stats::Counter;
 use proto::errors::*;
-use sql::classify::{refusal, Intercept, Kill, KillScope, KillTarget};
+use sql::classify::{refusal, Dynamic, Intercept, Kill, KillScope, KillTarget};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -75,6 +76,26 @@ pub(super) fn thread_id_from_text(text: &[u8]) -> u64 {
         .unwrap_or(0)
 }
 
+/// The user variable a dynamic SQL expression's value is read through (`expression_runs`).
+const DYNAMIC_VALUE: &str = "@`sluice dynamic sql`";
+
+/// An error of an expression sluice evaluated with a statement of its own, as the client's
+/// `statement` (KILL, EXECUTE IMMEDIATE, PREPARE..FROM) has it on the server.
+fn named_as(e: BackendError, statement: &str) -> BackendError {
+    let BackendError::Rejected { server, code, sqlstate, message } = e else { return e };
+    let bytes = message.as_bytes();
+    let message = match code {
+        // "Unknown column 'x' in 'SET'": the place is the client's statement.
+        ER_BAD_FIELD_ERROR => match bytes.windows(5).rposition(|w| w == b" in '") {
+            Some(at) => [&bytes[..at], b" in '", statement.as_bytes(), b"'"].concat().as_slice().into(),
+            None => message,
+        },
+        ER_SUBQUERIES_NOT_SUPPORTED => format!("{statement} does not support subqueries or stored functions").as_bytes().into(),
+        _ => message,
+    };
+    BackendError::Rejected { server, code, sqlstate, message }
+}
+
 fn decode_hex(hex: &[u8]) -> Option<Vec<u8>> {
     let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
     hex.chunks(2)
@@ -93,19 +114,36 @@ impl Session {
             Intercept::Processlist { full } => self.processlist(full, "Query", false, seq).await,
             Intercept::Refuse(why) => self.refuse(seq, why).await,
             // Checked before forwarding (`check_dynamic_sql`).
-            Intercept::Variable(_) => Flow::Continue,
+            Intercept::Dynamic(_) => Flow::Continue,
         }
     }
 
-    /// `PREPARE s FROM @v` / `EXECUTE IMMEDIATE @v`: whether the variable's text may run.
-    /// `None` when it may (the statement goes on to the backend); otherwise the session was
-    /// answered.
-    pub(super) async fn check_dynamic_sql(&mut self, variable: &str, seq: u8) -> Option<Flow> {
-        match self.variable_runs(variable).await {
-            Ok(None) => None,
-            Ok(Some(why)) => Some(self.refuse(seq, why).await),
-            Err(e) => Some(self.reply_backend_error(seq, &e).await),
+    /// `PREPARE s FROM …` / `EXECUTE IMMEDIATE …` of a user variable or an expression: whether
+    /// the text it would run may run. `Ok(None)`: the statement goes on to the backend as it
+    /// is; `Ok(Some(sql))`: as `sql`, which carries the expression's value in its place;
+    /// `Err`: the session was answered.
+    pub(super) async fn check_dynamic_sql(&mut self, dynamic: &Dynamic, seq: u8) -> Result<Option<Vec<u8>>, Flow> {
+        let checked = match dynamic {
+            Dynamic::Variable(name) => self.variable_runs(name).await.map(|why| (why, None)),
+            Dynamic::Expression { head, expression, tail, prepare } => self.expression_runs(head, expression, tail, *prepare).await,
+        };
+        match checked {
+            Ok((None, sql)) => Ok(sql),
+            Ok((Some(why), _)) => Err(self.refuse(seq, why).await),
+            Err(e) => Err(self.reply_backend_error(seq, &e).await),
         }
+    }
+
+    /// The session set `@@pseudo_thread_id` itself (SUPER or BINLOG REPLAY): reads of it are
+    /// the server's, not the session id.
+    pub(super) fn pseudo_thread_id_set(&self) -> bool {
+        self.state.var("pseudo_thread_id").is_some()
+    }
+
+    /// `sql` with the session's id for CONNECTION_ID() and @@pseudo_thread_id
+    /// (`plan::rewrite_connection_id`), for a statement that is not planned.
+    pub(super) fn with_session_ids(&self, sql: Vec<u8>) -> Vec<u8> {
+        crate::plan::rewrite_connection_id(&sql, self.id, !self.pseudo_thread_id_set()).unwrap_or(sql)
     }
 
     pub(super) async fn refuse(&mut self, seq: u8, why: &str) -> Flow {
@@ -123,14 +161,6 @@ impl Session {
             // `?` outside a prepared statement: a syntax error on the server too.
             KillTarget::Parameter { .. } => self.refuse(seq, refusal::KILL_FORM).await,
             KillTarget::Expression { text, query_id } => {
-                // The server refuses a subquery in KILL before it evaluates anything.
-                if sql::lexer::code_tokens(text.as_bytes())
-                    .any(|t| t.kind == sql::lexer::Kind::Word && t.text(text.as_bytes()).eq_ignore_ascii_case(b"SELECT"))
-                {
-                    let msg = "KILL does not support subqueries or stored functions";
-                    self.reply_err(seq, ER_SUBQUERIES_NOT_SUPPORTED, SQLSTATE_GENERAL, msg).await;
-                    return Flow::Continue;
-                }
                 let id = match self.evaluate_kill_id(&text).await {
                     Ok(id) => id,
                     Err(e) => return self.reply_backend_error(seq, &e).await,
@@ -303,15 +333,63 @@ impl Session {
     }
 
     /// One of sluice's own statements on the session's connection (in the session's state, as
-    /// the client's own statement would run): its rows.
-    async fn query_on_session(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, BackendError> {
+    /// the client's own statement would run, and interruptible as it is): its rows.
+    async fn query_on_session(&mut self, sql: impl AsRef<[u8]>) -> Result<Vec<Vec<Option<String>>>, BackendError> {
         let mut held = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await?;
-        let rows = held.backend.query(sql).await;
+        let rows = self.interruptible(&mut held.backend, sql.as_ref()).await;
         if let Err(e) = &rows {
             held.backend.note_failure(e);
         }
         self.settle(held);
         rows
+    }
+
+    /// Runs `sql` on `backend` as a forwarded statement runs (`Session::forward`): a KILL QUERY
+    /// of this session (another client's, or the shutdown's once its timeout passed) kills it
+    /// on the server, a KILL CONNECTION ends that backend connection, and so does a client that
+    /// leaves meanwhile; the statement's end is awaited either way, and it ends with the
+    /// server's error.
+    async fn interruptible(&mut self, backend: &mut Backend, sql: &[u8]) -> Result<Vec<Vec<Option<String>>>, BackendError> {
+        self.handle.clear_kill_query();
+        let (server, thread) = (backend.server.clone(), backend.thread_id);
+        let (timeout, monitor) = (self.snap.config.connect_timeout(), self.snap.config.monitor.as_ref());
+        let mut killer = None;
+        let rows = {
+            let run = backend.query(sql);
+            tokio::pin!(run);
+            let gone = crate::exec::client_gone(&mut self.client);
+            tokio::pin!(gone);
+            loop {
+                tokio::select! {
+                    biased;
+                    rows = &mut run => break rows,
+                    request = self.handle.kill_query_requested(), if killer.is_none() => {
+                        self.data.stats.add(Counter::KilledBackendQueries, 1);
+                        killer = Some(if self.handle.is_killed() {
+                            kill_connection(&server, thread, &self.login, monitor, request.hard, timeout)
+                        } else {
+                            kill_query(&server, thread, &self.login, monitor, request, timeout)
+                        });
+                    }
+                    _ = &mut gone, if killer.is_none() => {
+                        self.data.stats.add(Counter::KilledBackendQueries, 1);
+                        killer = Some(kill_connection(&server, thread, &self.login, monitor, None, timeout));
+                    }
+                }
+            }
+        };
+        let Some(killer) = killer else { return rows };
+        // Bounded: connecting and KILL each take at most about the connect timeout.
+        let _ = tokio::time::timeout(timeout * 3, killer).await;
+        // A statement that still returned (SLEEP() returns 1 when killed) was interrupted all
+        // the same: the server answers it with 1317.
+        let message = b"Query execution was interrupted".as_slice().into();
+        rows.and(Err(BackendError::Rejected {
+            server: server.name.to_string(),
+            code: ER_QUERY_INTERRUPTED,
+            sqlstate: *SQLSTATE_INTERRUPTED,
+            message,
+        }))
     }
 
     /// The killer's global privileges, asked of the server on the session's own connection
@@ -329,39 +407,75 @@ impl Session {
     async fn variable_runs(&mut self, name: &str) -> Result<Option<&'static str>, BackendError> {
         // NULL: the server refuses to prepare it.
         let Some(text) = self.variable_text(name).await? else { return Ok(None) };
-        Ok(match sql::classify::intercept(&text) {
-            None => None,
-            Some(Intercept::Refuse(why)) => Some(why),
-            Some(_) => Some(refusal::DYNAMIC_KILL),
-        })
+        Ok(sql::classify::intercept(&text).map(|i| sql::classify::dynamic_refusal(&i)))
     }
 
-    /// The value of a KILL's id expression, evaluated by the session's connection (`SELECT
-    /// <expression>`, CONNECTION_ID() meaning the session) and converted as the server
-    /// converts a KILL id. The expression runs as the server would run it in the KILL; its
-    /// errors are the server's, named as the KILL's.
-    async fn evaluate_kill_id(&mut self, expression: &str) -> Result<u64, BackendError> {
-        let sql = format!("SELECT {expression}");
-        let sql = match sql::classify::rewrite_connection_id(sql.as_bytes(), self.id) {
-            // Rewritten from UTF-8 text with ASCII: UTF-8 still.
-            Some(rewritten) => String::from_utf8(rewritten).unwrap_or(sql),
-            None => sql,
-        };
-        let rows = self.query_on_session(&sql).await;
-        match rows {
-            Ok(rows) => Ok(rows.first().and_then(|r| r.first().cloned().flatten()).map_or(0, |v| thread_id_from_text(v.as_bytes()))),
-            Err(BackendError::Rejected { server, code, sqlstate, message }) => {
-                // ER_BAD_FIELD_ERROR names where the column was: the KILL, not a SELECT.
-                let bytes = message.as_bytes();
-                let place = (code == ER_BAD_FIELD_ERROR).then(|| bytes.windows(5).rposition(|w| w == b" in '")).flatten();
-                let message = match place {
-                    Some(at) => [&bytes[..at], b" in 'KILL'"].concat().as_slice().into(),
-                    None => message,
-                };
-                Err(BackendError::Rejected { server, code, sqlstate, message })
+    /// PREPARE … FROM / EXECUTE IMMEDIATE of any other expression: its value, evaluated once by
+    /// the session's connection, is the statement that would run. The refusal if it is one
+    /// sluice must not pass on, else the statement to send: the client's with that value, as a
+    /// literal in the value's own character set, in the expression's place (it cannot change
+    /// between the check and the run, and nothing is evaluated twice). The expression's errors
+    /// are the server's, as the client's statement would have them.
+    async fn expression_runs(
+        &mut self,
+        head: &[u8],
+        expression: &[u8],
+        tail: &[u8],
+        prepare: bool,
+    ) -> Result<(Option<&'static str>, Option<Vec<u8>>), BackendError> {
+        // EXECUTE … USING takes an expression under the rules the statement applies to its
+        // own (no subquery or stored function), with the same errors.
+        let mut set = format!("EXECUTE IMMEDIATE 'SET {DYNAMIC_VALUE} = ?' USING ").into_bytes();
+        set.extend_from_slice(expression);
+        let set = self.with_session_ids(set);
+        let statement = if prepare { "PREPARE..FROM" } else { "EXECUTE IMMEDIATE" };
+        let read =
+            format!("SELECT CHARSET({DYNAMIC_VALUE}), HEX(CAST({DYNAMIC_VALUE} AS BINARY)), HEX(CONVERT({DYNAMIC_VALUE} USING utf8mb4))");
+        // One connection for the three: the variable lives in its server session.
+        let mut held = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await?;
+        let rows = match self.interruptible(&mut held.backend, &set).await {
+            Err(e) => Err(named_as(e, statement)),
+            Ok(_) => {
+                let rows = self.interruptible(&mut held.backend, read.as_bytes()).await;
+                // Unset at once: the variable is sluice's, not the client's.
+                let unset = self.interruptible(&mut held.backend, format!("SET {DYNAMIC_VALUE} = NULL").as_bytes()).await;
+                rows.and_then(|rows| unset.map(|_| rows))
             }
-            Err(e) => Err(e),
+        };
+        if let Err(e) = &rows {
+            held.backend.note_failure(e);
         }
+        self.settle(held);
+        let row = rows?.into_iter().next().unwrap_or_default();
+        let value = match row.as_slice() {
+            [Some(charset), Some(bytes), Some(utf8)] if charset.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_') => {
+                let Some(text) = decode_hex(utf8.as_bytes()) else { return Ok((Some(refusal::DYNAMIC_UNSEEN), None)) };
+                if let Some(i) = sql::classify::intercept(&text) {
+                    return Ok((Some(sql::classify::dynamic_refusal(&i)), None));
+                }
+                format!("_{charset} X'{bytes}'")
+            }
+            // NULL: the server refuses to run it, as it refuses the expression.
+            _ => "NULL".into(),
+        };
+        let sql = [head, value.as_bytes(), tail].concat();
+        let sql = self.with_session_ids(sql);
+        if sql.len() >= proto::frame::MAX_CHUNK {
+            return Ok((Some(refusal::DYNAMIC_UNSEEN), None));
+        }
+        Ok((None, Some(sql)))
+    }
+
+    /// The value of a KILL's id expression, evaluated by the session's connection,
+    /// CONNECTION_ID() meaning the session, and converted as the server converts a KILL id.
+    /// The expression runs as the server would run it in the KILL: as an EXECUTE … USING
+    /// parameter, which the server refuses as it refuses KILL's (a subquery or a stored
+    /// function, before anything is evaluated); its errors are the server's, named as the
+    /// KILL's.
+    async fn evaluate_kill_id(&mut self, expression: &str) -> Result<u64, BackendError> {
+        let sql = self.with_session_ids(format!("EXECUTE IMMEDIATE 'SELECT ?' USING {expression}").into_bytes());
+        let rows = self.query_on_session(&sql).await.map_err(|e| named_as(e, "KILL"))?;
+        Ok(rows.first().and_then(|r| r.first().cloned().flatten()).map_or(0, |v| thread_id_from_text(v.as_bytes())))
     }
 
     /// A user variable's value as text (its bytes, whatever its character set), from the

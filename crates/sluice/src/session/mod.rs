@@ -9,6 +9,7 @@ mod kill;
 mod multiplex;
 mod observe;
 mod prepared;
+mod replay;
 mod statement;
 
 use crate::datapath::DataPath;
@@ -51,6 +52,8 @@ struct Session {
     held: Vec<Held>,
     /// The last write the session committed on a writer with causal reads (`causal`).
     watermark: Option<causal::Watermark>,
+    /// The transaction on a writer, for replay after its connection is lost (`replay`).
+    journal: replay::Journal,
     /// LAST_INSERT_ID() as the session's own statements set it.
     last_insert_id: u64,
     /// Prepared statements, by sluice's statement id.
@@ -219,6 +222,7 @@ async fn start(
         state: multiplex::initial_state(database.as_deref(), negotiated.collation),
         held: Vec::new(),
         watermark: None,
+        journal: Default::default(),
         last_insert_id: 0,
         statements: prepared::ClientStatements::new(data.statements.clone()),
         status: proto::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits(),
@@ -243,8 +247,9 @@ async fn start(
         failed_change_user: 0,
     };
     // A connection in the user's default hostgroup, in the requested schema, proves the login
-    // and the schema to the backend before the client hears OK.
-    match session.acquire(session.unrouted_hostgroup(), 0, Needs::default()).await {
+    // and the schema to the backend before the client hears OK (waiting for a writer, as a
+    // statement does, while a replication pair has none).
+    match session.acquire_login().await {
         Ok(mut held) => {
             if session.snap.config.proxy.max_allowed_packet.is_none() {
                 session.learn_max_packet(&mut held.backend).await;
@@ -314,6 +319,25 @@ fn write_backend_error(out: &mut Vec<u8>, seq: &mut u8, e: &BackendError) {
 /// The error code the client sees for `e`.
 fn backend_error_code(e: &BackendError) -> u16 {
     e.client_error().0
+}
+
+/// How a forwarded exchange ended (`Session::exchange`).
+enum Forwarded {
+    Done(Outcome),
+    /// The backend connection was lost before any of the reply came; nothing was written to
+    /// the client. `seq` is the sequence id the reply starts with.
+    LostBeforeReply {
+        seq: u8,
+    },
+    /// The session must end (the client was told what it could be told).
+    Ended,
+}
+
+/// The error for a backend connection lost during a statement: 1927, as a direct client
+/// sees a lost connection (see `BackendError::client_error`).
+fn write_lost(out: &mut Vec<u8>, mut seq: u8, server: &str) {
+    let msg = format!("Lost connection to backend server '{server}' during query");
+    proto::packet::write_err(out, &mut seq, ER_CONNECTION_KILLED, SQLSTATE_CONNECTION_KILLED, &msg);
 }
 
 /// Whether the session goes on after a command.
@@ -469,14 +493,7 @@ impl Session {
                 }
             };
             // The command runs under the config in force when it arrived.
-            let current = self.live.load();
-            if !Arc::ptr_eq(current, &self.snap) {
-                self.snap = current.clone();
-                self.limits = exec::Limits::from_config(
-                    &self.snap.config.proxy,
-                    self.data.backend_max_packet.load(std::sync::atomic::Ordering::Relaxed),
-                );
-            }
+            self.follow_reload();
             self.tail = tail;
             if let Some(tail) = tail {
                 let cmd = frame.first_chunk(&self.client.rbuf).first().copied().unwrap_or(0);
@@ -517,6 +534,16 @@ impl Session {
                     return;
                 }
                 continue;
+            }
+            if cmd != COM_PING {
+                if self.journal.lost.is_some() {
+                    // The transaction's connection is gone and only a text statement can be
+                    // told so (some commands have no reply): the session ends, as it would
+                    // have on a direct connection.
+                    debug!(id = self.id, "transaction lost before {}; closing the session", proto::command::name(cmd));
+                    return;
+                }
+                self.journal.refuse("a command other than a text statement ran in it");
             }
             let init_db = (cmd == COM_INIT_DB).then(|| String::from_utf8_lossy(&payload[1..]).into_owned());
             match route_command(cmd) {
@@ -618,6 +645,15 @@ impl Session {
         let Some(held) = self.held.first_mut() else { return Flow::Continue };
         match held.backend.conn.stream.try_read_now(&mut buf) {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Flow::Continue,
+            Ok(0) | Err(_) if self.journal.follows(held) => {
+                // A followed transaction: replayed on a writer before the next statement if
+                // it only read, else the next statement is told it was rolled back.
+                debug!(id = self.id, backend = %held.backend.server.name, "backend closed a session's transaction; replay pending");
+                let held = self.held.swap_remove(0);
+                self.journal.lost = Some(held.backend.server.name.clone());
+                self.release(held);
+                Flow::Continue
+            }
             Ok(0) | Err(_) => {
                 debug!(id = self.id, backend = %held.backend.server.name, "backend closed an idle session");
                 held.backend.broken = true;
@@ -646,6 +682,24 @@ impl Session {
     /// kill_backend_connection_when_disconnect). `None` when the session must end; the backend
     /// connection is then marked broken, so it is never pooled again.
     async fn forward(&mut self, backend: &mut Backend, request: &[u8], reply: Option<Reply>, timeout: Option<Duration>) -> Option<Outcome> {
+        match self.exchange(backend, request, reply, timeout, false, None).await {
+            Forwarded::Done(o) => Some(o),
+            Forwarded::LostBeforeReply { .. } | Forwarded::Ended => None,
+        }
+    }
+
+    /// `forward`, where with `may_retry` a backend lost before any of its reply came is
+    /// reported (`LostBeforeReply`) instead of answered, so the caller may run the request
+    /// elsewhere or answer the loss itself (`reply_lost`); and the reply is fed to `checksum`.
+    async fn exchange(
+        &mut self,
+        backend: &mut Backend,
+        request: &[u8],
+        reply: Option<Reply>,
+        timeout: Option<Duration>,
+        may_retry: bool,
+        checksum: Option<&mut exec::ReplyChecksum>,
+    ) -> Forwarded {
         // Counted while it runs: the pool sends new statements to the least busy server.
         let _running = backend.server.run_statement();
         let format = backend.format();
@@ -670,6 +724,7 @@ impl Session {
                 &mut backend.conn,
                 exec::Request { packets: request, reply, format, tail, watch_tail },
                 &limits,
+                checksum,
             );
             tokio::pin!(exchange);
             loop {
@@ -712,13 +767,13 @@ impl Session {
                 if reply.is_some() {
                     self.status = o.status;
                 }
-                Some(o)
+                Forwarded::Done(o)
             }
             Err(e @ (ExecError::BackendLost { .. } | ExecError::BackendProtocol(_))) if !self.handle.is_killed() => {
                 backend.broken = true;
-                let (lost, reply_seq) = match e {
-                    ExecError::BackendLost { reply_seq } => (true, reply_seq),
-                    _ => (false, None),
+                let (lost, reply_seq, before_reply) = match e {
+                    ExecError::BackendLost { reply_seq, before_reply } => (true, reply_seq, before_reply),
+                    _ => (false, None, false),
                 };
                 debug!(id = self.id, backend = %backend.server.name, "backend lost during a reply");
                 // The server is done with this connection: its slot is free now, though the
@@ -727,13 +782,15 @@ impl Session {
                     backend.pooled = false;
                     backend.server.pool.released_slot();
                 }
+                if let (true, true, Some(seq)) = (may_retry, before_reply, reply_seq) {
+                    return Forwarded::LostBeforeReply { seq };
+                }
                 if let Some(seq) = reply_seq {
                     // The whole packets received before the loss, then the error.
                     let received = std::mem::take(&mut backend.conn.rbuf);
-                    let msg = format!("Lost connection to backend server '{}' during query", backend.server.name);
                     self.data.stats.add(Counter::GeneratedErrorPackets, 1);
                     self.out.clear();
-                    proto::packet::write_err(&mut self.out, &mut { seq }, ER_CONNECTION_KILLED, SQLSTATE_CONNECTION_KILLED, &msg);
+                    write_lost(&mut self.out, seq, &backend.server.name);
                     let write = async {
                         self.client.write_all(&received).await?;
                         self.client.write_all(&self.out).await
@@ -745,7 +802,7 @@ impl Session {
                         );
                     }
                 }
-                None
+                Forwarded::Ended
             }
             Err(ExecError::TailRefused { seq }) => {
                 // The backend holds half a packet: that connection ends, and with it any
@@ -757,20 +814,39 @@ impl Session {
                     self.limits.max_buffered
                 );
                 self.reply_err(seq.wrapping_add(1), ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, &msg).await;
-                None
+                Forwarded::Ended
             }
             Err(ExecError::ClientPacketTooLarge { seq }) => {
                 backend.broken = true;
                 let msg = "Got a packet bigger than 'max_allowed_packet' bytes";
                 self.reply_err(seq.wrapping_add(1), ER_NET_PACKET_TOO_LARGE, b"08S01", msg).await;
-                None
+                Forwarded::Ended
             }
             Err(e) => {
                 backend.broken = true;
                 debug!(id = self.id, "session ends: {e}");
-                None
+                Forwarded::Ended
             }
         }
+    }
+
+    /// Takes the config in force if a reload swapped it (one atomic load).
+    fn follow_reload(&mut self) {
+        let current = self.live.load();
+        if !Arc::ptr_eq(current, &self.snap) {
+            self.snap = current.clone();
+            self.limits =
+                exec::Limits::from_config(&self.snap.config.proxy, self.data.backend_max_packet.load(std::sync::atomic::Ordering::Relaxed));
+        }
+    }
+
+    /// Tells the client its backend was lost before any of the reply to its request came
+    /// (`Forwarded::LostBeforeReply`, not run again elsewhere); `seq` is the reply's.
+    async fn reply_lost(&mut self, seq: u8, server: &str) -> Flow {
+        self.data.stats.add(Counter::GeneratedErrorPackets, 1);
+        self.out.clear();
+        write_lost(&mut self.out, seq, server);
+        Flow::written(self.client.write_all(&self.out).await.is_ok())
     }
 
     async fn reply_err(&mut self, seq: u8, code: u16, sqlstate: &[u8; 5], msg: &str) {

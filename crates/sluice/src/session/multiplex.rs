@@ -139,6 +139,11 @@ impl Pins {
         reasons.into_iter().find(|(on, _)| *on).map(|(_, r)| r)
     }
 
+    /// The connection holds the session's transaction and nothing else of it.
+    pub fn only_transaction(&self) -> bool {
+        Pins { transaction: false, ..self.clone() }.reason().is_none()
+    }
+
     /// State that dies with the connection's server session (what a reset must clear).
     fn server_state(&self) -> bool {
         self.temp_tables || self.table_locks || self.named_locks > 0 || self.xa || self.handler || !self.text_prepared.is_empty()
@@ -298,7 +303,11 @@ impl Session {
                 let mut h = self.held.swap_remove(i);
                 if !h.backend.is_alive() {
                     // Its server closed it while the session kept it: what lived there is gone,
-                    // as on a direct connection, which would have been closed too.
+                    // as on a direct connection, which would have been closed too. Its
+                    // transaction too: the session is out of it.
+                    if h.pins.transaction {
+                        self.status &= !StatusFlags::SERVER_STATUS_IN_TRANS.bits();
+                    }
                     let server = h.backend.server.name.to_string();
                     return Err(BackendError::Lost { server, source: std::io::ErrorKind::ConnectionReset.into() });
                 }
@@ -422,7 +431,10 @@ impl Session {
         // Without a read-back after DROP DATABASE, the connection's default database is unknown:
         // the session keeps it, and it is never pooled again.
         let schema_unknown = e.flags & effects::DROP_SCHEMA != 0;
-        if held.pins.untracked || e.sysvars.iter().any(|v| OBSERVES_STATEMENTS.contains(&&**v)) {
+        // After GET DIAGNOSTICS, a read-back would reset the diagnostics area (ROW_COUNT,
+        // NUMBER) that the next GET DIAGNOSTICS reads again.
+        let diagnostics = e.flags & effects::DIAGNOSTICS != 0;
+        if held.pins.untracked || diagnostics || e.sysvars.iter().any(|v| OBSERVES_STATEMENTS.contains(&&**v)) {
             debug!(id = self.id, "keeping the connection: a read-back would show to the client");
             held.pins.untracked = true;
             held.backend.broken |= schema_unknown;

@@ -248,9 +248,9 @@ impl Session {
             Some(Intercept::Processlist { full }) => return self.prepare_answered(Answered::Processlist { full }, text, seq).await,
             Some(Intercept::Refuse(why)) => return self.refuse(seq, why).await,
             // Dynamic SQL cannot be prepared at all: the server says so itself.
-            Some(Intercept::Variable(_)) | None => {}
+            Some(Intercept::Dynamic(_)) | None => {}
         }
-        let sql = crate::plan::rewrite_connection_id(&text, self.id).unwrap_or(text);
+        let sql = self.with_session_ids(text);
         let mut held = match self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await {
             Ok(h) => h,
             Err(e) => return self.reply_backend_error(seq, &e).await,

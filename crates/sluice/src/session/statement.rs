@@ -2,13 +2,43 @@
 //! synchronous) → ⑤ acquire (a pooled connection in line with the session's state) → ⑥ exec
 //! → settle (keep it if pinned, else back to the pool).
 
-use super::multiplex::Needs;
-use super::{Flow, Session};
+use super::multiplex::{Held, Needs};
+use super::{Flow, Forwarded, Session};
+use crate::exec::ReplyChecksum;
 use crate::plan::{self, Action, Plan};
+use crate::pool::BackendError;
 use crate::rules::Who;
 use proto::errors::*;
 use proto::frame::Frame;
 use proto::response::Reply;
+use std::time::Duration;
+use tracing::debug;
+
+/// What may be done with a statement whose backend was lost before its reply.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RunAgain {
+    No,
+    /// On another connection (an autocommit read).
+    Elsewhere,
+    /// After its transaction is replayed on a new connection to the writer.
+    AfterReplay,
+}
+
+/// How often a statement waiting for a writer looks again.
+const WRITER_RECHECK: Duration = Duration::from_millis(100);
+
+/// A failure of a new connection that says no server of the hostgroup can be used now (none
+/// ONLINE, none can be reached, or one went as it was being set up), which a promotion may
+/// end; not a refused login or a full pool.
+fn no_writer(e: &BackendError) -> bool {
+    matches!(
+        e,
+        BackendError::Unavailable(crate::pool::NoServer::NoneOnline(_))
+            | BackendError::Connect { .. }
+            | BackendError::Timeout { .. }
+            | BackendError::Lost { .. }
+    )
+}
 
 /// Where the client is and which listener it came in through, for client_addr/proxy_port rules.
 pub(super) struct Origin {
@@ -35,6 +65,7 @@ impl Session {
         let facts = plan::Facts {
             who: self.origin.who(&self.user.name, self.state.schema.as_deref()),
             session_id: self.id,
+            pseudo_thread_id_set: self.pseudo_thread_id_set(),
             default_hostgroup: self.user.default_hostgroup,
             digests_on: self.digests_on(),
             multi_statements: self.negotiated.capabilities.contains(proto::CapabilityFlags::CLIENT_MULTI_STATEMENTS),
@@ -83,10 +114,13 @@ impl Session {
 
     /// Sends a planned statement to its target and streams the reply.
     async fn forward_query(&mut self, mut plan: Plan, frame: Frame, seq: u8) -> Flow {
-        if let Some(variable) = plan.dynamic_sql.take() {
-            if let Some(answered) = self.check_dynamic_sql(&variable, seq).await {
-                self.client.consume(frame.wire_len);
-                return answered;
+        if let Some(dynamic) = plan.dynamic_sql.take() {
+            match self.check_dynamic_sql(&dynamic, seq).await {
+                Ok(sent) => plan.rewrite = sent.map(|sql| plan::query_packet(&sql, frame.first_seq)).or(plan.rewrite),
+                Err(answered) => {
+                    self.client.consume(frame.wire_len);
+                    return answered;
+                }
             }
         }
         let watch = self.watch_query(&frame, &plan);
@@ -107,7 +141,7 @@ impl Session {
             tokio::time::sleep(delay).await;
         }
         let timeout = plan.timeout();
-        let request = match plan.rewrite {
+        let request = match plan.rewrite.take() {
             Some(r) => {
                 self.client.consume(frame.wire_len);
                 r
@@ -115,7 +149,55 @@ impl Session {
             None => self.client.rbuf.split_to(frame.wire_len).freeze(),
         };
         self.watch_tail = plan.watch_tail;
-        let Some(outcome) = self.forward(&mut held.backend, &request, Some(Reply::Query), timeout).await else { return Flow::End };
+        // Only a request held whole can be sent again.
+        let whole = self.tail.is_none();
+        let mut journaling = self.journaling(&held.backend);
+        let mut checksum = journaling.unwrap_or(false).then(ReplyChecksum::default);
+        let outcome = match self.exchange(&mut held.backend, &request, Some(Reply::Query), timeout, whole, checksum.as_mut()).await {
+            Forwarded::Done(o) => o,
+            Forwarded::Ended => return Flow::End,
+            Forwarded::LostBeforeReply { seq } => {
+                let lost_on = held.backend.server.name.clone();
+                let again = self.run_again(&held, &request);
+                self.release(held);
+                let reacquired = match again {
+                    RunAgain::No => {
+                        let _ = self.reply_lost(seq, &lost_on).await;
+                        return Flow::End;
+                    }
+                    // An autocommit read whose server went before answering: once more, on
+                    // another server if the lost one cannot be reached any more.
+                    RunAgain::Elsewhere => self.acquire_routed(plan.routed, plan.retries(), needs).await,
+                    // A read in a transaction of reads: the transaction first.
+                    RunAgain::AfterReplay => self.replay(&lost_on, needs).await,
+                };
+                debug!(id = self.id, server = %lost_on, "backend lost before the reply to a read; running it again");
+                held = match reacquired {
+                    Ok(h) => h,
+                    Err(e) => {
+                        let outcome = crate::exec::Outcome { error: true, error_code: super::backend_error_code(&e), ..Default::default() };
+                        self.observed(&watch, None, &outcome, 0, &self.plan_scratch.digest_text, b"");
+                        if again == RunAgain::AfterReplay {
+                            // Why the transaction could not be replayed; the session goes on.
+                            return self.reply_backend_error(seq, &e).await;
+                        }
+                        // No other server: the client learns of the loss, as it would have.
+                        let _ = self.reply_lost(seq, &lost_on).await;
+                        return Flow::End;
+                    }
+                };
+                held.pins.rule = plan.pins_connection();
+                journaling = self.journaling(&held.backend);
+                checksum = journaling.unwrap_or(false).then(ReplyChecksum::default);
+                match self.exchange(&mut held.backend, &request, Some(Reply::Query), timeout, false, checksum.as_mut()).await {
+                    Forwarded::Done(o) => o,
+                    Forwarded::LostBeforeReply { .. } | Forwarded::Ended => return Flow::End,
+                }
+            }
+        };
+        if journaling.is_some() {
+            self.journal.note(&held.backend, &request, checksum.map(|c| c.finish()), outcome.status);
+        }
         let sent = request.get(5..request.len().min(4 + proto::frame::MAX_CHUNK)).unwrap_or_default();
         self.observed(&watch, Some(&held.backend.server), &outcome, request.len(), &self.plan_scratch.digest_text, sent);
         self.after_statement(&mut held, &plan.effects, &outcome, plan.use_db).await;
@@ -126,25 +208,112 @@ impl Session {
 
     /// The connection for a routed statement (a COM_QUERY's plan, a prepared statement's
     /// execute): its target's, else (a read the split sent to the readers) the writer's when no
-    /// reader is usable or none has applied what the read must see in time (causal reads).
-    pub(super) async fn acquire_routed(
-        &mut self,
-        routed: crate::route::Routed,
-        retries: u32,
-        needs: Needs,
-    ) -> Result<super::multiplex::Held, crate::pool::BackendError> {
-        let acquired = self.acquire(routed.target.hostgroup(), retries, needs).await;
+    /// reader is usable or none has applied what the read must see in time (causal reads). A
+    /// replication pair's writer hostgroup with no usable server is waited for
+    /// (`acquire_writer`).
+    pub(super) async fn acquire_routed(&mut self, routed: crate::route::Routed, retries: u32, needs: Needs) -> Result<Held, BackendError> {
+        let acquired = self.acquire_writer(routed.target.hostgroup(), retries, needs).await;
         let Some(writer) = routed.fallback else { return acquired };
         match acquired {
-            Err(crate::pool::BackendError::Unavailable(_)) => self.acquire(writer, retries, needs).await,
+            Err(BackendError::Unavailable(_) | BackendError::Connect { .. } | BackendError::Timeout { .. }) => {
+                self.acquire_writer(writer, retries, needs).await
+            }
             Ok(mut held) if held.backend.server.hostgroup != writer => {
                 if self.caught_up(&mut held, writer).await {
                     return Ok(held);
                 }
                 self.settle(held);
-                self.acquire(writer, retries, needs).await
+                self.acquire_writer(writer, retries, needs).await
             }
             other => other,
+        }
+    }
+
+    /// `acquire`, where for the writer hostgroup of a `[[mysql_replication_hostgroups]]` pair
+    /// with no server that can be used (none ONLINE, every connect failing) the statement
+    /// waits up to `[pool] writer_wait_ms` for one, re-reading the config in force (the role
+    /// monitor or a SWITCHOVER moves a promoted replica in). Nothing of the statement has been
+    /// sent: a statement lost on a server is never sent again here. A connection the session
+    /// keeps (a transaction, temporary tables…) is not waited for: what it held is gone.
+    pub(super) async fn acquire_writer(&mut self, hostgroup: u32, retries: u32, needs: Needs) -> Result<Held, BackendError> {
+        if let Some(lost_on) = self.journal.lost.take() {
+            // The transaction's connection closed while the client was between statements.
+            return self.replay(&lost_on, needs).await;
+        }
+        let followed = self.held.iter().any(|h| h.pins.transaction && self.journal.follows(h));
+        match self.wait_for_writer(hostgroup, retries, needs).await {
+            // The transaction's connection is gone: replayed, or the client is told why not.
+            Err(BackendError::Lost { server, .. }) if followed => self.replay(&server, needs).await,
+            other => other,
+        }
+    }
+
+    /// `acquire`, waiting for a usable writer as `acquire_writer` says (no replay).
+    pub(super) async fn wait_for_writer(&mut self, hostgroup: u32, retries: u32, needs: Needs) -> Result<Held, BackendError> {
+        let kept = self.held.iter().any(|h| h.pins.transaction || h.backend.server.hostgroup == hostgroup);
+        let first = match self.acquire(hostgroup, retries, needs).await {
+            Err(e) if !kept && no_writer(&e) && self.is_writer_hostgroup(hostgroup) => e,
+            other => return other,
+        };
+        let wait = Duration::from_millis(self.snap.config.pool.writer_wait_ms);
+        if wait.is_zero() {
+            return Err(first);
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        debug!(id = self.id, hostgroup, "no usable writer ({first}); waiting up to {wait:?} for one");
+        let mut last = first;
+        while tokio::time::Instant::now() < deadline {
+            tokio::select! {
+                _ = self.handle.killed() => break,
+                _ = tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + WRITER_RECHECK)) => {}
+            }
+            self.follow_reload();
+            match self.acquire(hostgroup, 0, needs).await {
+                Err(e) if no_writer(&e) => last = e,
+                other => return other,
+            }
+        }
+        Err(last)
+    }
+
+    /// The connection that proves a login: in the user's default hostgroup; while that is a
+    /// replication pair's writer hostgroup with no usable writer, a replica of the pair (reads
+    /// go on during a failover), else the writer waited for.
+    pub(super) async fn acquire_login(&mut self) -> Result<Held, BackendError> {
+        let hostgroup = self.unrouted_hostgroup();
+        let first = match self.acquire(hostgroup, 0, Needs::default()).await {
+            Err(e) if no_writer(&e) => e,
+            other => return other,
+        };
+        let pair = self.snap.config.replication_hostgroups.iter().find(|r| r.writer_hostgroup == hostgroup);
+        let Some(reader) = pair.map(|p| p.reader_hostgroup) else { return Err(first) };
+        match self.acquire(reader, 0, Needs::default()).await {
+            Ok(held) => Ok(held),
+            Err(_) => self.wait_for_writer(hostgroup, 0, Needs::default()).await,
+        }
+    }
+
+    /// Whether `hostgroup` is the writer hostgroup of a replication pair.
+    fn is_writer_hostgroup(&self, hostgroup: u32) -> bool {
+        self.snap.config.replication_hostgroups.iter().any(|r| r.writer_hostgroup == hostgroup)
+    }
+
+    /// Whether a statement lost before its reply may run again: a read (`sql::rw`) in
+    /// autocommit outside a transaction, on a connection holding nothing of the session's; or
+    /// a read in a transaction of reads that can be replayed. Never a write.
+    fn run_again(&self, held: &Held, request: &[u8]) -> RunAgain {
+        use proto::StatusFlags as S;
+        let text = request.get(5..).unwrap_or_default();
+        if sql::rw::class(text) != sql::rw::Class::Read {
+            return RunAgain::No;
+        }
+        let in_transaction = self.status & S::SERVER_STATUS_IN_TRANS.bits() != 0 || self.status & S::SERVER_STATUS_AUTOCOMMIT.bits() == 0;
+        if !in_transaction && held.pins.reason().is_none() {
+            RunAgain::Elsewhere
+        } else if held.pins.transaction && self.journal.follows(held) && self.journal.replayable() {
+            RunAgain::AfterReplay
+        } else {
+            RunAgain::No
         }
     }
 
