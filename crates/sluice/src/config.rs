@@ -354,8 +354,15 @@ pub struct ReplicationHostgroupRow {
     /// writes) or `global` (every session sees every acknowledged write).
     #[serde(default)]
     pub causal_reads: CausalReads,
+    /// How long a replica may take to apply what a read must see before the writer answers it.
+    #[serde(default = "default_causal_reads_timeout_ms")]
+    pub causal_reads_timeout_ms: u32,
     #[serde(default)]
     pub comment: String,
+}
+
+fn default_causal_reads_timeout_ms() -> u32 {
+    2000
 }
 
 /// MaxScale's `causal_reads` values.

@@ -190,7 +190,7 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
     let routed = route::route(&route::Facts {
         decision: &decision,
         default_hostgroup: facts.default_hostgroup,
-        text: sent,
+        statement: route::Statement::Text(sent),
         in_transaction: facts.in_transaction,
         kept_hostgroup: facts.kept_hostgroup,
         replication: facts.replication,

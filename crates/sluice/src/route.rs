@@ -7,13 +7,19 @@
 //! 3. **split**: when the user's default hostgroup is the writer of a
 //!    `[[mysql_replication_hostgroups]]` row, reads (`sql::rw`) go to its reader hostgroup and
 //!    everything else to the writer; a session in a transaction (or with autocommit off), or
-//!    holding state on a connection of either hostgroup, stays where that is;
+//!    holding state on a connection of either hostgroup, stays where that is (on a reader's,
+//!    only reads and what reads that state: a write goes to the writer);
 //! 4. *(to come)* the shard map: the shards a sharded table's key selects (several targets);
 //! 5. **default**: the user's `default_hostgroup`.
 //!
-//! The result is a `Target`; which server of a hostgroup serves it is the pool's choice (⑤,
-//! by weight among ONLINE servers). An open transaction keeps its connection whatever the
-//! target (`session::multiplex::acquire`), as ProxySQL's transaction_persistent.
+//! The result is a `Target`; which server of a hostgroup serves it is the pool's choice (⑤:
+//! among ONLINE servers, the one with the fewest statements running per unit of weight). An
+//! open transaction keeps its connection whatever the target (`session::multiplex::acquire`),
+//! as ProxySQL's transaction_persistent.
+//!
+//! A prepared statement is routed at each execute like the text of a COM_QUERY, from its hint
+//! and class read once at prepare (`Known`, kept in its `pool::prepared::Entry`). Rules do not
+//! route prepared statements (they only block them at prepare, `plan::prepare_blocked`).
 
 use crate::config::ReplicationHostgroupRow;
 use crate::rules::Decision;
@@ -68,8 +74,8 @@ pub struct Facts<'a> {
     pub decision: &'a Decision,
     /// The session user's default hostgroup.
     pub default_hostgroup: u32,
-    /// The statement as sent (after a rewrite): hints and the split read it.
-    pub text: &'a [u8],
+    /// The statement: hints and the split read it.
+    pub statement: Statement<'a>,
     /// The session's transaction: what its server's status flags said (in a transaction, or
     /// autocommit off: the next statement may begin one).
     pub in_transaction: bool,
@@ -83,7 +89,8 @@ impl<'a> Facts<'a> {
     /// A statement of sluice's own, or one answered without a backend: only rules and the
     /// default apply.
     pub fn plain(decision: &'a Decision, default_hostgroup: u32) -> Self {
-        Facts { decision, default_hostgroup, text: b"", in_transaction: false, kept_hostgroup: None, replication: &[] }
+        let statement = Statement::Text(b"");
+        Facts { decision, default_hostgroup, statement, in_transaction: false, kept_hostgroup: None, replication: &[] }
     }
 
     /// The replication pair whose writer is the user's default hostgroup.
@@ -92,13 +99,65 @@ impl<'a> Facts<'a> {
     }
 }
 
+/// The statement as the routers read it.
+#[derive(Debug, Clone, Copy)]
+pub enum Statement<'a> {
+    /// A COM_QUERY's text as sent (after a rewrite): its hint and class are read only if a
+    /// router gets to ask.
+    Text(&'a [u8]),
+    /// A prepared statement's hint and class, read once from its text at prepare.
+    Prepared(Known),
+}
+
+/// A statement's routing hint and read/write class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Known {
+    pub hint: Option<Hint>,
+    pub class: Class,
+    /// It reads what the previous statement left on its connection (`sql::rw::reads_last_statement`).
+    pub reads_last_statement: bool,
+}
+
+impl Known {
+    pub fn of(text: &[u8]) -> Known {
+        Known {
+            hint: sql::hint::routing_hint(text),
+            class: sql::rw::class(text),
+            reads_last_statement: sql::rw::reads_last_statement(text),
+        }
+    }
+}
+
+impl Statement<'_> {
+    fn hint(self) -> Option<Hint> {
+        match self {
+            Statement::Text(text) => sql::hint::routing_hint(text),
+            Statement::Prepared(k) => k.hint,
+        }
+    }
+
+    fn class(self) -> Class {
+        match self {
+            Statement::Text(text) => sql::rw::class(text),
+            Statement::Prepared(k) => k.class,
+        }
+    }
+
+    fn reads_last_statement(self) -> bool {
+        match self {
+            Statement::Text(text) => sql::rw::reads_last_statement(text),
+            Statement::Prepared(k) => k.reads_last_statement,
+        }
+    }
+}
+
 /// The target of a statement: the first router, in precedence order, that claims it.
 pub fn route(facts: &Facts) -> Routed {
     by_rules(facts).or_else(|| by_hint(facts)).or_else(|| by_split(facts)).unwrap_or(Routed::to(facts.default_hostgroup, Router::Default))
 }
 
-/// Where a command that is not a routed statement goes (COM_PING, COM_INIT_DB, prepared
-/// statements…): the user's default hostgroup.
+/// Where a command that is not a routed statement goes (COM_PING, COM_INIT_DB,
+/// COM_STMT_PREPARE…): the user's default hostgroup.
 pub fn default_target(default_hostgroup: u32) -> Target {
     Target::Hostgroup(default_hostgroup)
 }
@@ -112,7 +171,7 @@ fn by_rules(facts: &Facts) -> Option<Routed> {
 /// Router 2: a hint in the first comment. `writer` and `reader` name the user's replication
 /// pair, and mean nothing without one.
 fn by_hint(facts: &Facts) -> Option<Routed> {
-    let hostgroup = match sql::hint::routing_hint(facts.text)? {
+    let hostgroup = match facts.statement.hint()? {
         Hint::Hostgroup(h) => h,
         Hint::Writer => facts.pair()?.writer_hostgroup,
         Hint::Reader => facts.pair()?.reader_hostgroup,
@@ -124,13 +183,21 @@ fn by_hint(facts: &Facts) -> Option<Routed> {
 fn by_split(facts: &Facts) -> Option<Routed> {
     let pair = facts.pair()?;
     let to = |hostgroup| Some(Routed::to(hostgroup, Router::Split));
-    if let Some(kept) = facts.kept_hostgroup.filter(|&h| h == pair.writer_hostgroup || h == pair.reader_hostgroup) {
-        return to(kept);
+    match facts.kept_hostgroup {
+        Some(kept) if kept == pair.writer_hostgroup => return to(kept),
+        // State on a reader's connection (warnings, FOUND_ROWS(), a cursor, a read-only
+        // transaction): what reads it, and reads, stay with it; anything else goes to the
+        // writer (a reader would refuse a write, or apply it where no one else sees it).
+        Some(kept) if kept == pair.reader_hostgroup => {
+            let stays = facts.statement.class() != Class::Write || facts.statement.reads_last_statement();
+            return to(if stays { kept } else { pair.writer_hostgroup });
+        }
+        _ => {}
     }
     if facts.in_transaction {
         return to(pair.writer_hostgroup);
     }
-    match sql::rw::class(facts.text) {
+    match facts.statement.class() {
         Class::Read | Class::ReadOnlyTransaction => {
             Some(Routed { target: Target::Hostgroup(pair.reader_hostgroup), by: Router::Split, fallback: Some(pair.writer_hostgroup) })
         }
@@ -158,6 +225,7 @@ mod tests {
             reader_hostgroup: 20,
             check_type: "read_only".into(),
             causal_reads: Default::default(),
+            causal_reads_timeout_ms: 2000,
             comment: String::new(),
         }]
     }
@@ -167,7 +235,7 @@ mod tests {
         route(&Facts {
             decision,
             default_hostgroup,
-            text: text.as_bytes(),
+            statement: Statement::Text(text.as_bytes()),
             in_transaction,
             kept_hostgroup: kept,
             replication: &replication,
@@ -188,6 +256,11 @@ mod tests {
         // State kept on a connection: where it is.
         assert_eq!(split("SELECT * FROM tmp", 10, false, Some(10), &d), at(10, Router::Split));
         assert_eq!(split("SHOW WARNINGS", 10, false, Some(20), &d), at(20, Router::Split));
+        assert_eq!(split("SELECT FOUND_ROWS()", 10, false, Some(20), &d), at(20, Router::Split));
+        assert_eq!(split("SELECT 1", 10, false, Some(20), &d), at(20, Router::Split));
+        // …but a reader's connection never takes a write (nor a BEGIN): the writer does.
+        assert_eq!(split("INSERT INTO t VALUES (1)", 10, false, Some(20), &d), at(10, Router::Split));
+        assert_eq!(split("BEGIN", 10, false, Some(20), &d), at(10, Router::Split));
         // A user whose default hostgroup is no writer: no split.
         assert_eq!(split("SELECT 1", 3, false, None, &d), at(3, Router::Default));
         assert_eq!(split("SELECT 1", 20, false, None, &d), at(20, Router::Default));
@@ -205,5 +278,28 @@ mod tests {
         assert_eq!(split("SELECT 1 /* sluice:route=reader */", 3, false, None, &d), at(3, Router::Default));
         d.actions.destination_hostgroup = Some(2);
         assert_eq!(split("SELECT 1 /* hostgroup=7 */", 10, false, None, &d), at(2, Router::Rules));
+    }
+
+    #[test]
+    fn a_prepared_statement_routes_by_what_its_prepare_read() {
+        let d = Decision::default();
+        let replication = pair();
+        let execute = |text: &str, in_transaction| {
+            let statement = Statement::Prepared(Known::of(text.as_bytes()));
+            route(&Facts {
+                decision: &d,
+                default_hostgroup: 10,
+                statement,
+                in_transaction,
+                kept_hostgroup: None,
+                replication: &replication,
+            })
+        };
+        let at = Routed::to;
+        assert_eq!(execute("SELECT v FROM t WHERE id = ?", false), Routed { fallback: Some(10), ..at(20, Router::Split) });
+        assert_eq!(execute("SELECT v FROM t WHERE id = ? FOR UPDATE", false), at(10, Router::Split));
+        assert_eq!(execute("INSERT INTO t VALUES (?)", false), at(10, Router::Split));
+        assert_eq!(execute("SELECT v FROM t WHERE id = ?", true), at(10, Router::Split));
+        assert_eq!(execute("SELECT /* sluice:route=writer */ v FROM t WHERE id = ?", false), at(10, Router::Hint));
     }
 }

@@ -138,6 +138,32 @@ fn may_write(sql: &[u8]) -> bool {
 }
 
 /// `START TRANSACTION [characteristic, …]`: READ ONLY among them (and not READ WRITE).
+/// Whether a statement reads what the session's previous statement left on its connection
+/// (SHOW WARNINGS, SHOW ERRORS, their COUNT(*), GET DIAGNOSTICS, FOUND_ROWS(), ROW_COUNT()):
+/// the split sends it where that statement ran, though it is no read a replica may answer.
+pub fn reads_last_statement(sql: &[u8]) -> bool {
+    let mut toks = Lexer::new(sql).filter(|t| t.kind != Kind::Comment);
+    let Some(first) = toks.next() else { return false };
+    if is_word(&first, sql, "SHOW") {
+        return toks.next().is_some_and(|t| ["WARNINGS", "ERRORS", "COUNT"].iter().any(|w| is_word(&t, sql, w)));
+    }
+    if is_word(&first, sql, "GET") {
+        // GET [CURRENT | STACKED] DIAGNOSTICS
+        return toks.take(2).any(|t| is_word(&t, sql, "DIAGNOSTICS"));
+    }
+    if !is_word(&first, sql, "SELECT") {
+        return false;
+    }
+    let mut prev: Option<Token> = None;
+    for t in toks {
+        if t.text(sql) == b"(" && prev.is_some_and(|p| is_word(&p, sql, "FOUND_ROWS") || is_word(&p, sql, "ROW_COUNT")) {
+            return true;
+        }
+        prev = Some(t);
+    }
+    false
+}
+
 fn start_transaction(mut toks: impl Iterator<Item = Token>, sql: &[u8]) -> Class {
     if !toks.next().is_some_and(|t| is_word(&t, sql, "TRANSACTION")) {
         return Class::Write;
@@ -248,6 +274,24 @@ mod tests {
         // A word in a string: the full pass decides, and it is still a read.
         assert!(may_write(b"SELECT 'for update'"));
         assert_eq!(c("SELECT 'for update'"), Class::Read);
+    }
+
+    #[test]
+    fn what_reads_the_last_statement() {
+        for sql in [
+            "SHOW WARNINGS",
+            "show errors limit 1",
+            "SHOW COUNT(*) WARNINGS",
+            "GET DIAGNOSTICS @n = NUMBER",
+            "GET CURRENT DIAGNOSTICS CONDITION 1 @m = MESSAGE_TEXT",
+            "SELECT FOUND_ROWS()",
+            "/* app */ select row_count ( ), 1",
+        ] {
+            assert!(reads_last_statement(sql.as_bytes()), "{sql}");
+        }
+        for sql in ["SHOW TABLES", "SELECT found_rows_col FROM t", "INSERT INTO t SELECT FOUND_ROWS()", "GET_LOCK", "", "SELECT 1"] {
+            assert!(!reads_last_statement(sql.as_bytes()), "{sql}");
+        }
     }
 
     #[test]

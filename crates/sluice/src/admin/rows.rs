@@ -234,15 +234,17 @@ pub(crate) fn read_servers(conn: &Connection, layer: Layer) -> Result<Vec<Server
     Ok(out)
 }
 
-const REPLICATION_COLUMNS: &[&str] = &["writer_hostgroup", "reader_hostgroup", "check_type", "causal_reads", "comment"];
+const REPLICATION_COLUMNS: &[&str] =
+    &["writer_hostgroup", "reader_hostgroup", "check_type", "causal_reads", "causal_reads_timeout_ms", "comment"];
 
 pub(crate) fn write_replication_hostgroups(conn: &Connection, layer: Layer, rows: &[ReplicationHostgroupRow]) -> Result<(), AdminError> {
     let table = qualified(layer, "mysql_replication_hostgroups");
     conn.execute(&format!("DELETE FROM {table}"), [])?;
-    let mut insert = conn.prepare(&format!("INSERT INTO {table} ({}) VALUES (?1, ?2, ?3, ?4, ?5)", REPLICATION_COLUMNS.join(", ")))?;
+    let mut insert = conn.prepare(&format!("INSERT INTO {table} ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)", REPLICATION_COLUMNS.join(", ")))?;
     for r in rows {
+        let (causal, timeout) = (r.causal_reads.name(), r.causal_reads_timeout_ms);
         insert
-            .execute(params![r.writer_hostgroup, r.reader_hostgroup, r.check_type, r.causal_reads.name(), r.comment])
+            .execute(params![r.writer_hostgroup, r.reader_hostgroup, r.check_type, causal, timeout, r.comment])
             .map_err(write_err(replication_key(r.writer_hostgroup)))?;
     }
     Ok(())
@@ -263,6 +265,7 @@ pub(crate) fn read_replication_hostgroups(conn: &Connection, layer: Layer) -> Re
             reader_hostgroup: r.ranged("reader_hostgroup", "0 to 4294967295")?,
             check_type: r.text_or_empty("check_type")?.to_ascii_lowercase(),
             causal_reads,
+            causal_reads_timeout_ms: r.ranged("causal_reads_timeout_ms", "0 to 4294967295")?,
             comment: r.text_or_empty("comment")?,
         });
     }

@@ -36,13 +36,14 @@ const MYSQL_SERVERS_SSL_PARAMS: &str = "
     comment VARCHAR NOT NULL DEFAULT '',
     PRIMARY KEY (hostname, port, username)";
 
-/// ProxySQL's columns, then sluice's `causal_reads`.
+/// ProxySQL's columns, then sluice's `causal_reads` and `causal_reads_timeout_ms`.
 const MYSQL_REPLICATION_HOSTGROUPS: &str = "
     writer_hostgroup INT CHECK (writer_hostgroup >= 0) NOT NULL PRIMARY KEY,
     reader_hostgroup INT NOT NULL CHECK (reader_hostgroup <> writer_hostgroup AND reader_hostgroup >= 0),
     check_type VARCHAR CHECK (LOWER(check_type) IN ('read_only', 'innodb_read_only', 'super_read_only', 'read_only|innodb_read_only', 'read_only&innodb_read_only')) NOT NULL DEFAULT 'read_only',
     comment VARCHAR NOT NULL DEFAULT '',
     causal_reads VARCHAR CHECK (LOWER(causal_reads) IN ('off', 'local', 'global')) NOT NULL DEFAULT 'local',
+    causal_reads_timeout_ms INT CHECK (causal_reads_timeout_ms >= 0) NOT NULL DEFAULT 2000,
     UNIQUE (reader_hostgroup)";
 
 /// ProxySQL's columns, then sluice's `backend_username` and `backend_password`.

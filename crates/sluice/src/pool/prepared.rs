@@ -34,6 +34,8 @@ pub struct Entry {
     /// The text's digest, computed once here rather than at each execute (statistics).
     pub digest: u64,
     pub digest_text: Box<[u8]>,
+    /// Its routing hint and read/write class, read once here: each execute is routed by them.
+    pub route: crate::route::Known,
 }
 
 impl Entry {
@@ -129,6 +131,7 @@ impl Registry {
             sql: sql.into(),
             params,
             effects: sql::effects::effects(sql),
+            route: crate::route::Known::of(sql),
         });
         let mut shard = lock(&self.shards[shard_index]);
         match shard.by_key.get(&key) {

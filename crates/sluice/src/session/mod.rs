@@ -401,6 +401,13 @@ impl Session {
         crate::route::default_target(self.user.default_hostgroup).hostgroup()
     }
 
+    /// In a transaction, or with autocommit off (the next statement may begin one), as the
+    /// last reply's status flags said: the read/write split keeps such a session on the writer.
+    fn may_be_in_transaction(&self) -> bool {
+        self.status & proto::StatusFlags::SERVER_STATUS_IN_TRANS.bits() != 0
+            || self.status & proto::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits() == 0
+    }
+
     fn max_packet(&self) -> usize {
         self.limits.max_packet
     }
@@ -693,6 +700,8 @@ impl Session {
         may_retry: bool,
         checksum: Option<&mut exec::ReplyChecksum>,
     ) -> Forwarded {
+        // Counted while it runs: the pool sends new statements to the least busy server.
+        let _running = backend.server.run_statement();
         let format = backend.format();
         self.handle.clear_kill_query();
         let timeout = sleep_or_never(timeout);

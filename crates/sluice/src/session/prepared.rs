@@ -4,9 +4,14 @@
 //! once are sent again by sluice where the connection's statement last ran with others (a
 //! client with a statement cache sends them only on its first execute).
 //!
+//! COM_STMT_PREPARE runs where the session's unrouted commands go (the metadata is the same
+//! on every server of a replication pair); each execute is routed (④ `route`) by the hint and
+//! read/write class its prepare read, as a COM_QUERY of its text would be: under the split a
+//! read runs on a replica (prepared there on first use) after the same causal check.
+//!
 //! A statement with an open cursor or long data waiting holds server state on one connection:
 //! it pins the session there until the cursor is read out, the statement is reset, closed or
-//! executed.
+//! executed; fetch, reset and close go to that connection's hostgroup.
 //!
 //! KILL and SHOW PROCESSLIST name sluice's sessions, so a prepared one never reaches a server:
 //! sluice answers the prepare itself and carries the statement out at each execute (a `?` in
@@ -15,6 +20,7 @@
 use super::multiplex::{Held, Needs};
 use super::{Flow, Session};
 use crate::pool::prepared::{Entry, Registry};
+use crate::route::{self, Routed};
 use proto::command::*;
 use proto::errors::*;
 use proto::frame::Frame;
@@ -41,6 +47,8 @@ struct ClientStatement {
     types: Option<Arc<[u8]>>,
     cursor: bool,
     long_data: bool,
+    /// The hostgroup of the connection holding its cursor or long data (while it has them).
+    held_in: u32,
 }
 
 impl ClientStatement {
@@ -90,7 +98,7 @@ impl ClientStatements {
 
     fn add(&mut self, entry: Arc<Entry>) -> u32 {
         let id = self.next_id();
-        self.by_id.insert(id, ClientStatement { entry, types: None, cursor: false, long_data: false });
+        self.by_id.insert(id, ClientStatement { entry, types: None, cursor: false, long_data: false, held_in: 0 });
         id
     }
 
@@ -317,8 +325,9 @@ impl Session {
         let cursor = cmd == COM_STMT_EXECUTE && payload.get(5).is_some_and(|f| f & CURSOR_TYPE_READ_ONLY != 0);
         let needs = Needs { last_insert_id: entry.effects.flags & sql::effects::USES_LAST_INSERT_ID != 0 };
         let digest = if self.digests_on() { entry.digest } else { 0 };
-        let watch = self.watch(&entry.sql, crate::stats::Command::from_sql(&entry.sql), digest, self.unrouted_hostgroup(), None);
-        let mut held = match self.acquire(self.unrouted_hostgroup(), 1, needs).await {
+        let routed = self.route_execute(&entry);
+        let watch = self.watch(&entry.sql, crate::stats::Command::from_sql(&entry.sql), digest, routed.target.hostgroup(), None);
+        let mut held = match self.acquire_routed(routed, 1, needs).await {
             Ok(h) => h,
             Err(e) => {
                 let outcome = crate::exec::Outcome { error: true, error_code: super::backend_error_code(&e), ..Default::default() };
@@ -403,22 +412,25 @@ impl Session {
             }
         }
         let opened = cursor && !outcome.error && outcome.status & StatusFlags::SERVER_STATUS_CURSOR_EXISTS.bits() != 0;
+        let hostgroup = held.backend.server.hostgroup;
         self.statements.update(id, |s| {
             s.long_data = false;
             s.cursor = opened;
+            s.held_in = hostgroup;
         });
         self.after_statement(&mut held, &entry.effects, &outcome, None).await;
+        self.note_write(&mut held, || entry.route.class == sql::rw::Class::Write, &outcome).await;
         self.settle_statement(held);
         Flow::Continue
     }
 
     /// COM_STMT_FETCH: on the connection holding the statement's cursor.
     async fn fetch(&mut self, id: u32, frame: Frame, seq: u8) -> Flow {
-        let Some(entry) = self.statements.by_id.get(&id).filter(|s| s.cursor).map(|s| s.entry.clone()) else {
+        let Some((entry, held_in)) = self.statements.by_id.get(&id).filter(|s| s.cursor).map(|s| (s.entry.clone(), s.held_in)) else {
             self.client.consume(frame.wire_len);
             return self.reply_no_cursor(id, seq).await;
         };
-        let mut held = match self.acquire(self.unrouted_hostgroup(), 0, Needs::default()).await {
+        let mut held = match self.acquire(held_in, 0, Needs::default()).await {
             Ok(h) => h,
             Err(e) => {
                 self.client.consume(frame.wire_len);
@@ -446,7 +458,9 @@ impl Session {
     /// COM_STMT_SEND_LONG_DATA (no reply): the data waits on one connection for the execute.
     async fn long_data(&mut self, id: u32, frame: Frame) -> Flow {
         let Some(entry) = self.statements.by_id.get(&id).map(|s| s.entry.clone()) else { return Flow::Continue };
-        let Ok(mut held) = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await else {
+        // Where the execute will go (it follows the data: the session keeps this connection).
+        let routed = self.route_execute(&entry);
+        let Ok(mut held) = self.acquire_routed(routed, 1, Needs::default()).await else {
             // Nowhere to keep it; the execute reports the failure.
             self.client.consume(frame.wire_len);
             return Flow::Continue;
@@ -465,7 +479,11 @@ impl Session {
         if self.forward(&mut held.backend, &request, None, None).await.is_none() {
             return Flow::End;
         }
-        self.statements.update(id, |s| s.long_data = true);
+        let hostgroup = held.backend.server.hostgroup;
+        self.statements.update(id, |s| {
+            s.long_data = true;
+            s.held_in = hostgroup;
+        });
         self.settle_statement(held);
         Flow::Continue
     }
@@ -473,7 +491,7 @@ impl Session {
     /// COM_STMT_RESET: clears long data and closes the cursor, on the connection holding
     /// them; with neither, there is nothing on any server to reset.
     async fn reset_statement(&mut self, id: u32, frame: Frame, seq: u8) -> Flow {
-        let Some(entry) = self.statements.by_id.get(&id).filter(|s| s.pins()).map(|s| s.entry.clone()) else {
+        let Some((entry, held_in)) = self.statements.by_id.get(&id).filter(|s| s.pins()).map(|s| (s.entry.clone(), s.held_in)) else {
             self.client.consume(frame.wire_len);
             return self.reply_ok(seq, "").await;
         };
@@ -481,7 +499,7 @@ impl Session {
             s.cursor = false;
             s.long_data = false;
         });
-        let mut held = match self.acquire(self.unrouted_hostgroup(), 0, Needs::default()).await {
+        let mut held = match self.acquire(held_in, 0, Needs::default()).await {
             Ok(h) => h,
             Err(_) => {
                 // The connection holding them is gone, and they with it.
@@ -508,7 +526,7 @@ impl Session {
         if !stmt.pins() {
             return;
         }
-        let Ok(mut held) = self.acquire(self.unrouted_hostgroup(), 0, Needs::default()).await else { return };
+        let Ok(mut held) = self.acquire(stmt.held_in, 0, Needs::default()).await else { return };
         if let Some(backend_id) = held.backend.statements.remove(stmt.entry.id) {
             if let Err(e) = held.backend.close_statements(&[backend_id]).await {
                 held.backend.note_failure(&e);
@@ -637,6 +655,20 @@ fn bound_parameter(stmt: &mut AnsweredStatement, payload: &[u8]) -> Option<u64> 
 const UNTYPED_PARAMETER: &[u8] = b"\x03def\x00\x00\x00\x01?\x00\x0c\x3f\x00\x00\x00\x00\x00\x06\x80\x00\x00\x00\x00";
 
 impl Session {
+    /// Where an execute of `entry` goes: its hint, else the split by its class (both read at
+    /// prepare), else the default hostgroup, with the session's transaction and kept
+    /// connections as for a COM_QUERY. Rules do not route prepared statements.
+    fn route_execute(&self, entry: &Entry) -> Routed {
+        route::route(&route::Facts {
+            decision: &crate::rules::Decision::default(),
+            default_hostgroup: self.user.default_hostgroup,
+            statement: route::Statement::Prepared(entry.route),
+            in_transaction: self.may_be_in_transaction(),
+            kept_hostgroup: self.kept_hostgroup(),
+            replication: &self.snap.config.replication_hostgroups,
+        })
+    }
+
     /// The client's packet for `frame`, naming the server's statement `backend_id` instead.
     fn request_for(&mut self, frame: Frame, backend_id: u32) -> bytes::Bytes {
         let mut packet = self.client.rbuf.split_to(frame.wire_len);

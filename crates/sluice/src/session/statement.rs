@@ -69,8 +69,7 @@ impl Session {
             default_hostgroup: self.user.default_hostgroup,
             digests_on: self.digests_on(),
             multi_statements: self.negotiated.capabilities.contains(proto::CapabilityFlags::CLIENT_MULTI_STATEMENTS),
-            in_transaction: self.status & proto::StatusFlags::SERVER_STATUS_IN_TRANS.bits() != 0
-                || self.status & proto::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits() == 0,
+            in_transaction: self.may_be_in_transaction(),
             kept_hostgroup: self.kept_hostgroup(),
             replication: &self.snap.config.replication_hostgroups,
         };
@@ -126,7 +125,7 @@ impl Session {
         }
         let watch = self.watch_query(&frame, &plan);
         let needs = Needs { last_insert_id: plan.reads_last_insert_id() };
-        let mut held = match self.acquire_routed(&plan, needs).await {
+        let mut held = match self.acquire_routed(plan.routed, plan.retries(), needs).await {
             Ok(h) => h,
             Err(e) => {
                 let outcome = crate::exec::Outcome { error: true, error_code: super::backend_error_code(&e), ..Default::default() };
@@ -168,7 +167,7 @@ impl Session {
                     }
                     // An autocommit read whose server went before answering: once more, on
                     // another server if the lost one cannot be reached any more.
-                    RunAgain::Elsewhere => self.acquire_routed(&plan, needs).await,
+                    RunAgain::Elsewhere => self.acquire_routed(plan.routed, plan.retries(), needs).await,
                     // A read in a transaction of reads: the transaction first.
                     RunAgain::AfterReplay => self.replay(&lost_on, needs).await,
                 };
@@ -202,28 +201,29 @@ impl Session {
         let sent = request.get(5..request.len().min(4 + proto::frame::MAX_CHUNK)).unwrap_or_default();
         self.observed(&watch, Some(&held.backend.server), &outcome, request.len(), &self.plan_scratch.digest_text, sent);
         self.after_statement(&mut held, &plan.effects, &outcome, plan.use_db).await;
-        self.note_write(&mut held, sent, &outcome).await;
+        self.note_write(&mut held, || sql::rw::class(sent) == sql::rw::Class::Write, &outcome).await;
         self.settle(held);
         Flow::Continue
     }
 
-    /// The connection for a planned statement: its target's, else (a read the split sent to
-    /// the readers) the writer's when no reader is usable or none has applied the session's
-    /// last write in time (causal reads). A replication pair's writer hostgroup with no usable
-    /// server is waited for (`acquire_writer`).
-    async fn acquire_routed(&mut self, plan: &Plan, needs: Needs) -> Result<Held, BackendError> {
-        let acquired = self.acquire_writer(plan.hostgroup(), plan.retries(), needs).await;
-        let Some(writer) = plan.routed.fallback else { return acquired };
+    /// The connection for a routed statement (a COM_QUERY's plan, a prepared statement's
+    /// execute): its target's, else (a read the split sent to the readers) the writer's when no
+    /// reader is usable or none has applied what the read must see in time (causal reads). A
+    /// replication pair's writer hostgroup with no usable server is waited for
+    /// (`acquire_writer`).
+    pub(super) async fn acquire_routed(&mut self, routed: crate::route::Routed, retries: u32, needs: Needs) -> Result<Held, BackendError> {
+        let acquired = self.acquire_writer(routed.target.hostgroup(), retries, needs).await;
+        let Some(writer) = routed.fallback else { return acquired };
         match acquired {
             Err(BackendError::Unavailable(_) | BackendError::Connect { .. } | BackendError::Timeout { .. }) => {
-                self.acquire_writer(writer, plan.retries(), needs).await
+                self.acquire_writer(writer, retries, needs).await
             }
             Ok(mut held) if held.backend.server.hostgroup != writer => {
-                if self.caught_up(&mut held).await {
+                if self.caught_up(&mut held, writer).await {
                     return Ok(held);
                 }
                 self.settle(held);
-                self.acquire_writer(writer, plan.retries(), needs).await
+                self.acquire_writer(writer, retries, needs).await
             }
             other => other,
         }

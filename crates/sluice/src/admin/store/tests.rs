@@ -36,6 +36,7 @@ max_connections = 50
 writer_hostgroup = 0
 reader_hostgroup = 1
 causal_reads = "global"
+causal_reads_timeout_ms = 500
 comment = "shop"
 [[mysql_users]]
 username = "app"
@@ -683,18 +684,23 @@ fn replication_hostgroups_round_trip_and_bad_rows_are_named() {
     assert_eq!(fc.mysql_replication_hostgroups[0].check_type, "read_only", "ProxySQL's default");
     let (mut store, _) = Store::open(None).unwrap();
     store.seed(&[Module::MysqlServers], &fc, &[Layer::Memory]).unwrap();
-    let out = store.query("SELECT writer_hostgroup, reader_hostgroup, check_type, causal_reads FROM mysql_replication_hostgroups").unwrap();
-    assert_eq!(text(&rows_of(out)), vec![vec!["0", "1", "read_only", "global"]]);
+    let columns = "writer_hostgroup, reader_hostgroup, check_type, causal_reads, causal_reads_timeout_ms";
+    let out = store.query(&format!("SELECT {columns} FROM mysql_replication_hostgroups")).unwrap();
+    assert_eq!(text(&rows_of(out)), vec![vec!["0", "1", "read_only", "global", "500"]]);
     // The table's CHECKs are ProxySQL's (and sluice's causal_reads values).
     assert!(store.query("INSERT INTO mysql_replication_hostgroups (writer_hostgroup, reader_hostgroup) VALUES (5, 5)").is_err());
     assert!(store
         .query("INSERT INTO mysql_replication_hostgroups (writer_hostgroup, reader_hostgroup, causal_reads) VALUES (5, 6, 'some')")
+        .is_err());
+    assert!(store
+        .query("INSERT INTO mysql_replication_hostgroups (writer_hostgroup, reader_hostgroup, causal_reads_timeout_ms) VALUES (5, 6, -1)")
         .is_err());
     // A writer hostgroup with no servers: named by its row when the tables are loaded.
     store.query("INSERT INTO mysql_replication_hostgroups (writer_hostgroup, reader_hostgroup) VALUES (9, 10)").unwrap();
     let mut loaded = fc.clone();
     store.read(Layer::Memory, Module::MysqlServers, &mut loaded).unwrap();
     assert_eq!(loaded.mysql_replication_hostgroups.len(), 2);
+    assert_eq!(loaded.mysql_replication_hostgroups[1].causal_reads_timeout_ms, 2000, "the column's default");
     let e = loaded.clone().validate(None, None).unwrap_err();
     assert_eq!(
         describe_config_error(&loaded, &e),
