@@ -295,6 +295,18 @@ static long long qnum(MYSQL *m, const char *sql)
     return strtoll(b, NULL, 10);
 }
 
+/* Session status counters are the backend connection's: through a pooling proxy a session
+   reads them on whichever connection serves it. A temporary table keeps the session on one
+   connection (as on a direct one), so counters read before and after a check compare. */
+static int pin_session(MYSQL *m)
+{
+    if (mysql_query(m, "CREATE TEMPORARY TABLE IF NOT EXISTS capi_pin (a INT)")) {
+        snprintf(failbuf, sizeof failbuf, "pinning the session failed: %s", mysql_error(m));
+        return 0;
+    }
+    return 1;
+}
+
 static long long sess_status(MYSQL *m, const char *var)
 {
     char b[128];
@@ -1267,6 +1279,7 @@ static int check_stmt_reset(void)
     add_cleanup(sqlf("DROP TABLE IF EXISTS `%s`.`%s`", EP.db, t));
     Q(c, sqlf("CREATE TABLE `%s` (id INT PRIMARY KEY, data TEXT)", t));
 
+    if (!pin_session(c)) return 0;
     long long before = sess_status(c, "Com_stmt_reset");
     if (before < 0) return 0;
     MYSQL_STMT *st;
@@ -1317,6 +1330,7 @@ static int stmt_counter_run(MYSQL *m, long long delta[3])
 {
     static const char *vars[3] = { "Com_stmt_prepare", "Com_stmt_execute", "Com_stmt_close" };
     long long b[3], a[3];
+    if (!pin_session(m)) return 0;
     for (int i = 0; i < 3; i++) if ((b[i] = sess_status(m, vars[i])) < 0) return 0;
     MYSQL_STMT *st;
     PREP(st, m, "SELECT 1 + ?");
@@ -1365,6 +1379,7 @@ static int check_stmt_close(void)
 /* fetch the 10-row table through a read-only cursor with prefetch 2 */
 static int cursor_run(MYSQL *m, const char *t, long long *fetch_delta)
 {
+    if (!pin_session(m)) return 0;
     long long before = sess_status(m, "Com_stmt_fetch");
     if (before < 0) return 0;
     MYSQL_STMT *st;

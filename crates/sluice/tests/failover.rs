@@ -16,32 +16,8 @@ use testkit::{MariaDb, Replication};
 /// The primary in writer hostgroup 10, the replicas in reader hostgroup 20, the role monitor on
 /// (root), causal reads off (the tests look at failover alone).
 fn failover_config(t: &Replication, writer_wait_ms: u64) -> Config {
-    let mut text = format!(
-        r#"
-[proxy]
-listen = ["127.0.0.1:0"]
-workers = 2
-[pool]
-writer_wait_ms = {writer_wait_ms}
-[monitor]
-username = "root"
-password = ""
-[[mysql_users]]
-username = "root"
-password = ""
-default_hostgroup = 10
-[[mysql_replication_hostgroups]]
-writer_hostgroup = 10
-reader_hostgroup = 20
-causal_reads = "off"
-"#
-    );
-    text.push_str(&format!("[[mysql_servers]]\nhostgroup_id = 10\nhostname = \"127.0.0.1\"\nport = {}\n", t.primary.port()));
-    for r in &t.replicas {
-        text.push_str(&format!("[[mysql_servers]]\nhostgroup_id = 20\nhostname = \"127.0.0.1\"\nport = {}\n", r.port()));
-    }
-    let fc = config::FileConfig::parse(&text).expect("test TOML parses");
-    fc.validate(None, Some(&text)).expect("test TOML is valid")
+    let sections = format!("[pool]\nwriter_wait_ms = {writer_wait_ms}\n[monitor]\nusername = \"root\"\npassword = \"\"");
+    replication_config(t, "causal_reads = \"off\"", &sections, |_| String::new())
 }
 
 /// Two unrelated servers in hostgroup 0, no monitor: nothing marks a dead one.

@@ -60,38 +60,8 @@ history_rows = 5
 /// `max_replication_lag = 1`), admin and HTTP ports on, `monitor` as the `[monitor]` section.
 fn config(t: &Replication, monitor: &str) -> Config {
     logs();
-    let mut text = format!(
-        r#"
-[proxy]
-listen = ["127.0.0.1:0"]
-workers = 2
-admin_listen = "127.0.0.1:0"
-http_listen = "127.0.0.1:0"
-{monitor}
-[[mysql_users]]
-username = "root"
-password = ""
-default_hostgroup = 10
-[[mysql_replication_hostgroups]]
-writer_hostgroup = 10
-reader_hostgroup = 20
-causal_reads = "off"
-[[mysql_servers]]
-hostgroup_id = 10
-hostname = "127.0.0.1"
-port = {}
-"#,
-        t.primary.port()
-    );
-    for (i, r) in t.replicas.iter().enumerate() {
-        let lag = if i == 0 { 1 } else { 0 };
-        text.push_str(&format!(
-            "[[mysql_servers]]\nhostgroup_id = 20\nhostname = \"127.0.0.1\"\nport = {}\nmax_replication_lag = {lag}\n",
-            r.port()
-        ));
-    }
-    let fc = config::FileConfig::parse(&text).expect("test TOML parses");
-    fc.validate(None, Some(&text)).expect("test TOML is valid")
+    let sections = format!("admin_listen = \"127.0.0.1:0\"\nhttp_listen = \"127.0.0.1:0\"\n{monitor}");
+    replication_config(t, "causal_reads = \"off\"", &sections, |i| format!("max_replication_lag = {}", if i == 0 { 1 } else { 0 }))
 }
 
 fn admin(proxy: &Proxy, sql: &str) -> String {

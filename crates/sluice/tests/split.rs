@@ -22,38 +22,10 @@ fn split_config_with(t: &Replication, reader_status: &str, causal_reads: &str) -
 
 /// Each replica with its own status, and the causal wait's timeout.
 fn split_config_full(t: &Replication, reader_statuses: &[&str], causal_reads: &str, causal_timeout_ms: u32) -> Config {
-    let text = String::from(
-        r#"
-[proxy]
-listen = ["127.0.0.1:0"]
-workers = 2
-[[mysql_users]]
-username = "root"
-password = ""
-default_hostgroup = 10
-[[mysql_replication_hostgroups]]
-writer_hostgroup = 10
-reader_hostgroup = 20
-causal_reads = "{CAUSAL}"
-causal_reads_timeout_ms = {TIMEOUT}
-[[mysql_query_rules]]
-rule_id = 1
-active = 1
-match_pattern = "to the writer by rule"
-destination_hostgroup = 10
-apply = 1
-"#,
-    );
-    let mut text = text.replace("{CAUSAL}", causal_reads).replace("{TIMEOUT}", &causal_timeout_ms.to_string());
-    text.push_str(&format!("[[mysql_servers]]\nhostgroup_id = 10\nhostname = \"127.0.0.1\"\nport = {}\n", t.primary.port()));
-    for (r, reader_status) in t.replicas.iter().zip(reader_statuses) {
-        text.push_str(&format!(
-            "[[mysql_servers]]\nhostgroup_id = 20\nhostname = \"127.0.0.1\"\nport = {}\nstatus = \"{reader_status}\"\n",
-            r.port()
-        ));
-    }
-    let fc = config::FileConfig::parse(&text).expect("test TOML parses");
-    fc.validate(None, Some(&text)).expect("test TOML is valid")
+    let pair = format!("causal_reads = \"{causal_reads}\"\ncausal_reads_timeout_ms = {causal_timeout_ms}");
+    let rule =
+        "[[mysql_query_rules]]\nrule_id = 1\nactive = 1\nmatch_pattern = \"to the writer by rule\"\ndestination_hostgroup = 10\napply = 1";
+    replication_config(t, &pair, rule, |i| format!("status = \"{}\"", reader_statuses[i]))
 }
 
 async fn port_of(c: &mut Conn, sql: &str) -> u16 {

@@ -574,12 +574,12 @@ impl Session {
             let row = names
                 .iter()
                 .enumerate()
-                .map(|(i, name)| match name.to_ascii_lowercase().as_str() {
-                    "id" => Some(h.id.to_string().into_bytes()),
-                    "user" => Some(user.as_bytes().to_vec()),
-                    "host" => Some(host.clone().into_bytes()),
-                    "db" => schema.as_deref().map(|s| s.as_bytes().to_vec()),
-                    "command" => Some(
+                .map(|(i, name)| match name.to_ascii_lowercase().as_slice() {
+                    b"id" => Some(h.id.to_string().into_bytes()),
+                    b"user" => Some(user.as_bytes().to_vec()),
+                    b"host" => Some(host.clone().into_bytes()),
+                    b"db" => schema.as_deref().map(|s| s.as_bytes().to_vec()),
+                    b"command" => Some(
                         if h.id == self.id {
                             own_command
                         } else if h.is_killed() {
@@ -592,10 +592,10 @@ impl Session {
                         .as_bytes()
                         .to_vec(),
                     ),
-                    "time" => Some(since.map_or(0, |t| t.elapsed().as_secs()).to_string().into_bytes()),
-                    "state" => Some(from_server(state_col).unwrap_or_default()),
-                    "info" => info.clone(),
-                    "progress" => Some(from_server(progress_col).unwrap_or_else(|| b"0.000".to_vec())),
+                    b"time" => Some(since.map_or(0, |t| t.elapsed().as_secs()).to_string().into_bytes()),
+                    b"state" => Some(from_server(state_col).unwrap_or_default()),
+                    b"info" => info.clone(),
+                    b"progress" => Some(from_server(progress_col).unwrap_or_else(|| b"0.000".to_vec())),
                     // A column sluice does not know: as the server showed it for that thread.
                     _ => from_server(Some(i)),
                 })

@@ -62,6 +62,30 @@ pub fn quick_config(db: &MariaDb) -> Config {
     c
 }
 
+/// sluice over a replication topology: the primary in writer hostgroup 10, the replicas in
+/// reader hostgroup 20 (replica `i` with the `[[mysql_servers]]` fields `reader_fields(i)`),
+/// root's default hostgroup the writer's, and the pair's `[[mysql_replication_hostgroups]]`
+/// row with `pair_fields`. `sections` is TOML placed right after `[proxy]`'s keys: more of
+/// them, then other sections (`[pool]`, `[monitor]`, rules…).
+pub fn replication_config(t: &testkit::Replication, pair_fields: &str, sections: &str, reader_fields: impl Fn(usize) -> String) -> Config {
+    let mut text = format!(
+        "[proxy]\nlisten = [\"127.0.0.1:0\"]\nworkers = 2\n{sections}\n\
+         [[mysql_users]]\nusername = \"root\"\npassword = \"\"\ndefault_hostgroup = 10\n\
+         [[mysql_replication_hostgroups]]\nwriter_hostgroup = 10\nreader_hostgroup = 20\n{pair_fields}\n\
+         [[mysql_servers]]\nhostgroup_id = 10\nhostname = \"127.0.0.1\"\nport = {}\n",
+        t.primary.port()
+    );
+    for (i, r) in t.replicas.iter().enumerate() {
+        text.push_str(&format!(
+            "[[mysql_servers]]\nhostgroup_id = 20\nhostname = \"127.0.0.1\"\nport = {}\n{}\n",
+            r.port(),
+            reader_fields(i)
+        ));
+    }
+    let fc = config::FileConfig::parse(&text).expect("test TOML parses");
+    fc.validate(None, Some(&text)).expect("test TOML is valid")
+}
+
 /// A config from TOML text, with `{BACKEND_PORT}` replaced.
 pub fn toml_config(text: &str, db: &MariaDb) -> Config {
     let text = text.replace("{BACKEND_PORT}", &db.port().to_string());
