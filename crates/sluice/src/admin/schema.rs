@@ -3,8 +3,10 @@
 
 use super::{Layer, Module};
 
-/// Bumped when a disk table changes shape; a disk file from a newer sluice is refused.
-pub const SCHEMA_VERSION: i64 = 1;
+/// Bumped when a disk table changes shape; a disk file from a newer sluice is refused, one from
+/// an older sluice gains the columns added since (`Store::open`). 2: `mysql_servers.
+/// max_replication_lag`, `mysql_replication_hostgroups.causal_reads_timeout_ms`.
+pub const SCHEMA_VERSION: i64 = 2;
 
 const MYSQL_SERVERS: &str = "
     hostgroup_id INT CHECK (hostgroup_id >= 0) NOT NULL DEFAULT 0,

@@ -192,12 +192,41 @@ impl Store {
         for sql in create_statements() {
             conn.execute(&sql, []).map_err(disk)?;
         }
+        Self::add_new_columns(conn).map_err(disk)?;
         conn.execute_batch(&format!("PRAGMA disk.user_version = {SCHEMA_VERSION}")).map_err(disk)?;
         let mut rows = 0i64;
         for (table, _) in CONFIG_TABLES {
             rows += conn.query_row(&format!("SELECT COUNT(*) FROM disk.{table}"), [], |r| r.get::<_, i64>(0)).map_err(disk)?;
         }
         Ok(rows == 0)
+    }
+
+    /// A disk file saved by an older sluice: each table that lacks columns added since is
+    /// rebuilt with today's definition, its rows kept and the new columns at their defaults
+    /// (SQLite's ADD COLUMN cannot add every definition, such as one with a CHECK on another
+    /// column). The memory layer, created just now, has today's columns.
+    fn add_new_columns(conn: &Connection) -> rusqlite::Result<()> {
+        let columns = |schema: &str, table: &str| -> rusqlite::Result<Vec<String>> {
+            let mut stmt = conn.prepare(&format!("SELECT name FROM pragma_table_info('{table}', '{schema}')"))?;
+            let names = stmt.query_map([], |r| r.get(0))?.collect();
+            names
+        };
+        for (table, body) in CONFIG_TABLES {
+            let (have, want) = (columns("disk", table)?, columns("main", table)?);
+            if want.iter().all(|c| have.contains(c)) {
+                continue;
+            }
+            let kept: Vec<String> = have.iter().filter(|c| want.contains(c)).map(|c| format!("\"{c}\"")).collect();
+            let kept = kept.join(", ");
+            conn.execute_batch(&format!(
+                "BEGIN; ALTER TABLE disk.{table} RENAME TO {table}_before_upgrade; CREATE TABLE disk.{table} ({body}); \
+                 INSERT INTO disk.{table} ({kept}) SELECT {kept} FROM disk.{table}_before_upgrade; \
+                 DROP TABLE disk.{table}_before_upgrade; COMMIT"
+            ))?;
+            let added: Vec<&str> = want.iter().filter(|c| !have.contains(c)).map(String::as_str).collect();
+            tracing::info!("admin store: disk.{table} saved by an older sluice gains {}", added.join(", "));
+        }
+        Ok(())
     }
 
     /// Applies `admin-memory_limit_bytes` (at least `MIN_MEMORY_LIMIT`): SQLite's hard heap

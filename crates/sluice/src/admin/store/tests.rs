@@ -371,6 +371,33 @@ fn seeding_names_the_row_sqlite_refused() {
 }
 
 #[test]
+fn a_disk_file_of_an_older_sluice_gains_the_new_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        // The shape version 1 saved: no max_replication_lag, no causal_reads_timeout_ms.
+        let old = rusqlite::Connection::open(dir.path().join("sluice.db")).unwrap();
+        old.execute_batch(
+            "CREATE TABLE mysql_servers (hostgroup_id INT NOT NULL DEFAULT 0, hostname VARCHAR NOT NULL, \
+             port INT NOT NULL DEFAULT 3306, status VARCHAR NOT NULL DEFAULT 'ONLINE', weight INT NOT NULL DEFAULT 1, \
+             comment VARCHAR NOT NULL DEFAULT ''); \
+             INSERT INTO mysql_servers (hostgroup_id, hostname, port, weight, comment) VALUES (1, 'db1', 3307, 5, 'kept'); \
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
+    }
+    let (mut store, fresh) = Store::open(Some(dir.path())).unwrap();
+    assert!(!fresh, "the saved row is still there");
+    let rows = rows_of(store.query("SELECT hostname, port, weight, comment, max_replication_lag FROM disk.mysql_servers").unwrap());
+    assert_eq!(rows, vec![["db1", "3307", "5", "kept", "0"].map(|v| Some(v.to_string())).to_vec()]);
+    let pairs = rows_of(store.query("SELECT COUNT(*) FROM disk.mysql_replication_hostgroups").unwrap());
+    assert_eq!(pairs, vec![vec![Some("0".to_string())]]);
+    drop(store);
+    // Opened again: nothing left to add, the row still there.
+    let (mut store, _) = Store::open(Some(dir.path())).unwrap();
+    assert_eq!(rows_of(store.query("SELECT COUNT(*) FROM disk.mysql_servers").unwrap()), vec![vec![Some("1".to_string())]]);
+}
+
+#[test]
 fn save_to_disk_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let fc = config();
