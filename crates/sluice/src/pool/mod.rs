@@ -373,11 +373,19 @@ impl ServerPool {
         let own = shard_index() % self.shards.len();
         let order = std::iter::once(own).chain((0..self.shards.len()).filter(move |&i| req.any_shard && i != own));
         let state = req.state;
+        let fits = |b: &Backend| fits(b, req.login, has_schema, req.since);
+        // The connection that last served the session first, in every shard it may take from:
+        // a session whose task moved to another worker keeps what it left there (ROW_COUNT(),
+        // LAST_INSERT_ID(), status counters) as on its own connection to the server.
+        for i in order.clone() {
+            let Ok(mut idle) = self.shards[i].lock() else { continue };
+            if let Some(i) = idle.iter().rposition(|b| Arc::ptr_eq(&b.state, state) && fits(b)) {
+                return Some(idle.remove(i));
+            }
+        }
         for i in order {
             let Ok(mut idle) = self.shards[i].lock() else { continue };
-            let fits = |b: &Backend| fits(b, req.login, has_schema, req.since);
-            let pick = idle.iter().rposition(|b| Arc::ptr_eq(&b.state, state)).filter(|&i| fits(&idle[i]));
-            if let Some(i) = pick.or_else(|| idle.iter().rposition(fits)) {
+            if let Some(i) = idle.iter().rposition(fits) {
                 return Some(idle.remove(i));
             }
         }
