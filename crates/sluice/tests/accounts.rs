@@ -9,38 +9,12 @@ use common::*;
 use mysql_async::prelude::*;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use testkit::{shared, MariaDb, MariaDbOptions};
 
-/// sluice's log lines (info and up) from every test of this binary.
-fn logs() -> &'static Mutex<Vec<u8>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let sink = buf.clone();
-        // Installed before any `Proxy::start`, whose own `init_logs` then finds it in place.
-        let _ =
-            tracing_subscriber::fmt().with_env_filter("sluice=info").with_ansi(false).with_writer(move || LogSink(sink.clone())).try_init();
-        buf
-    })
-}
-
-struct LogSink(Arc<Mutex<Vec<u8>>>);
-
-impl Write for LogSink {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// sluice with `backend_users` and the settings at their defaults, plus `extra` in `[proxy]`.
 fn backend_users_proxy(db: &MariaDb, extra: &str) -> Proxy {
-    logs();
+    captured_logs();
     let text = format!(
         r#"
 [proxy]
@@ -506,7 +480,7 @@ async fn repeated_failures_are_delayed_then_blocked_per_address_and_user_and_log
     mariadb_cli(proxy.admin_port(), "admin", Some("admin"), "FLUSH HOSTS").unwrap();
     raw_login(proxy.port, "127.0.0.1", &user, "right").expect("unblocked");
     // Each failed login was logged with the client's address and the user.
-    let logged = String::from_utf8_lossy(&logs().lock().unwrap()).into_owned();
+    let logged = captured_logs();
     let lines = logged.lines().filter(|l| l.contains("login refused") && l.contains("client=127.0.0.1") && l.contains(&user)).count();
     assert!(lines >= 5, "failed logins logged: {lines}\n{logged}");
     db.sql(&format!("DROP USER '{user}'@'%'")).unwrap();

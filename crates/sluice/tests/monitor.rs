@@ -10,36 +10,8 @@ use common::*;
 use mysql_async::prelude::*;
 use mysql_async::Conn;
 use sluice::config::{self, Config};
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use testkit::Replication;
-
-/// sluice's log lines (info and up) from every test of this binary.
-fn logs() -> String {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    let buf = LOGS.get_or_init(|| {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let sink = buf.clone();
-        // Installed before any `Proxy::start`, whose own `init_logs` then finds it in place.
-        let _ =
-            tracing_subscriber::fmt().with_env_filter("sluice=info").with_ansi(false).with_writer(move || LogSink(sink.clone())).try_init();
-        buf
-    });
-    String::from_utf8_lossy(&buf.lock().unwrap()).into_owned()
-}
-
-struct LogSink(Arc<Mutex<Vec<u8>>>);
-
-impl Write for LogSink {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// Fast checks, so a test runs in seconds.
 const FAST_MONITOR: &str = r#"
@@ -59,7 +31,7 @@ history_rows = 5
 /// The primary in writer hostgroup 10, the replicas in reader hostgroup 20 (replica 0 with
 /// `max_replication_lag = 1`), admin and HTTP ports on, `monitor` as the `[monitor]` section.
 fn config(t: &Replication, monitor: &str) -> Config {
-    logs();
+    captured_logs();
     let sections = format!("admin_listen = \"127.0.0.1:0\"\nhttp_listen = \"127.0.0.1:0\"\n{monitor}");
     replication_config(t, "causal_reads = \"off\"", &sections, |i| format!("max_replication_lag = {}", if i == 0 { 1 } else { 0 }))
 }
@@ -117,7 +89,7 @@ async fn a_dead_replica_is_shunned_and_comes_back_when_it_answers() {
     let mut c = connect(proxy.port).await;
     let ports = read_ports(&mut c, 20).await;
     assert!(ports.iter().all(|p| *p == alive), "reads go to the replica that answers: {ports:?}");
-    assert!(logs().contains(&format!("127.0.0.1:{dead} (hostgroup 20) is SHUNNED")), "the shun is logged");
+    assert!(captured_logs().contains(&format!("127.0.0.1:{dead} (hostgroup 20) is SHUNNED")), "the shun is logged");
     let metrics = http_get(proxy.http_port(), "/metrics", None).body;
     let shunned = format!("sluice_server_shunned{{hostgroup=\"20\",server=\"127.0.0.1:{dead}\",status=\"SHUNNED\"}} 1");
     assert!(metrics.contains(&shunned), "{shunned} in\n{metrics}");
@@ -128,7 +100,7 @@ async fn a_dead_replica_is_shunned_and_comes_back_when_it_answers() {
     while !read_ports(&mut c, 10).await.contains(&dead) {
         assert!(Instant::now() < deadline, "the restarted replica gets reads again");
     }
-    assert!(logs().contains(&format!("127.0.0.1:{dead} (hostgroup 20) is ONLINE again")));
+    assert!(captured_logs().contains(&format!("127.0.0.1:{dead} (hostgroup 20) is ONLINE again")));
 }
 
 /// A replica whose SQL thread stopped while the primary writes reports a NULL lag, counted as
@@ -189,7 +161,7 @@ async fn a_lagging_replica_leaves_the_read_set_until_it_catches_up() {
     while !read_ports(&mut c, 10).await.contains(&lagging) {
         assert!(Instant::now() < deadline, "the replica that caught up gets reads again");
     }
-    assert!(logs().contains(&format!("127.0.0.1:{lagging} (hostgroup 20) is SHUNNED_REPLICATION_LAG: replication stopped")));
+    assert!(captured_logs().contains(&format!("127.0.0.1:{lagging} (hostgroup 20) is SHUNNED_REPLICATION_LAG: replication stopped")));
 
     // A lag in seconds: applied 3 s late while the primary writes, it reads 2 s and more, over 1.
     // (A NULL lag, while replication restarts, now keeps the replica: set live on the admin port.)
@@ -225,8 +197,8 @@ async fn a_refused_monitor_login_is_said_once_and_shuns_nothing() {
     assert!(errors.contains("Access denied for user 'nosuch'"), "{errors}");
     std::thread::sleep(Duration::from_millis(600));
     let said = format!("127.0.0.1:{replica} refused the [monitor] login `nosuch`");
-    assert_eq!(logs().matches(&said).count(), 1, "said once, not at every check: {}", logs());
-    assert!(logs().contains("Access denied for user 'nosuch'"), "with the server's error");
+    assert_eq!(captured_logs().matches(&said).count(), 1, "said once, not at every check: {}", captured_logs());
+    assert!(captured_logs().contains("Access denied for user 'nosuch'"), "with the server's error");
     let statuses = admin(&proxy, "SELECT DISTINCT status FROM runtime_mysql_servers");
     assert_eq!(statuses.trim(), "ONLINE", "the servers answer: nothing is shunned");
     let mut c = connect(proxy.port).await;
@@ -249,7 +221,7 @@ async fn a_read_only_writer_at_start_moves_to_the_readers() {
     let proxy = Proxy::start(config);
     wait_admin(&proxy, &format!("SELECT hostgroup_id FROM runtime_mysql_servers WHERE port = {replica}"), "20");
     let said = format!("127.0.0.1:{replica} is read-only (read_only): moved from writer hostgroup 10 to reader hostgroup 20");
-    assert!(logs().contains(&said), "{said} in {}", logs());
+    assert!(captured_logs().contains(&said), "{said} in {}", captured_logs());
     let mut c = connect(proxy.port).await;
     assert_eq!(read_ports(&mut c, 3).await, [replica; 3]);
 }

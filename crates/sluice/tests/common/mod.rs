@@ -208,6 +208,33 @@ pub fn server_code(e: &mysql_async::Error) -> Option<u16> {
 }
 
 /// sluice's logs in test output (SLUICE_LOG=debug to see more).
+/// sluice's log lines (info and up) from every test of this binary, for tests that assert what
+/// sluice logs. The first call installs the capture; call it before any `Proxy::start`, whose
+/// own `init_logs` then finds it in place.
+pub fn captured_logs() -> String {
+    static LOGS: std::sync::OnceLock<std::sync::Arc<std::sync::Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    let buf = LOGS.get_or_init(|| {
+        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = buf.clone();
+        let _ =
+            tracing_subscriber::fmt().with_env_filter("sluice=info").with_ansi(false).with_writer(move || LogSink(sink.clone())).try_init();
+        buf
+    });
+    String::from_utf8_lossy(&buf.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+}
+
+struct LogSink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Write for LogSink {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 pub fn init_logs() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| "warn".into()))
