@@ -124,6 +124,10 @@ async fn kill_never_reaches_a_backend_thread_of_another_client() {
         let e = killer.query_drop("KILL QUERY ID user 'foo'").await.unwrap_err();
         assert_eq!(server_code(&e), Some(1054), "the server's error for the expression");
         assert!(e.to_string().contains("Unknown column 'user' in 'KILL'"), "{e}");
+        // KILL takes one expression: a list is the server's syntax error, not EXECUTE's 1210.
+        let e = killer.query_drop(format!("KILL QUERY {thread}, 2")).await.unwrap_err();
+        assert_eq!(server_code(&e), Some(1064), "{e}");
+        assert!(e.to_string().contains("near ' 2' at line 1"), "{e}");
     }
     // Forms sluice cannot resolve are refused, never passed on.
     let refused = [
