@@ -8,6 +8,7 @@ use crate::exec::ReplyChecksum;
 use crate::plan::{self, Action, Plan};
 use crate::pool::BackendError;
 use crate::rules::Who;
+use crate::stats::Counter;
 use proto::errors::*;
 use proto::frame::Frame;
 use proto::response::Reply;
@@ -172,6 +173,9 @@ impl Session {
                     RunAgain::AfterReplay => self.replay(&lost_on, needs).await,
                 };
                 debug!(id = self.id, server = %lost_on, "backend lost before the reply to a read; running it again");
+                if again == RunAgain::Elsewhere {
+                    self.data.stats.add(Counter::ReadsRunAgain, 1);
+                }
                 held = match reacquired {
                     Ok(h) => h,
                     Err(e) => {
@@ -222,6 +226,7 @@ impl Session {
                 if self.caught_up(&mut held, writer).await {
                     return Ok(held);
                 }
+                self.data.stats.add(Counter::CausalReadsOnWriter, 1);
                 self.settle(held);
                 self.acquire_writer(writer, retries, needs).await
             }
@@ -261,6 +266,7 @@ impl Session {
         }
         let deadline = tokio::time::Instant::now() + wait;
         debug!(id = self.id, hostgroup, "no usable writer ({first}); waiting up to {wait:?} for one");
+        self.data.stats.add(Counter::WriterWaits, 1);
         let mut last = first;
         while tokio::time::Instant::now() < deadline {
             tokio::select! {
@@ -273,6 +279,7 @@ impl Session {
                 other => return other,
             }
         }
+        self.data.stats.add(Counter::WriterWaitTimeouts, 1);
         Err(last)
     }
 

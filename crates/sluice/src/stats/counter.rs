@@ -30,11 +30,26 @@ pub enum Counter {
     /// Failed logins on the admin port and the HTTP port (not in Access_Denied_Wrong_Password,
     /// which counts clients').
     AdminAccessDenied,
+    /// Statements that found no usable writer and waited for one (`[pool] writer_wait_ms`).
+    WriterWaits,
+    /// Of those, the ones that gave up: no writer came within the wait.
+    WriterWaitTimeouts,
+    /// Autocommit reads run again after their backend connection was lost before the reply.
+    ReadsRunAgain,
+    /// Transactions replayed on a new writer connection after theirs was lost.
+    TransactionsReplayed,
+    /// Transactions whose connection was lost and that could not be replayed (the client got
+    /// an error and the transaction was rolled back).
+    TransactionReplaysFailed,
+    /// Reads that waited on a replica for the session's causal position (MASTER_GTID_WAIT).
+    CausalReadWaits,
+    /// Reads the writer answered because no replica had applied the causal position in time.
+    CausalReadsOnWriter,
 }
 
 impl Counter {
     /// Every counter, in declaration order; `Counter as usize` indexes it.
-    pub const ALL: [Counter; 21] = [
+    pub const ALL: [Counter; 28] = [
         Counter::Questions,
         Counter::SlowQueries,
         Counter::ClientConnectionsCreated,
@@ -56,6 +71,13 @@ impl Counter {
         Counter::GeneratedErrorPackets,
         Counter::DigestEvictions,
         Counter::AdminAccessDenied,
+        Counter::WriterWaits,
+        Counter::WriterWaitTimeouts,
+        Counter::ReadsRunAgain,
+        Counter::TransactionsReplayed,
+        Counter::TransactionReplaysFailed,
+        Counter::CausalReadWaits,
+        Counter::CausalReadsOnWriter,
     ];
     pub const COUNT: usize = Counter::ALL.len();
 
@@ -83,6 +105,13 @@ impl Counter {
             Counter::GeneratedErrorPackets => "generated_error_packets",
             Counter::DigestEvictions => "Query_digest_evictions",
             Counter::AdminAccessDenied => "Admin_Access_Denied_Wrong_Password",
+            Counter::WriterWaits => "Writer_waits",
+            Counter::WriterWaitTimeouts => "Writer_wait_timeouts",
+            Counter::ReadsRunAgain => "Reads_run_again",
+            Counter::TransactionsReplayed => "Transactions_replayed",
+            Counter::TransactionReplaysFailed => "Transaction_replays_failed",
+            Counter::CausalReadWaits => "Causal_read_waits",
+            Counter::CausalReadsOnWriter => "Causal_reads_on_writer",
         }
     }
 }
