@@ -560,6 +560,44 @@ async fn dynamic_sql_expressions_run_once_and_are_checked() {
     assert_eq!(left, Some(None));
 }
 
+/// A compound statement's dynamic SQL takes its text from values only the server has as it
+/// runs: sluice puts a guard before each such statement, which the server evaluates. Harmless
+/// text runs as directly; a KILL never runs, and the client gets 1235.
+#[tokio::test]
+async fn compound_statements_run_dynamic_sql_behind_a_guard() {
+    let db = shared();
+    let s = Setup::start(db);
+    let mut c = s.connect("root").await;
+    let mut direct = connect(db.port()).await;
+    for sql in [
+        "BEGIN NOT ATOMIC DECLARE q TEXT DEFAULT 'SELECT 42'; PREPARE st FROM q; EXECUTE st; DEALLOCATE PREPARE st; END",
+        "FOR r IN (SELECT 'SELECT 7' AS q UNION SELECT 'SELECT 8') DO EXECUTE IMMEDIATE r.q; END FOR",
+        "FOR r IN (SELECT 'latin1' AS c) DO EXECUTE IMMEDIATE CONCAT('SET NAMES ', r.c); END FOR",
+        "SELECT @@character_set_client",
+        "BEGIN NOT ATOMIC DECLARE q TEXT DEFAULT 'SELECT nocol'; EXECUTE IMMEDIATE q; END",
+        "BEGIN NOT ATOMIC SET @q = 'SELECT ''skills'''; EXECUTE IMMEDIATE @q; END",
+    ] {
+        assert_eq!(outcome(&mut c, sql).await, outcome(&mut direct, sql).await, "{sql}");
+    }
+    // A KILL built inside the compound statement is stopped by the guard; its target lives.
+    let victim = s.connect("bob").await;
+    let marker = unique("guarded");
+    let sleeper = sleep_in_background(victim, format!("SELECT SLEEP(3) /* {marker} */"));
+    let thread = backend_thread_running(db, &marker).await;
+    for sql in [
+        format!("BEGIN NOT ATOMIC SET @k = CONCAT('KILL QUERY ', {thread}); EXECUTE IMMEDIATE @k; END"),
+        format!("BEGIN NOT ATOMIC DECLARE k TEXT DEFAULT CONCAT('/*!50000kill*/ query ', {thread}); PREPARE st FROM k; EXECUTE st; END"),
+        "FOR r IN (SELECT 'SHOW PROCESSLIST' AS q) DO EXECUTE IMMEDIATE r.q; END FOR".to_string(),
+    ] {
+        let e = c.query_drop(&sql).await.unwrap_err();
+        assert_eq!(server_code(&e), Some(proto::errors::ER_NOT_SUPPORTED_YET), "{sql}: {e}");
+        assert!(e.to_string().contains("sluice refused dynamic SQL"), "{e}");
+    }
+    let (_, r, took) = sleeper.await.unwrap();
+    assert_eq!(r.unwrap(), Some(0), "the victim's statement ran to its end");
+    assert!(took >= Duration::from_secs(3), "{took:?}");
+}
+
 /// A select item that calls CONNECTION_ID() or reads @@pseudo_thread_id keeps the name the
 /// server gives it, and @@pseudo_thread_id is the session id, as CONNECTION_ID() is: KILL of
 /// it names the session.

@@ -126,6 +126,8 @@ impl Session {
         let checked = match dynamic {
             Dynamic::Variable(name) => self.variable_runs(name).await.map(|why| (why, None)),
             Dynamic::Expression { head, expression, tail, prepare } => self.expression_runs(head, expression, tail, *prepare).await,
+            // Checked by the server as it runs, behind guards sluice put in the text.
+            Dynamic::Guarded { sql, .. } => Ok((None, Some(sql.clone()))),
         };
         match checked {
             Ok((None, sql)) => Ok(sql),
