@@ -593,6 +593,12 @@ async fn compound_statements_run_dynamic_sql_behind_a_guard() {
         assert_eq!(server_code(&e), Some(proto::errors::ER_NOT_SUPPORTED_YET), "{sql}: {e}");
         assert!(e.to_string().contains("sluice refused dynamic SQL"), "{e}");
     }
+    // Prepared (COM_STMT_PREPARE takes a compound statement): the same guard.
+    let sql = format!("BEGIN NOT ATOMIC SET @k = CONCAT('KILL QUERY ', {thread}); EXECUTE IMMEDIATE @k; END");
+    let e = c.exec_drop(&sql, ()).await.unwrap_err();
+    assert_eq!(server_code(&e), Some(proto::errors::ER_NOT_SUPPORTED_YET), "{sql}: {e}");
+    let sql = "BEGIN NOT ATOMIC DECLARE q TEXT DEFAULT 'SELECT 42'; EXECUTE IMMEDIATE q; END";
+    assert_eq!(c.exec_first::<i64, _, _>(sql, ()).await.unwrap(), Some(42));
     let (_, r, took) = sleeper.await.unwrap();
     assert_eq!(r.unwrap(), Some(0), "the victim's statement ran to its end");
     assert!(took >= Duration::from_secs(3), "{took:?}");

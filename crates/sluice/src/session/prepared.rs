@@ -243,13 +243,15 @@ impl Session {
                 return Flow::Continue;
             }
         }
-        match sql::classify::intercept(&text) {
+        let text = match sql::classify::intercept(&text) {
             Some(Intercept::Kill(k)) => return self.prepare_answered(Answered::Kill(k), text, seq).await,
             Some(Intercept::Processlist { full }) => return self.prepare_answered(Answered::Processlist { full }, text, seq).await,
             Some(Intercept::Refuse(why)) => return self.refuse(seq, why).await,
-            // Dynamic SQL cannot be prepared at all: the server says so itself.
-            Some(Intercept::Dynamic(_)) | None => {}
-        }
+            // A compound statement can be prepared: its dynamic SQL stays behind its guards.
+            Some(Intercept::Dynamic(sql::classify::Dynamic::Guarded { sql, .. })) => sql,
+            // Other dynamic SQL cannot be prepared at all: the server says so itself.
+            Some(Intercept::Dynamic(_)) | None => text,
+        };
         let sql = self.with_session_ids(text);
         let mut held = match self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await {
             Ok(h) => h,
