@@ -47,6 +47,9 @@ pub struct Facts<'a> {
     pub kept_hostgroup: Option<u32>,
     /// `[[mysql_replication_hostgroups]]` in force.
     pub replication: &'a [crate::config::ReplicationHostgroupRow],
+    /// The server reads the session's backslashes as escapes (NO_BACKSLASH_ESCAPES off, by
+    /// its status flags): `sql::classify::intercept_as`.
+    pub backslash_escapes: bool,
 }
 
 /// What sluice does with a statement.
@@ -168,9 +171,9 @@ impl PlanScratch {
 pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut PlanScratch) -> Plan {
     let text = stmt.text;
     let command = Command::from_sql(text);
-    let dynamic_sql = match sql::classify::intercept(text) {
-        // The session sends an expression's value in its place: it needs the whole text.
-        Some(Intercept::Dynamic(Dynamic::Expression { .. })) if !(stmt.whole && stmt.chunks == 1) => {
+    let dynamic_sql = match sql::classify::intercept_as(text, facts.backslash_escapes) {
+        // The session sends an expression's value, or guards, in the text: it needs all of it.
+        Some(Intercept::Dynamic(Dynamic::Expression { .. } | Dynamic::Guarded { .. })) if !(stmt.whole && stmt.chunks == 1) => {
             scratch.digest_text.clear();
             return Plan::answered(command, Action::Intercept(Intercept::Refuse(sql::classify::refusal::DYNAMIC_UNSEEN)), facts);
         }

@@ -227,12 +227,22 @@ impl KeywordWatch {
 /// refused when the readings disagree; except a single SELECT, INSERT… (where a KILL could
 /// only be a syntax error), which carry most quoted data.
 pub fn intercept(sql: &[u8]) -> Option<Intercept> {
+    intercept_as(sql, false)
+}
+
+/// `intercept`, for a session known to read backslashes as escapes (`escapes`: the server's
+/// status flags say NO_BACKSLASH_ESCAPES is off). Then a text that is one statement (no `;`),
+/// with no `"` (ANSI_QUOTES, which the flags do not show, reads those differently) and only
+/// ASCII (in a multi-byte character set a backslash byte may end a character) has one
+/// reading, the server's.
+pub fn intercept_as(sql: &[u8], escapes: bool) -> Option<Intercept> {
     if !mentions_keywords(sql) {
         return None;
     }
     let several = memchr::memchr(b';', sql).is_some();
     let found = scan(sql, 0);
-    if memchr::memchr(b'\\', sql).is_some() && (several || !plain_dml(sql)) {
+    let one_reading = escapes && !several && memchr::memchr(b'"', sql).is_none() && sql.is_ascii();
+    if !one_reading && memchr::memchr(b'\\', sql).is_some() && (several || !plain_dml(sql)) {
         // Also read with backslashes as plain characters: a KILL or quote boundary that only
         // one reading sees must not slip through.
         let plain: Vec<u8> = sql.iter().map(|&b| if b == b'\\' { b' ' } else { b }).collect();
@@ -1286,6 +1296,15 @@ mod tests {
         assert_eq!(intercept(br"CREATE PROCEDURE p() COMMENT 'a\' KILL 5 -- '"), ambiguous);
         assert_eq!(intercept(br"SELECT 'a\' KILL 5 '"), None, "a KILL cannot hide in a single SELECT");
         assert_eq!(intercept(br"INSERT INTO t VALUES ('don\'t kill')"), None);
+        // A session that reads backslashes as escapes: one statement of ASCII with no `"` has
+        // the server's reading only.
+        let prepare = br"prepare s from 'select * from t1 where a like \'a\\%\' escape ?'";
+        assert_eq!(intercept(prepare), ambiguous);
+        assert_eq!(intercept_as(prepare, true), None);
+        assert_eq!(intercept_as(br"SELECT 'a\'; KILL 5; -- '", true), ambiguous, "several statements: both readings");
+        assert_eq!(intercept_as(br#"DESCRIBE "a\" KILL 5 ""#, true), ambiguous, "ANSI_QUOTES may be on");
+        assert_eq!(intercept_as("DESCRIBE 'é\\' KILL 5 '".as_bytes(), true), ambiguous, "not ASCII");
+        assert_eq!(intercept_as(br"DESCRIBE 'a\' KILL 5 '", true), None, "the server reads one string");
         assert_eq!(intercept(br"DESCRIBE 'it\'s'"), None);
     }
 

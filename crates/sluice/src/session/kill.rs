@@ -136,6 +136,12 @@ impl Session {
         }
     }
 
+    /// The server reads this session's backslashes as escapes (its status flags say
+    /// NO_BACKSLASH_ESCAPES is off).
+    pub(super) fn backslash_escapes(&self) -> bool {
+        self.status & proto::StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES.bits() == 0
+    }
+
     /// The session set `@@pseudo_thread_id` itself (SUPER or BINLOG REPLAY): reads of it are
     /// the server's, not the session id.
     pub(super) fn pseudo_thread_id_set(&self) -> bool {

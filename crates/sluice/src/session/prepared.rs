@@ -243,7 +243,7 @@ impl Session {
                 return Flow::Continue;
             }
         }
-        let text = match sql::classify::intercept(&text) {
+        let text = match sql::classify::intercept_as(&text, self.backslash_escapes()) {
             Some(Intercept::Kill(k)) => return self.prepare_answered(Answered::Kill(k), text, seq).await,
             Some(Intercept::Processlist { full }) => return self.prepare_answered(Answered::Processlist { full }, text, seq).await,
             Some(Intercept::Refuse(why)) => return self.refuse(seq, why).await,
