@@ -182,8 +182,9 @@ pub struct PoolSection {
     /// promoted replica moved in by the role monitor or an admin) when none can be used; then
     /// it fails as it would at once (0: no wait).
     pub writer_wait_ms: u64,
-    /// An idle connection is checked for a server-side close before reuse once it has been
-    /// idle this long (0: always).
+    /// An idle connection is checked for a server-side close before reuse (the socket asked,
+    /// one system call) once it has been idle this long (0: always); one idle less long is
+    /// checked only if the reactor saw something arrive on it.
     pub check_idle_after_ms: u64,
     /// Prepared statements kept open per backend connection; the least recently used is
     /// closed beyond this.
@@ -201,7 +202,7 @@ impl Default for PoolSection {
             max_lifetime_ms: 3_600_000,
             checkout_timeout_ms: 10_000,
             writer_wait_ms: 10_000,
-            check_idle_after_ms: 0,
+            check_idle_after_ms: 1000,
             max_statements_per_connection: 256,
             max_statements: 20_000,
         }
