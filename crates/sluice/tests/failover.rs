@@ -151,8 +151,14 @@ async fn a_write_waits_for_a_writer_within_the_window() {
     let mut c = connect(proxy.port).await;
     c.query_drop("INSERT INTO test.waits VALUES (1)").await.unwrap();
     t.primary.kill();
-    // A login while there is no writer is proven on a replica.
+    // A login while there is no writer is proven on a replica, and so are the commands that
+    // are not routed statements: a prepare (its reads run on the replica), a ping.
     let mut w = connect(proxy.port).await;
+    let started = Instant::now();
+    let port: Option<u16> = w.exec_first("SELECT @@port", ()).await.expect("prepared on a replica");
+    assert_eq!(port, Some(t.replicas[0].port()));
+    w.ping().await.expect("a ping is answered by a replica");
+    assert!(started.elapsed() < Duration::from_secs(2), "no wait for the writer: {:?}", started.elapsed());
 
     // No writer comes: the write fails after the window, with the error of a lost server.
     let started = Instant::now();

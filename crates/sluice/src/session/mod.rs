@@ -18,7 +18,7 @@ use crate::pool::{self, state, Backend, BackendError, Credential};
 use crate::registry::SessionHandle;
 use crate::stats::Counter;
 use crate::users::User;
-use multiplex::{Held, Needs};
+use multiplex::Held;
 use proto::command::*;
 use proto::errors::*;
 use proto::response::Reply;
@@ -249,7 +249,7 @@ async fn start(
     // A connection in the user's default hostgroup, in the requested schema, proves the login
     // and the schema to the backend before the client hears OK (waiting for a writer, as a
     // statement does, while a replication pair has none).
-    match session.acquire_login().await {
+    match session.acquire_unrouted(0).await {
         Ok(mut held) => {
             if session.snap.config.proxy.max_allowed_packet.is_none() {
                 session.learn_max_packet(&mut held.backend).await;
@@ -553,7 +553,7 @@ impl Session {
                     }
                 }
                 Route::Forward(reply) => {
-                    let mut held = match self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await {
+                    let mut held = match self.acquire_unrouted(1).await {
                         Ok(h) => h,
                         Err(e) => {
                             self.client.consume(frame.wire_len);
@@ -949,7 +949,7 @@ impl Session {
         self.user = user;
         self.handle.set_user(&self.user.name);
         self.negotiated = negotiated;
-        match self.acquire(self.unrouted_hostgroup(), 0, Needs::default()).await {
+        match self.acquire_unrouted(0).await {
             Ok(held) => {
                 self.status = held.backend.status;
                 self.settle(held);

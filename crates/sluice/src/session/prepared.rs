@@ -253,7 +253,7 @@ impl Session {
             Some(Intercept::Dynamic(_)) | None => text,
         };
         let sql = self.with_session_ids(text);
-        let mut held = match self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await {
+        let mut held = match self.acquire_unrouted(1).await {
             Ok(h) => h,
             Err(e) => return self.reply_backend_error(seq, &e).await,
         };

@@ -284,20 +284,21 @@ impl Session {
         Err(last)
     }
 
-    /// The connection that proves a login: in the user's default hostgroup; while that is a
-    /// replication pair's writer hostgroup with no usable writer, a replica of the pair (reads
-    /// go on during a failover), else the writer waited for.
-    pub(super) async fn acquire_login(&mut self) -> Result<Held, BackendError> {
+    /// A connection for what is not a routed statement (the login's proof, COM_STMT_PREPARE,
+    /// COM_PING, COM_INIT_DB, COM_CHANGE_USER…): in the user's default hostgroup; while that
+    /// is a replication pair's writer hostgroup with no usable writer, a replica of the pair
+    /// (reads go on during a failover), else the writer waited for.
+    pub(super) async fn acquire_unrouted(&mut self, retries: u32) -> Result<Held, BackendError> {
         let hostgroup = self.unrouted_hostgroup();
-        let first = match self.acquire(hostgroup, 0, Needs::default()).await {
+        let first = match self.acquire(hostgroup, retries, Needs::default()).await {
             Err(e) if no_writer(&e) => e,
             other => return other,
         };
         let pair = self.snap.config.replication_hostgroups.iter().find(|r| r.writer_hostgroup == hostgroup);
         let Some(reader) = pair.map(|p| p.reader_hostgroup) else { return Err(first) };
-        match self.acquire(reader, 0, Needs::default()).await {
+        match self.acquire(reader, retries, Needs::default()).await {
             Ok(held) => Ok(held),
-            Err(_) => self.wait_for_writer(hostgroup, 0, Needs::default()).await,
+            Err(_) => self.wait_for_writer(hostgroup, retries, Needs::default()).await,
         }
     }
 
