@@ -329,6 +329,7 @@ mod tests {
             pool: Arc::new(pool),
             running: Arc::default(),
             alone: false,
+            last_resort: false,
             tls: None,
         }
     }
