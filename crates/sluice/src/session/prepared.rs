@@ -402,6 +402,9 @@ impl Session {
         // Executing closes the statement's cursor, if it had one.
         self.statements.update(id, |s| s.cursor = false);
         let reply = if cmd == COM_STMT_EXECUTE { Reply::Execute { cursor } } else { Reply::Execute { cursor: false } };
+        if entry.route.class != sql::rw::Class::Read {
+            self.mark_writes(&entry.sql, true);
+        }
         let Some(outcome) = self.forward(&mut held.backend, &request, Some(reply), None).await else { return Flow::End };
         self.observed(&watch, Some(&held.backend.server), &outcome, request.len(), &entry.digest_text, &entry.sql);
         if let Some(slot) = held.backend.statements.get(entry.id) {
@@ -421,6 +424,7 @@ impl Session {
         self.after_statement(&mut held, &entry.effects, &outcome, None).await;
         self.note_write(&mut held, || entry.route.class == sql::rw::Class::Write, &outcome).await;
         self.settle_statement(held);
+        self.settle_writes();
         Flow::Continue
     }
 
