@@ -1237,6 +1237,28 @@ default_hostgroup = 0
     }
 
     #[test]
+    fn the_cache_section_is_checked_field_by_field() {
+        let c = load(GOOD).unwrap();
+        assert_eq!(c.cache, CacheSection { max_memory_bytes: 64 << 20, max_entry_bytes: 1 << 20 }, "defaults");
+        assert!(!c.rules_cache());
+        let with = |fields: &str| format!("{GOOD}[cache]\n{fields}\n");
+        assert_eq!(load(&with("max_memory_bytes = 2097152\nmax_entry_bytes = 4096")).unwrap().cache.max_memory_bytes, 2 << 20);
+        let cases = [
+            ("max_memory_bytes = 1000", "cache.max_memory_bytes", "at least 1048576"),
+            ("max_entry_bytes = 0", "cache.max_entry_bytes", "at least 1"),
+            ("max_memory_bytes = 1048576\nmax_entry_bytes = 1048576", "cache.max_entry_bytes", "at most max_memory_bytes / 16 (65536)"),
+            ("max_memory_bytes = -1", "[cache] field `max_memory_bytes`", "invalid value"),
+            ("ttl = 5", "[cache] field `ttl`", "unknown field `ttl`"),
+        ];
+        for (fields, field, message) in cases {
+            let e = load(&with(fields)).unwrap_err();
+            assert!(e.field.contains(field) && e.to_string().contains(message), "{fields}: {e}");
+        }
+        let rule = format!("{GOOD}[[mysql_query_rules]]\nrule_id = 1\nactive = 1\nmatch_digest = \"^SELECT\"\ncache_ttl = 500\n");
+        assert!(load(&rule).unwrap().rules_cache(), "a rule with cache_ttl needs no other setting");
+    }
+
+    #[test]
     fn proxysql_style_ints_for_booleans() {
         let src =
             GOOD.replace("port = 3306", "port = 3306\nuse_ssl = 1").replace("default_hostgroup = 0", "default_hostgroup = 0\nactive = 0");
