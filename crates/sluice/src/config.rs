@@ -228,6 +228,9 @@ impl Default for StatsSection {
     }
 }
 
+/// The result cache's independent parts (`cache`): each holds `max_memory_bytes / CACHE_SHARDS`.
+pub const CACHE_SHARDS: usize = 16;
+
 /// The smallest `[cache] max_memory_bytes`.
 pub const MIN_CACHE_MEMORY: usize = 1 << 20;
 
@@ -868,11 +871,11 @@ impl FileConfig {
         }
         if c.max_entry_bytes == 0 {
             out.push(problem(vec![Key("cache"), Key("max_entry_bytes")], "must be at least 1"));
-        } else if c.max_entry_bytes > c.max_memory_bytes / crate::cache::SHARDS {
-            let most = c.max_memory_bytes / crate::cache::SHARDS;
+        } else if c.max_entry_bytes > c.max_memory_bytes / CACHE_SHARDS {
+            let most = c.max_memory_bytes / CACHE_SHARDS;
             out.push(problem(
                 vec![Key("cache"), Key("max_entry_bytes")],
-                format!("must be at most max_memory_bytes / {} ({most}): the cache is kept in that many parts", crate::cache::SHARDS),
+                format!("must be at most max_memory_bytes / {} ({most}): the cache is kept in that many parts", CACHE_SHARDS),
             ));
         } else if c.max_entry_bytes >= proto::frame::MAX_CHUNK {
             out.push(problem(vec![Key("cache"), Key("max_entry_bytes")], "must be under 16 MiB"));

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use xxhash_rust::xxh3::Xxh3;
 
 /// Independent parts of the cache (each its own lock and LRU order).
-pub const SHARDS: usize = 16;
+pub const SHARDS: usize = crate::config::CACHE_SHARDS;
 
 /// Bookkeeping bytes counted per entry beside its reply, text and stamp.
 const ENTRY_OVERHEAD: usize = 96;
@@ -33,7 +33,9 @@ pub struct KeyParts<'a> {
     pub user: &'a str,
     pub schema: &'a str,
     pub hostgroup: u32,
-    pub state: &'a crate::pool::state::State,
+    /// The session's login collation and the variables it set (`pool::state::State`).
+    pub collation: u16,
+    pub vars: &'a [(Box<str>, Box<str>)],
     pub capabilities: u32,
     pub mariadb_caps: u32,
 }
@@ -54,8 +56,8 @@ impl Key {
         field(&parts.hostgroup.to_le_bytes());
         field(&parts.capabilities.to_le_bytes());
         field(&parts.mariadb_caps.to_le_bytes());
-        field(&parts.state.collation.to_le_bytes());
-        for (name, value) in &parts.state.vars {
+        field(&parts.collation.to_le_bytes());
+        for (name, value) in parts.vars {
             field(name.as_bytes());
             field(value.as_bytes());
         }

@@ -24,8 +24,7 @@ fn result(value: &[u8]) -> CachedReply {
 }
 
 fn key(text: &str, schema: &str) -> Key {
-    let state = crate::pool::state::State::new(Some(schema), 45);
-    Key::new(&KeyParts { user: "u", schema, hostgroup: 0, state: &state, capabilities: 0, mariadb_caps: 0 }, text.as_bytes())
+    Key::new(&KeyParts { user: "u", schema, hostgroup: 0, collation: 45, vars: &[], capabilities: 0, mariadb_caps: 0 }, text.as_bytes())
 }
 
 const TTL: Duration = Duration::from_secs(60);
@@ -54,9 +53,8 @@ fn keys_separate_settings_and_texts_are_compared() {
     let c = cache(1 << 20, 1 << 16);
     let k = key("SELECT 1", "d");
     assert_ne!(k, key("SELECT 1", "e"));
-    let mut state = crate::pool::state::State::new(Some("d"), 45);
-    state.vars.push(("sql_mode".into(), "'ANSI'".into()));
-    let parts = KeyParts { user: "u", schema: "d", hostgroup: 0, state: &state, capabilities: 0, mariadb_caps: 0 };
+    let vars = [("sql_mode".into(), "'ANSI'".into())];
+    let parts = KeyParts { user: "u", schema: "d", hostgroup: 0, collation: 45, vars: &vars, capabilities: 0, mariadb_caps: 0 };
     assert_ne!(k, Key::new(&parts, b"SELECT 1"));
     assert_ne!(k, Key::new(&KeyParts { capabilities: 1 << 24, ..parts }, b"SELECT 1"));
     let miss = c.get(k, b"SELECT 1", &[], TTL).expect_err("empty");

@@ -44,7 +44,8 @@ impl Session {
             user: &self.login.username,
             schema,
             hostgroup,
-            state: &self.state,
+            collation: self.state.collation,
+            vars: &self.state.vars,
             capabilities: self.negotiated.capabilities.bits(),
             mariadb_caps: self.negotiated.mariadb_caps,
         };
