@@ -284,3 +284,22 @@ async fn what_is_not_cacheable_is_never_served_from_the_cache() {
     c.query_drop(format!("INSERT INTO {t} VALUES (2, 42)")).await.unwrap();
     assert_eq!(value(&mut c, &read).await, 42);
 }
+
+#[tokio::test]
+async fn a_replica_with_causal_reads_answers_uncached() {
+    let t = testkit::Replication::start(1).unwrap();
+    t.primary.sql("CREATE TABLE test.cache_causal (id INT PRIMARY KEY, v INT); INSERT INTO test.cache_causal VALUES (1, 1);").unwrap();
+    t.sync().unwrap();
+    let rule = "[[mysql_query_rules]]\nrule_id = 1\nactive = 1\nmatch_digest = \"^SELECT\"\ncache_ttl = 60000\n";
+    let read = "SELECT v FROM cache_causal WHERE id = 1";
+    for (causal, stored) in [("local", false), ("off", true)] {
+        let proxy = Proxy::start(replication_config(&t, &format!("causal_reads = \"{causal}\""), rule, |_| String::new()));
+        let mut c = connect(proxy.port).await;
+        for _ in 0..3 {
+            assert_eq!(value(&mut c, read).await, 1);
+        }
+        c.query_drop("DO 1").await.unwrap();
+        let (sets, hits) = (proxy.counter("Query_Cache_count_SET"), proxy.counter("Query_Cache_count_GET_OK"));
+        assert_eq!((sets > 0, hits > 0), (stored, stored), "causal_reads = {causal}: {sets} stored, {hits} served");
+    }
+}

@@ -81,8 +81,20 @@ impl Session {
     }
 
     /// Stores a miss's captured reply (an error, warnings or a reply over the entry limit
-    /// store nothing).
+    /// store nothing). Nor does a reply from a replica of a pair with causal reads: the replica
+    /// may not have applied a write the cache has seen, and a session whose reads must see its
+    /// writes would be served what it read.
     pub(super) fn cache_store(&self, miss: Miss, capture: Capture, text: &[u8], held: &Held) {
+        let hostgroup = held.backend.server.hostgroup;
+        let causal_replica = self
+            .snap
+            .config
+            .replication_hostgroups
+            .iter()
+            .any(|r| r.reader_hostgroup == hostgroup && r.causal_reads != crate::config::CausalReads::Off);
+        if causal_replica {
+            return;
+        }
         if let Some(reply) = capture.finish(held.backend.format().deprecate_eof) {
             self.data.cache.put(miss, text, reply);
         }
