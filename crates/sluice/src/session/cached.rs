@@ -17,7 +17,7 @@ pub(super) enum Lookup {
     Bypass,
     /// A fresh reply.
     Hit(Arc<CachedReply>),
-    /// Sent, its reply captured for `store`.
+    /// Sent, its reply captured for `cache_store`.
     Miss(Miss, Capture),
 }
 
