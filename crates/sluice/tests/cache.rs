@@ -303,3 +303,29 @@ async fn a_replica_with_causal_reads_answers_uncached() {
         assert_eq!((sets > 0, hits > 0), (stored, stored), "causal_reads = {causal}: {sets} stored, {hits} served");
     }
 }
+
+#[tokio::test]
+async fn prepared_executes_are_cached_by_their_parameters() {
+    let db = testkit::shared();
+    let proxy = cached_proxy(db, 60_000, "");
+    let t = table(db, "cache_ps");
+    let mut c = connect(proxy.port).await;
+    let mut writer = connect(proxy.port).await;
+    let read = format!("SELECT v, id FROM {t} WHERE id = ?");
+    let hits = proxy.counter("Query_Cache_count_GET_OK");
+    for _ in 0..2 {
+        for id in [1, 2] {
+            assert_eq!(c.exec_first::<(i64, i64), _, _>(&read, (id,)).await.unwrap(), Some((1, id)), "each id its own entry");
+        }
+    }
+    assert_eq!(proxy.counter("Query_Cache_count_GET_OK"), hits + 2, "the second round from the cache");
+    db.sql(&format!("UPDATE test.{t} SET v = 5 WHERE id = 1")).unwrap();
+    assert_eq!(c.exec_first::<(i64, i64), _, _>(&read, (1,)).await.unwrap(), Some((1, 1)), "cached (the write bypassed sluice)");
+    writer.exec_drop(format!("UPDATE {t} SET v = ? WHERE id = 2"), (7,)).await.unwrap();
+    assert_eq!(c.exec_first::<(i64, i64), _, _>(&read, (1,)).await.unwrap(), Some((5, 1)), "invalidated by the execute's write");
+    assert_eq!(c.exec_first::<(i64, i64), _, _>(&read, (2,)).await.unwrap(), Some((7, 2)));
+    // The binary reply of a hit is the server's: a direct connection decodes the same row.
+    let mut direct = mysql_async::Conn::new(opts(db.port(), "root", "")).await.unwrap();
+    let row: Option<(i64, i64)> = direct.exec_first(&read, (2,)).await.unwrap();
+    assert_eq!(c.exec_first::<(i64, i64), _, _>(&read, (2,)).await.unwrap(), row);
+}

@@ -83,7 +83,8 @@ pub fn cacheable_read(sql: &[u8]) -> Option<Vec<TableName<'_>>> {
     let toks: Vec<Token> = code_tokens(sql).collect();
     for (i, t) in toks.iter().enumerate() {
         match t.kind {
-            Kind::Variable | Kind::Placeholder => return None,
+            // (`?`: a prepared statement's parameter, whose values are part of the key.)
+            Kind::Variable => return None,
             Kind::Word => {
                 if VOLATILE_WORDS.iter().any(|w| is_word(t, sql, w)) {
                     return None;

@@ -28,13 +28,23 @@ impl Session {
     /// state on a connection that could change its result (temporary tables, locks…) or that
     /// the answer must leave behind (warnings).
     pub(super) fn cache_lookup(&self, text: &[u8], ttl_ms: u32, hostgroup: u32) -> Lookup {
+        self.cache_lookup_as(text, text, ttl_ms, hostgroup)
+    }
+
+    /// `cache_lookup` of the statement `text` under the key text `keyed` (a prepared
+    /// statement's execute: its text, parameter types and values).
+    pub(super) fn cache_lookup_as(&self, text: &[u8], keyed: &[u8], ttl_ms: u32, hostgroup: u32) -> Lookup {
         let autocommit = self.status & S::SERVER_STATUS_AUTOCOMMIT.bits() != 0;
         let in_transaction = self.status & S::SERVER_STATUS_IN_TRANS.bits() != 0;
         // autocommit = 0 outside a transaction: the server would begin one (and say so).
         if !(in_transaction || autocommit) || !self.write_marks.is_empty() || self.keeps_state() {
             return Lookup::Bypass;
         }
-        if self.negotiated.capabilities.contains(proto::CapabilityFlags::CLIENT_OPTIONAL_RESULTSET_METADATA) {
+        // Replies that may leave their column definitions out (MySQL 8's optional metadata,
+        // MariaDB's metadata cache for executes): not parsed here.
+        if self.negotiated.capabilities.contains(proto::CapabilityFlags::CLIENT_OPTIONAL_RESULTSET_METADATA)
+            || self.negotiated.mariadb_caps & proto::response::MARIADB_CLIENT_CACHE_METADATA != 0
+        {
             return Lookup::Bypass;
         }
         let Some(tables) = sql::tables::cacheable_read(text) else { return Lookup::Bypass };
@@ -50,7 +60,7 @@ impl Session {
             mariadb_caps: self.negotiated.mariadb_caps,
         };
         let cache = &self.data.cache;
-        match cache.get(Key::new(&parts, text), text, &slots, Duration::from_millis(ttl_ms.into())) {
+        match cache.get(Key::new(&parts, keyed), keyed, &slots, Duration::from_millis(ttl_ms.into())) {
             Ok(reply) => Lookup::Hit(reply),
             Err(miss) => Lookup::Miss(miss, Capture::new(cache.max_entry_bytes())),
         }

@@ -371,9 +371,9 @@ impl Session {
         self.observed(watch, None, outcome, 0, &self.plan_scratch.digest_text, text.get(1..).unwrap_or_default());
     }
 
-    /// COM_STMT_PREPARE text a rule blocks with error_msg: the message.
-    pub(super) fn blocked(&mut self, text: &[u8]) -> Option<Box<str>> {
+    /// The rules' actions on COM_STMT_PREPARE text (error_msg, cache_ttl).
+    pub(super) fn prepare_actions(&mut self, text: &[u8]) -> crate::rules::Actions {
         let who = self.origin.who(&self.user.name, self.state.schema.as_deref());
-        plan::prepare_blocked(text, &who, &self.snap.config.rules, &mut self.plan_scratch)
+        plan::prepare_actions(text, &who, &self.snap.config.rules, &mut self.plan_scratch)
     }
 }
