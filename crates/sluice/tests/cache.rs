@@ -127,14 +127,15 @@ async fn concurrent_writers_and_readers_see_every_committed_write() {
 #[tokio::test]
 async fn ttl_bounds_writes_that_bypass_sluice() {
     let db = testkit::shared();
-    let proxy = cached_proxy(db, 1_500, "");
+    // Long enough for the two reads to fall within it on a loaded machine.
+    let proxy = cached_proxy(db, 3_000, "");
     let t = table(db, "cache_ttl");
     let mut c = connect(proxy.port).await;
     let read = format!("SELECT v FROM {t} WHERE id = 2");
     assert_eq!(value(&mut c, &read).await, 1);
     db.sql(&format!("UPDATE test.{t} SET v = 5 WHERE id = 2")).unwrap();
     assert_eq!(value(&mut c, &read).await, 1, "served from the cache: sluice did not see the write");
-    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    tokio::time::sleep(Duration::from_millis(3_100)).await;
     assert_eq!(value(&mut c, &read).await, 5, "expired after cache_ttl");
 }
 
