@@ -9,7 +9,7 @@ start_shop_mariadb primary
 db primary -e "CREATE TABLE shop.products (id INT PRIMARY KEY, price INT);
 	INSERT INTO shop.products VALUES (1, 100), (2, 250);"
 
-step "sluice with a rule caching SELECTs of products for 10 s (sluice.toml)"
+step "sluice with a rule caching SELECTs of products for 60 s (sluice.toml)"
 start_sluice
 
 app() { sql app app-secret "$@"; }
