@@ -229,6 +229,30 @@ impl Default for StatsSection {
     }
 }
 
+/// The result cache's independent parts (`cache`): each holds `max_memory_bytes / CACHE_SHARDS`.
+pub const CACHE_SHARDS: usize = 16;
+
+/// The smallest `[cache] max_memory_bytes`.
+pub const MIN_CACHE_MEMORY: usize = 1 << 20;
+
+/// The result cache (`cache`): what query rules with `cache_ttl` store is bounded here; a
+/// rule with cache_ttl needs nothing else.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheSection {
+    /// Memory for cached results, in all (entries, their statement texts and bookkeeping);
+    /// the least recently used are evicted beyond it.
+    pub max_memory_bytes: usize,
+    /// A larger result is not stored (its reply still streams to the client).
+    pub max_entry_bytes: usize,
+}
+
+impl Default for CacheSection {
+    fn default() -> Self {
+        CacheSection { max_memory_bytes: 64 << 20, max_entry_bytes: 1 << 20 }
+    }
+}
+
 /// The JSON-lines query log (`querylog`): every statement when `enabled`, else only those a
 /// query rule with `log = 1` matched.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -434,6 +458,8 @@ pub struct FileConfig {
     #[serde(default)]
     pub querylog: QueryLogSection,
     #[serde(default)]
+    pub cache: CacheSection,
+    #[serde(default)]
     pub mysql_servers: Vec<ServerRow>,
     #[serde(default)]
     pub mysql_replication_hostgroups: Vec<ReplicationHostgroupRow>,
@@ -463,6 +489,7 @@ pub struct Config {
     pub pool: PoolSection,
     pub stats: StatsSection,
     pub querylog: QueryLogSection,
+    pub cache: CacheSection,
     pub servers: Vec<ServerRow>,
     pub replication_hostgroups: Vec<ReplicationHostgroupRow>,
     pub users: Vec<UserRow>,
@@ -488,11 +515,17 @@ impl Config {
             pool: self.pool.clone(),
             stats: self.stats.clone(),
             querylog: self.querylog.clone(),
+            cache: self.cache.clone(),
             mysql_servers: self.servers.clone(),
             mysql_replication_hostgroups: self.replication_hostgroups.clone(),
             mysql_users: self.users.clone(),
             mysql_query_rules: self.query_rules.clone(),
         }
+    }
+
+    /// Whether an active query rule has a cache_ttl (the result cache is used).
+    pub fn rules_cache(&self) -> bool {
+        self.query_rules.iter().any(|r| r.active && r.cache_ttl.is_some_and(|ms| ms > 0))
     }
 
     /// True when `other` differs from this config in its query rules at most (command-line
@@ -721,6 +754,7 @@ impl FileConfig {
         self.check_pool(&mut out);
         self.check_stats(&mut out);
         self.check_querylog(&mut out);
+        self.check_cache(&mut out);
         self.check_monitor(&mut out);
         self.check_servers(&mut out);
         self.check_replication_hostgroups(&mut out);
@@ -826,6 +860,26 @@ impl FileConfig {
         use PathPart::Key;
         if self.stats.max_digests_per_worker == 0 {
             out.push(problem(vec![Key("stats"), Key("max_digests_per_worker")], "must be at least 1"));
+        }
+    }
+
+    /// `[cache]`: room for at least one entry, and an entry no larger than the whole.
+    fn check_cache(&self, out: &mut Vec<Problem>) {
+        use PathPart::Key;
+        let c = &self.cache;
+        if c.max_memory_bytes < MIN_CACHE_MEMORY {
+            out.push(problem(vec![Key("cache"), Key("max_memory_bytes")], format!("must be at least {MIN_CACHE_MEMORY} (1 MiB)")));
+        }
+        if c.max_entry_bytes == 0 {
+            out.push(problem(vec![Key("cache"), Key("max_entry_bytes")], "must be at least 1"));
+        } else if c.max_entry_bytes > c.max_memory_bytes / CACHE_SHARDS {
+            let most = c.max_memory_bytes / CACHE_SHARDS;
+            out.push(problem(
+                vec![Key("cache"), Key("max_entry_bytes")],
+                format!("must be at most max_memory_bytes / {} ({most}): the cache is kept in that many parts", CACHE_SHARDS),
+            ));
+        } else if c.max_entry_bytes >= proto::frame::MAX_CHUNK {
+            out.push(problem(vec![Key("cache"), Key("max_entry_bytes")], "must be under 16 MiB"));
         }
     }
 
@@ -982,6 +1036,7 @@ impl FileConfig {
             pool: self.pool,
             stats: self.stats,
             querylog: self.querylog,
+            cache: self.cache,
             servers: self.mysql_servers,
             replication_hostgroups: self.mysql_replication_hostgroups,
             users: self.mysql_users,
@@ -1183,6 +1238,28 @@ default_hostgroup = 0
         assert_eq!(c.servers[0].weight, 1);
         assert!(c.users[0].active);
         assert!(c.workers >= 1);
+    }
+
+    #[test]
+    fn the_cache_section_is_checked_field_by_field() {
+        let c = load(GOOD).unwrap();
+        assert_eq!(c.cache, CacheSection { max_memory_bytes: 64 << 20, max_entry_bytes: 1 << 20 }, "defaults");
+        assert!(!c.rules_cache());
+        let with = |fields: &str| format!("{GOOD}[cache]\n{fields}\n");
+        assert_eq!(load(&with("max_memory_bytes = 2097152\nmax_entry_bytes = 4096")).unwrap().cache.max_memory_bytes, 2 << 20);
+        let cases = [
+            ("max_memory_bytes = 1000", "cache.max_memory_bytes", "at least 1048576"),
+            ("max_entry_bytes = 0", "cache.max_entry_bytes", "at least 1"),
+            ("max_memory_bytes = 1048576\nmax_entry_bytes = 1048576", "cache.max_entry_bytes", "at most max_memory_bytes / 16 (65536)"),
+            ("max_memory_bytes = -1", "[cache] field `max_memory_bytes`", "invalid value"),
+            ("ttl = 5", "[cache] field `ttl`", "unknown field `ttl`"),
+        ];
+        for (fields, field, message) in cases {
+            let e = load(&with(fields)).unwrap_err();
+            assert!(e.field.contains(field) && e.to_string().contains(message), "{fields}: {e}");
+        }
+        let rule = format!("{GOOD}[[mysql_query_rules]]\nrule_id = 1\nactive = 1\nmatch_digest = \"^SELECT\"\ncache_ttl = 500\n");
+        assert!(load(&rule).unwrap().rules_cache(), "a rule with cache_ttl needs no other setting");
     }
 
     #[test]

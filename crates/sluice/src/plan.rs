@@ -250,14 +250,15 @@ impl Plan {
     }
 }
 
-/// COM_STMT_PREPARE text a rule blocks with error_msg: the message. (Prepared statements
-/// are not routed by rules: they go where the session's other commands go.)
-pub fn prepare_blocked(text: &[u8], who: &Who, rules: &RuleSet, scratch: &mut PlanScratch) -> Option<Box<str>> {
+/// The rules' actions on COM_STMT_PREPARE text: its `error_msg` blocks the prepare, its
+/// `cache_ttl` makes the statement's executes cacheable. (Prepared statements are not routed
+/// by rules: they go where the session's other commands go.)
+pub fn prepare_actions(text: &[u8], who: &Who, rules: &RuleSet, scratch: &mut PlanScratch) -> crate::rules::Actions {
     if rules.is_empty() {
-        return None;
+        return Default::default();
     }
     let digest = scratch.digest(rules, text, false);
-    scratch.decide(rules, who, text, digest).actions.error_msg
+    scratch.decide(rules, who, text, digest).actions
 }
 
 /// `sql` with CONNECTION_ID() answered with the session's id (`sql::classify::rewrite_connection_id`),

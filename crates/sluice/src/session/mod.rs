@@ -4,6 +4,7 @@
 //! Backend connections come from the pool per statement (`multiplex`) unless pinned.
 
 mod auth;
+mod cached;
 mod causal;
 mod kill;
 mod multiplex;
@@ -84,6 +85,9 @@ struct Session {
     _counted: ClientCount,
     /// Failed COM_CHANGE_USERs on this connection (the server refuses a fourth).
     failed_change_user: u8,
+    /// The tables the session's writes hold for the result cache until their transaction
+    /// ends (`cached`).
+    write_marks: crate::cache::WriteMarks,
 }
 
 /// One logged-in client in `DataPath::clients`; released on drop.
@@ -245,6 +249,7 @@ async fn start(
         client_broken: false,
         _counted: counted,
         failed_change_user: 0,
+        write_marks: crate::cache::WriteMarks::new(data.cache.generations.clone()),
     };
     // A connection in the user's default hostgroup, in the requested schema, proves the login
     // and the schema to the backend before the client hears OK (waiting for a writer, as a
@@ -564,12 +569,16 @@ impl Session {
                         }
                     };
                     let request = self.client.rbuf.split_to(frame.wire_len).freeze();
+                    if cmd == COM_DROP_DB {
+                        self.mark_all_written();
+                    }
                     let Some(outcome) = self.forward(&mut held.backend, &request, Some(reply), None).await else { return };
                     if !outcome.error {
                         self.after_command(cmd, init_db, &mut held);
                     }
                     held.pins.follow_status(outcome.status);
                     self.settle(held);
+                    self.settle_writes();
                 }
                 Route::Quit => return,
                 Route::ProcessInfo => {
@@ -682,7 +691,7 @@ impl Session {
     /// kill_backend_connection_when_disconnect). `None` when the session must end; the backend
     /// connection is then marked broken, so it is never pooled again.
     async fn forward(&mut self, backend: &mut Backend, request: &[u8], reply: Option<Reply>, timeout: Option<Duration>) -> Option<Outcome> {
-        match self.exchange(backend, request, reply, timeout, false, None).await {
+        match self.exchange(backend, request, reply, timeout, false, exec::Tap::default()).await {
             Forwarded::Done(o) => Some(o),
             Forwarded::LostBeforeReply { .. } | Forwarded::Ended => None,
         }
@@ -698,7 +707,7 @@ impl Session {
         reply: Option<Reply>,
         timeout: Option<Duration>,
         may_retry: bool,
-        checksum: Option<&mut exec::ReplyChecksum>,
+        tap: exec::Tap<'_>,
     ) -> Forwarded {
         // Counted while it runs: the pool sends new statements to the least busy server.
         let _running = backend.server.run_statement();
@@ -724,7 +733,7 @@ impl Session {
                 &mut backend.conn,
                 exec::Request { packets: request, reply, format, tail, watch_tail },
                 &limits,
-                checksum,
+                tap,
             );
             tokio::pin!(exchange);
             loop {

@@ -2,9 +2,10 @@
 //! synchronous) → ⑤ acquire (a pooled connection in line with the session's state) → ⑥ exec
 //! → settle (keep it if pinned, else back to the pool).
 
+use super::cached::Lookup;
 use super::multiplex::{Held, Needs};
 use super::{Flow, Forwarded, Session};
-use crate::exec::ReplyChecksum;
+use crate::exec::{ReplyChecksum, Tap};
 use crate::plan::{self, Action, Plan};
 use crate::pool::BackendError;
 use crate::rules::Who;
@@ -126,6 +127,27 @@ impl Session {
             }
         }
         let watch = self.watch_query(&frame, &plan);
+        // The result cache, only when a rule gave the statement a cache_ttl.
+        let mut lookup = Lookup::Bypass;
+        if let Some(ttl) = plan.decision.actions.cache_ttl.filter(|&ms| ms > 0) {
+            if self.tail.is_none() && frame.chunks == 1 {
+                let text = match &plan.rewrite {
+                    Some(packet) => packet.get(5..).unwrap_or_default(),
+                    None => frame.first_chunk(&self.client.rbuf).get(1..).unwrap_or_default(),
+                };
+                lookup = self.cache_lookup(text, ttl, plan.hostgroup());
+            }
+        }
+        let (miss, mut capture) = match lookup {
+            Lookup::Bypass => (None, None),
+            Lookup::Miss(miss, capture) => (Some(miss), Some(capture)),
+            Lookup::Hit(reply) => {
+                let outcome = crate::exec::Outcome { rows: reply.rows, status: self.status, ..Default::default() };
+                self.observe_unsent(&watch, &outcome, &frame);
+                self.client.consume(frame.wire_len);
+                return Flow::written(self.serve_cached(&reply, frame.last_seq).await);
+            }
+        };
         let needs = Needs { last_insert_id: plan.reads_last_insert_id() };
         let mut held = match self.acquire_routed(plan.routed, plan.retries(), needs).await {
             Ok(h) => h,
@@ -155,10 +177,16 @@ impl Session {
         let whole = self.tail.is_none();
         let mut journaling = self.journaling(&held.backend);
         let mut checksum = journaling.unwrap_or(false).then(ReplyChecksum::default);
-        let outcome = match self.exchange(&mut held.backend, &request, Some(Reply::Query), timeout, whole, checksum.as_mut()).await {
+        // The text as sent (its first chunk): what the cache keys and a write marks.
+        let sent = request.get(5..request.len().min(4 + proto::frame::MAX_CHUNK)).unwrap_or_default();
+        self.mark_writes(sent, whole && frame.chunks == 1);
+        let tap = Tap { checksum: checksum.as_mut(), capture: capture.as_mut() };
+        let outcome = match self.exchange(&mut held.backend, &request, Some(Reply::Query), timeout, whole, tap).await {
             Forwarded::Done(o) => o,
             Forwarded::Ended => return Flow::End,
             Forwarded::LostBeforeReply { seq } => {
+                // Run again elsewhere, uncached.
+                capture = None;
                 let lost_on = held.backend.server.name.clone();
                 let again = self.run_again(&held, &request);
                 self.release(held);
@@ -194,7 +222,8 @@ impl Session {
                 held.pins.rule = plan.pins_connection();
                 journaling = self.journaling(&held.backend);
                 checksum = journaling.unwrap_or(false).then(ReplyChecksum::default);
-                match self.exchange(&mut held.backend, &request, Some(Reply::Query), timeout, false, checksum.as_mut()).await {
+                let tap = Tap { checksum: checksum.as_mut(), capture: None };
+                match self.exchange(&mut held.backend, &request, Some(Reply::Query), timeout, false, tap).await {
                     Forwarded::Done(o) => o,
                     Forwarded::LostBeforeReply { .. } | Forwarded::Ended => return Flow::End,
                 }
@@ -203,11 +232,16 @@ impl Session {
         if journaling.is_some() {
             self.journal.note(&held.backend, &request, checksum.map(|c| c.finish()), outcome.status);
         }
-        let sent = request.get(5..request.len().min(4 + proto::frame::MAX_CHUNK)).unwrap_or_default();
+        if let (Some(miss), Some(capture)) = (miss, capture) {
+            if !outcome.error {
+                self.cache_store(miss, capture, sent, &held);
+            }
+        }
         self.observed(&watch, Some(&held.backend.server), &outcome, request.len(), &self.plan_scratch.digest_text, sent);
         self.after_statement(&mut held, &plan.effects, &outcome, plan.use_db).await;
         self.note_write(&mut held, || sql::rw::class(sent) == sql::rw::Class::Write, &outcome).await;
         self.settle(held);
+        self.settle_writes();
         Flow::Continue
     }
 
@@ -339,9 +373,9 @@ impl Session {
         self.observed(watch, None, outcome, 0, &self.plan_scratch.digest_text, text.get(1..).unwrap_or_default());
     }
 
-    /// COM_STMT_PREPARE text a rule blocks with error_msg: the message.
-    pub(super) fn blocked(&mut self, text: &[u8]) -> Option<Box<str>> {
+    /// The rules' actions on COM_STMT_PREPARE text (error_msg, cache_ttl).
+    pub(super) fn prepare_actions(&mut self, text: &[u8]) -> crate::rules::Actions {
         let who = self.origin.who(&self.user.name, self.state.schema.as_deref());
-        plan::prepare_blocked(text, &who, &self.snap.config.rules, &mut self.plan_scratch)
+        plan::prepare_actions(text, &who, &self.snap.config.rules, &mut self.plan_scratch)
     }
 }

@@ -45,11 +45,26 @@ pub enum Counter {
     CausalReadWaits,
     /// Reads the writer answered because no replica had applied the causal position in time.
     CausalReadsOnWriter,
+    /// Result cache (`cache`): lookups of statements a rule's cache_ttl made cacheable…
+    QueryCacheGet,
+    /// …of those, the ones served from the cache.
+    QueryCacheGetOk,
+    /// Results stored.
+    QueryCacheSet,
+    /// Reply bytes stored, and served from the cache.
+    QueryCacheBytesIn,
+    QueryCacheBytesOut,
+    /// Entries dropped because they expired or a write invalidated them.
+    QueryCachePurged,
+    /// Entries evicted (least recently used) to stay within `[cache] max_memory_bytes`.
+    QueryCacheEvicted,
+    /// Writes through sluice that invalidated cached results (of their tables, or all).
+    QueryCacheInvalidations,
 }
 
 impl Counter {
     /// Every counter, in declaration order; `Counter as usize` indexes it.
-    pub const ALL: [Counter; 28] = [
+    pub const ALL: [Counter; 36] = [
         Counter::Questions,
         Counter::SlowQueries,
         Counter::ClientConnectionsCreated,
@@ -78,6 +93,14 @@ impl Counter {
         Counter::TransactionReplaysFailed,
         Counter::CausalReadWaits,
         Counter::CausalReadsOnWriter,
+        Counter::QueryCacheGet,
+        Counter::QueryCacheGetOk,
+        Counter::QueryCacheSet,
+        Counter::QueryCacheBytesIn,
+        Counter::QueryCacheBytesOut,
+        Counter::QueryCachePurged,
+        Counter::QueryCacheEvicted,
+        Counter::QueryCacheInvalidations,
     ];
     pub const COUNT: usize = Counter::ALL.len();
 
@@ -112,6 +135,14 @@ impl Counter {
             Counter::TransactionReplaysFailed => "Transaction_replays_failed",
             Counter::CausalReadWaits => "Causal_read_waits",
             Counter::CausalReadsOnWriter => "Causal_reads_on_writer",
+            Counter::QueryCacheGet => "Query_Cache_count_GET",
+            Counter::QueryCacheGetOk => "Query_Cache_count_GET_OK",
+            Counter::QueryCacheSet => "Query_Cache_count_SET",
+            Counter::QueryCacheBytesIn => "Query_Cache_bytes_IN",
+            Counter::QueryCacheBytesOut => "Query_Cache_bytes_OUT",
+            Counter::QueryCachePurged => "Query_Cache_Purged",
+            Counter::QueryCacheEvicted => "Query_Cache_Evicted",
+            Counter::QueryCacheInvalidations => "Query_Cache_Invalidations",
         }
     }
 }
