@@ -540,6 +540,7 @@ async fn dynamic_sql_expressions_run_once_and_are_checked() {
         "EXECUTE s",
         "PREPARE s FROM nocol",
         "PREPARE s FROM (SELECT 1)",
+        "PREPARE s FROM ",
         // Backslashes: the session reads them as escapes (its status flags say so), so the
         // text has one reading.
         r"PREPARE s FROM 'SELECT ''a'' LIKE \'a\\%\' ESCAPE ?'",

@@ -618,7 +618,8 @@ fn dynamic_expression(sql: &[u8], toks: Code) -> Source {
     }
     match start {
         Some(start) => Source::Expression { start, end, single },
-        None => Source::Expression { start: end, end, single: false },
+        // `PREPARE s FROM` with nothing after it: the server's syntax error, nothing runs.
+        None => Source::Literal(Vec::new()),
     }
 }
 
@@ -1206,7 +1207,9 @@ mod tests {
         assert_eq!(i("EXECUTE IMMEDIATE X'4B494C4C2035'"), expression("EXECUTE IMMEDIATE ", "X'4B494C4C2035'", "", false));
         assert_eq!(i("EXECUTE IMMEDIATE CONCAT('SELECT ', KILL)"), REFUSE_TEXT, "a KILL anywhere is seen");
         assert_eq!(i("EXECUTE IMMEDIATE 'SELECT 1', 'x'"), REFUSE_UNSEEN, "not one expression");
-        assert_eq!(i("EXECUTE IMMEDIATE"), REFUSE_UNSEEN);
+        assert_eq!(i("EXECUTE IMMEDIATE"), None, "the server's syntax error");
+        assert_eq!(i("prepare stmt1 from "), None, "the server's syntax error");
+        assert_eq!(i("EXECUTE IMMEDIATE USING 1"), None, "the server's syntax error");
         assert_eq!(i("EXECUTE IMMEDIATE 'EXECUTE IMMEDIATE CONCAT(1)'"), REFUSE_UNSEEN, "nested: not evaluated");
         assert_eq!(i("EXECUTE IMMEDIATE CONCAT('SELECT 1'); EXECUTE IMMEDIATE 'SELECT 2'"), REFUSE_UNSEEN);
         assert_eq!(i("PREPARE s FROM @a; EXECUTE s"), REFUSE_UNSEEN, "the variable may change within the text");
