@@ -485,15 +485,16 @@ syscall_pass() {
 	log "[$RUN_NO] $what: $q statements, ${SYS_TOTAL[$key]} system calls per statement: ${SYS[$key]}"
 }
 
-# syscall_kinds "kind=calls/errors ...": the kinds of at least 0.005 calls per statement, as
-# "kind 2.00, kind 0.50 (0.10 failed)".
+# syscall_kinds "kind=calls/errors ...": the kinds of at least 0.005 calls per statement (0.01
+# once rounded), as "kind 2.00, kind 0.50 (0.10 failed)".
 syscall_kinds() {
 	local kv out="" n e
 	for kv in $1; do
 		n=${kv#*=} e=${n#*/} n=${n%/*}
-		awk -v v="$n" 'BEGIN { exit !(v >= 0.005) }' || continue
-		out+="${out:+, }${kv%%=*} $(printf %.2f "$n")"
-		awk -v v="$e" 'BEGIN { exit !(v >= 0.005) }' && out+=" ($(printf %.2f "$e") failed)"
+		n=$(printf %.2f "$n") e=$(printf %.2f "$e")
+		[ "$n" != 0.00 ] || continue
+		out+="${out:+, }${kv%%=*} $n"
+		[ "$e" = 0.00 ] || out+=" ($e failed)"
 	done
 	echo "${out:-none}"
 }
