@@ -40,7 +40,7 @@ Every option is also an environment variable (in CAPS); flags win over the envir
   --out FILE              OUT         also append the markdown result to FILE (e.g. BENCHMARKS.md)
   --db-ps-mode MODE       DB_PS_MODE  sysbench --db-ps-mode: disable (text protocol) or auto [disable]
   --warmup SECONDS        WARMUP      direct point-select warm-up before measuring, 0 = none [5]
-  --syscalls 0|1          SYSCALLS    1: after the timed rounds, one separate strace -c -f pass per
+  --syscalls 0|1          SYSCALLS    1: after the timed rounds, one separate strace -f pass per
                                       proxy and cell (ab and haproxy modes), reported as system
                                       calls per query by kind. strace slows the proxy, so these
                                       passes are never timed. [0]
@@ -422,6 +422,16 @@ start_questions_client() {
 	QCLIENT_OWN_PID=$QCLIENT_PID
 }
 
+# timed_questions: read_questions, and in QUESTIONS_AT the time of the reading (seconds since
+# the epoch, the midpoint of its round trip), to compare with strace's timestamps.
+timed_questions() {
+	local before after
+	before=$(date +%s.%N)
+	read_questions
+	after=$(date +%s.%N)
+	QUESTIONS_AT=$(awk -v a="$before" -v b="$after" 'BEGIN { printf "%.6f", (a + b) / 2 }')
+}
+
 # read_questions: the private MariaDB's Questions counter (statements it received) into
 # QUESTIONS (empty when it cannot be read). Not in a subshell: the coprocess is this shell's.
 read_questions() {
@@ -433,56 +443,61 @@ read_questions() {
 }
 
 # syscall_pass WORKLOAD THREADS VARIANT: an untimed sysbench run through the proxy with
-# `strace -c -f` attached to every thread of it for SYSCALL_DURATION seconds, once sysbench has
-# connected. Its system calls are divided by the statements the server received meanwhile (its
-# Questions counter, read as soon as strace has attached and around its detaching; the
-# readings' own statements taken out): connecting and disconnecting are left out, and both
-# proxies forward each statement once. Stores "kind=count_per_query ..." (largest first) in SYS and the total in
-# SYS_TOTAL.
+# `strace -f -ttt` attached to every thread of it, once sysbench has connected. The calls made
+# within a window of SYSCALL_DURATION seconds (by strace's timestamps) are divided by the
+# statements the server received in that window (its Questions counter, each reading timed at
+# the midpoint of its round trip, its own statement taken out): connecting, disconnecting and
+# strace's attaching and detaching are left out, and both proxies forward each statement once.
+# Stores "kind=calls/failed ..." per statement (most frequent first) in SYS, the total in
+# SYS_TOTAL and the statements per second under strace in SYS_QPS.
 syscall_pass() {
-	local wl=$1 thr=$2 variant=$3 logf slog serr rc=0 q0 qa q1 i what="$1, $2 threads, $3, strace pass"
+	local wl=$1 thr=$2 variant=$3 logf slog serr rc=0 q0 q1 t0 t1 i what="$1, $2 threads, $3, strace pass"
 	RUN_NO=$((RUN_NO + 1))
 	logf=$WORK/strace-$wl-$thr-$variant.log
-	slog=$WORK/strace-$wl-$thr-$variant.txt
+	slog=$WORK/strace-$wl-$thr-$variant.trace
 	serr=$WORK/strace-$wl-$thr-$variant.err
 	endpoint "$variant"
-	sb_args "$wl" "$thr" "$EP_PORT" $((SYSCALL_DURATION + 4))
-	timeout --kill-after=10 $((SYSCALL_DURATION + 64)) "${SB[@]}" run </dev/null >"$logf" 2>&1 &
+	sb_args "$wl" "$thr" "$EP_PORT" $((SYSCALL_DURATION + 5))
+	timeout --kill-after=10 $((SYSCALL_DURATION + 65)) "${SB[@]}" run </dev/null >"$logf" 2>&1 &
 	RUN_PID=$!
 	sleep 1.5 # sysbench connects
-	strace -c -f -p "$EP_PID" -o "$slog" 2>"$serr" &
+	strace -f -ttt -s 0 -p "$EP_PID" -o "$slog" 2>"$serr" &
 	STRACE_PID=$!
-	# The window opens when strace says it holds every thread (it counts from there)...
 	for ((i = 0; i < 500; i++)); do
 		grep -q ' attached' "$serr" 2>/dev/null && break
 		sleep 0.01
 	done
-	read_questions
-	q0=$QUESTIONS
+	sleep 0.3
+	timed_questions
+	q0=$QUESTIONS t0=$QUESTIONS_AT
 	sleep "$SYSCALL_DURATION"
-	# ... and closes while strace lets go of the threads one by one: the midpoint of the
-	# counter just before and just after.
-	read_questions
-	qa=$QUESTIONS
+	timed_questions
+	q1=$QUESTIONS t1=$QUESTIONS_AT
 	stop_strace
-	read_questions
-	q1=$QUESTIONS
-	[[ $qa =~ ^[0-9]+$ && $q1 =~ ^[0-9]+$ ]] && q1=$(((qa + q1 - 1) / 2)) # qa's own statement out
 	wait "$RUN_PID" || rc=$?
 	RUN_PID=""
 	sysbench_figures "$logf" "$rc" "$what" || return 0
 	if ! [[ $q0 =~ ^[0-9]+$ && $q1 =~ ^[0-9]+$ && $q1 -gt $((q0 + 1)) ]] || [ ! -s "$slog" ]; then
-		FAILURES+=("$what: no strace summary or no statements counted (see $serr)")
+		FAILURES+=("$what: no strace output or no statements counted (see $serr)")
 		return 0
 	fi
 	local q=$((q1 - q0 - 1)) key="$wl|$thr|$variant"
-	# strace -c rows: % time, seconds, usecs/call, calls, [errors,] syscall; "total" last.
-	# Stored as kind=calls/errors per statement (errors: calls that failed, e.g. EAGAIN).
-	SYS[$key]=$(awk -v q="$q" '$1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" { n[$NF] += $4; if (NF == 6) e[$NF] += $5 }
-		END { for (k in n) printf "%s %.3f %.3f\n", k, n[k] / q, e[k] / q }' "$slog" | sort -k2,2gr | awk '{ printf "%s=%s/%s ", $1, $2, $3 }')
-	SYS_TOTAL[$key]=$(awk -v q="$q" '$NF == "total" { printf "%.2f", $4 / q }' "$slog")
-	SYS_QPS[$key]=$(awk -v q="$q" -v d="$SYSCALL_DURATION" 'BEGIN { printf "%.0f", q / d }')
+	# Lines: "TID SECONDS name(...) = result", or a call split in "name(... <unfinished ...>"
+	# and "<... name resumed>...) = result" when threads interleave. A call counts at its
+	# start; it failed when its result is -1 (EAGAIN, ETIMEDOUT, ...).
+	SYS[$key]=$(awk -v q="$q" -v a="$t0" -v b="$t1" '
+		$2 < a || $2 > b { next }
+		$3 ~ /^[a-z_0-9]+\(/ { k = substr($3, 1, index($3, "(") - 1); n[k]++ }
+		$3 == "<..." { k = $4 }
+		/ = -1 / && k != "" { e[k]++ }
+		{ k = "" }
+		END { for (k in n) printf "%s %.3f %.3f\n", k, n[k] / q, e[k] / q }' "$slog" |
+		sort -k2,2gr | awk '{ printf "%s=%s/%s ", $1, $2, $3 }')
+	SYS_TOTAL[$key]=$(awk -v q="$q" -v a="$t0" -v b="$t1" '$2 >= a && $2 <= b && $3 ~ /^[a-z_0-9]+\(/ { n++ }
+		END { printf "%.2f", n / q }' "$slog")
+	SYS_QPS[$key]=$(awk -v q="$q" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", q / (b - a) }')
 	log "[$RUN_NO] $what: $q statements, ${SYS_TOTAL[$key]} system calls per statement: ${SYS[$key]}"
+	rm -f "$slog" # tens of MB; the sysbench output and strace's messages stay
 }
 
 # syscall_kinds "kind=calls/errors ...": the kinds of at least 0.005 calls per statement (0.01
@@ -653,7 +668,7 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=
 	echo "- mariadbd $DB_VERSION (private instance, buffer pool 256M); $(sysbench --version)"
 	echo "- sluice: $SLUICE_DESC, git $GIT_REV${SLUICE_ARGS:+, args \`$SLUICE_ARGS\`}"
 	[ "$MODE" != haproxy ] || echo "- HAProxy: $("$HAPROXY_BIN" -v 2>/dev/null | head -n 1 | sed 's/ - https.*//'), \`mode tcp\`, \`nbthread $HAPROXY_THREADS\` (= sluice's workers), config: global nbthread/maxconn 4096, defaults mode tcp with 5 s connect and 1 h client/server timeouts, one listen section with the one server"
-	[ "$SYSCALLS" != 1 ] || echo "- system calls: \`strace -c -f -p <proxy pid>\` attached for ${SYSCALL_DURATION}s to an untimed run after the timed rounds, divided by the statements the server received meanwhile (its Questions counter)"
+	[ "$SYSCALLS" != 1 ] || echo "- system calls: \`strace -f -ttt -s 0 -p <proxy pid>\` attached to an untimed run after the timed rounds; the calls of a ${SYSCALL_DURATION}s window (by strace's timestamps) divided by the statements the server received in it (its Questions counter)"
 	[ "$MODE" != builds ] || echo "- before: \`$SLUICE_BIN_BEFORE\` ($("${BEFORE_CMD[0]}" --version 2>/dev/null || echo '?'))"
 	echo "- command: \`$INVOCATION\`"
 	echo "- parameters: \`$PARAMS bench/compare.sh\`"
