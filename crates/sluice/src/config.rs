@@ -184,7 +184,8 @@ pub struct PoolSection {
     pub writer_wait_ms: u64,
     /// An idle connection is checked for a server-side close before reuse (the socket asked,
     /// one system call) once it has been idle this long (0: always); one idle less long is
-    /// checked only if the reactor saw something arrive on it.
+    /// checked only if the reactor saw something arrive on it. The same for a connection a
+    /// session keeps, idle since its previous statement.
     pub check_idle_after_ms: u64,
     /// Prepared statements kept open per backend connection; the least recently used is
     /// closed beyond this.
