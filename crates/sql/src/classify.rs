@@ -230,18 +230,19 @@ pub fn intercept(sql: &[u8]) -> Option<Intercept> {
     intercept_as(sql, false)
 }
 
-/// `intercept`, for a session known to read backslashes as escapes (`escapes`: the server's
-/// status flags say NO_BACKSLASH_ESCAPES is off). Then a text that is one statement (no `;`),
-/// with no `"` (ANSI_QUOTES, which the flags do not show, reads those differently) and only
-/// ASCII (in a multi-byte character set a backslash byte may end a character) has one
-/// reading, the server's.
+/// `intercept`, for a session the server is known to read with backslash escapes (`escapes`:
+/// its status flags say NO_BACKSLASH_ESCAPES is off, and its client character set has no
+/// character ending in a backslash byte, as sjis or gbk have). Then a text that is one
+/// statement in that reading (no mode can change within it) has one reading, the server's,
+/// unless a double-quoted token holds a backslash (ANSI_QUOTES, which the flags do not show,
+/// makes that an identifier, where a backslash escapes nothing).
 pub fn intercept_as(sql: &[u8], escapes: bool) -> Option<Intercept> {
     if !mentions_keywords(sql) {
         return None;
     }
     let several = memchr::memchr(b';', sql).is_some();
     let found = scan(sql, 0);
-    let one_reading = escapes && !several && memchr::memchr(b'"', sql).is_none() && sql.is_ascii();
+    let one_reading = escapes && (!several || one_statement(sql)) && !backslash_in_double_quotes(sql);
     if !one_reading && memchr::memchr(b'\\', sql).is_some() && (several || !plain_dml(sql)) {
         // Also read with backslashes as plain characters: a KILL or quote boundary that only
         // one reading sees must not slip through.
@@ -252,6 +253,23 @@ pub fn intercept_as(sql: &[u8], escapes: bool) -> Option<Intercept> {
         }
     }
     found
+}
+
+/// One statement, with an optional `;` at its end, as the server reads it with escapes.
+fn one_statement(sql: &[u8]) -> bool {
+    let mut toks = code(sql);
+    while let Some(t) = toks.next() {
+        if t.text(sql) == b";" {
+            return toks.next().is_none();
+        }
+    }
+    true
+}
+
+/// A `"…"` token holding a backslash.
+fn backslash_in_double_quotes(sql: &[u8]) -> bool {
+    memchr::memchr(b'"', sql).is_some()
+        && code(sql).any(|t| t.kind == Kind::String && t.text(sql).first() == Some(&b'"') && memchr::memchr(b'\\', t.text(sql)).is_some())
 }
 
 /// Whether two readings of a text (`intercept`) agree; guarded texts agree when their guards
@@ -1304,10 +1322,15 @@ mod tests {
         let prepare = br"prepare s from 'select * from t1 where a like \'a\\%\' escape ?'";
         assert_eq!(intercept(prepare), ambiguous);
         assert_eq!(intercept_as(prepare, true), None);
-        assert_eq!(intercept_as(br"SELECT 'a\'; KILL 5; -- '", true), ambiguous, "several statements: both readings");
+        assert_eq!(intercept_as(br"SELECT 'a\'; KILL 5; -- '", true), None, "with escapes, one statement: a string");
         assert_eq!(intercept_as(br#"DESCRIBE "a\" KILL 5 ""#, true), ambiguous, "ANSI_QUOTES may be on");
-        assert_eq!(intercept_as("DESCRIBE 'é\\' KILL 5 '".as_bytes(), true), ambiguous, "not ASCII");
         assert_eq!(intercept_as(br"DESCRIBE 'a\' KILL 5 '", true), None, "the server reads one string");
+        // mysqldump's INSERTs: `;`, `"` and KILL inside escaped strings, one statement.
+        let dump = br#"INSERT INTO `help_topic` VALUES (1,'KILL','Kill a thread; say \"KILL 5\" or \'KILL QUERY 5\';'),(2,'x','y');"#;
+        assert_eq!(intercept_as(dump, true), None);
+        assert_eq!(intercept(dump), ambiguous);
+        // Several statements: one may change the mode the next is read in.
+        assert_eq!(intercept_as(br"SET sql_mode = 'NO_BACKSLASH_ESCAPES'; SELECT 'a\'; KILL 5; -- '", true), ambiguous);
         assert_eq!(intercept(br"DESCRIBE 'it\'s'"), None);
     }
 

@@ -136,10 +136,21 @@ impl Session {
         }
     }
 
-    /// The server reads this session's backslashes as escapes (its status flags say
-    /// NO_BACKSLASH_ESCAPES is off).
+    /// The server reads this session's backslashes as escapes: its status flags say
+    /// NO_BACKSLASH_ESCAPES is off, and its client character set is one where a backslash
+    /// byte is always a backslash (not sjis, cp932, gbk, big5 or gb18030, whose characters
+    /// may end in one).
     pub(super) fn backslash_escapes(&self) -> bool {
-        self.status & proto::StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES.bits() == 0
+        const TRAIL_BACKSLASH: [&str; 5] = ["sjis", "cp932", "gbk", "big5", "gb18030"];
+        // Login collations (handshake ids) of latin1, utf8mb3, utf8mb4, binary and ascii.
+        fn plain_collation(id: u16) -> bool {
+            matches!(id, 5 | 8 | 11 | 15 | 31 | 33 | 45..=49 | 63 | 65 | 83 | 94 | 192..=215 | 223..=247)
+        }
+        let charset_ok = match self.state.var("character_set_client") {
+            Some(set) => !TRAIL_BACKSLASH.iter().any(|c| set.to_ascii_lowercase().contains(c)),
+            None => plain_collation(self.state.collation),
+        };
+        charset_ok && self.status & proto::StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES.bits() == 0
     }
 
     /// The session set `@@pseudo_thread_id` itself (SUPER or BINLOG REPLAY): reads of it are
