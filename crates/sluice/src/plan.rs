@@ -7,6 +7,7 @@
 
 use crate::route::{self, Routed};
 use crate::rules::{Decision, Query, RuleSet, Scratch, Who};
+use crate::shard::plan::Sharding;
 use crate::stats::Command;
 use proto::command::COM_QUERY;
 use proto::errors::*;
@@ -47,6 +48,8 @@ pub struct Facts<'a> {
     pub kept_hostgroup: Option<u32>,
     /// `[[mysql_replication_hostgroups]]` in force.
     pub replication: &'a [crate::config::ReplicationHostgroupRow],
+    /// The shard map in force (empty: no sharding).
+    pub shards: &'a crate::shard::ShardMap,
 }
 
 /// What sluice does with a statement.
@@ -90,6 +93,9 @@ pub struct Plan {
     /// sluice must see (a KILL after `;`, or inside anything but a plain SELECT, INSERT…):
     /// exec watches the rest for those words and refuses the statement if one comes.
     pub watch_tail: bool,
+    /// A statement the shard map sends to several shards: their statements and the merge
+    /// (`routed` then names the first shard's hostgroup).
+    pub sharded: Option<Box<crate::shard::plan::ShardPlan>>,
 }
 
 impl Plan {
@@ -187,17 +193,48 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
     let rewritten = decision.rewritten.is_some();
     let use_db = sql::classify::parse_use(sent);
     let effects = sql::effects::effects(sent);
-    let routed = route::route(&route::Facts {
+    let route_facts = route::Facts {
         decision: &decision,
         default_hostgroup: facts.default_hostgroup,
         statement: route::Statement::Text(sent),
         in_transaction: facts.in_transaction,
         kept_hostgroup: facts.kept_hostgroup,
         replication: facts.replication,
-    });
+    };
+    // Router 4, the shard map, between the split and the default.
+    let mut shard_text = None;
+    let mut sharded = None;
+    let mut shard_refusal = None;
+    let routed = match route::claimed(&route_facts) {
+        Some(r) => r,
+        None => match route::by_shard(facts.shards, facts.who.schema, sent, facts.in_transaction) {
+            None | Some(Sharding::NotSharded) => route::route(&route_facts),
+            Some(Sharding::Single(s)) => {
+                shard_text = Some(s.sql);
+                Routed::shard(s.hostgroup)
+            }
+            Some(Sharding::Fanout(p)) => {
+                let first = p.targets.first().map_or(facts.default_hostgroup, |t| t.hostgroup);
+                sharded = Some(Box::new(p));
+                Routed::shard(first)
+            }
+            Some(Sharding::Refused(why)) => {
+                shard_refusal = Some(why);
+                route::route(&route_facts)
+            }
+        },
+    };
+    let is_sharded = shard_text.is_some() || sharded.is_some() || shard_refusal.is_some();
     // The reply's sequence ids follow the request's last chunk, and replies stream through
     // unchanged: a rewrite must not change the number of 16 MiB chunks.
-    let action = if rewritten && !stmt.whole {
+    let action = if let Some(why) = shard_refusal {
+        Action::Refuse { code: ER_NOT_SUPPORTED_YET, message: why }
+    } else if is_sharded && (!stmt.whole || stmt.chunks != 1) {
+        Action::Refuse {
+            code: ER_NOT_SUPPORTED_YET,
+            message: "sluice cannot shard a statement larger than max_buffered_packet or 16 MiB".into(),
+        }
+    } else if rewritten && !stmt.whole {
         let rule = decision.last_rule.map_or(String::new(), |r| format!(" (rule_id {r})"));
         let message =
             format!("sluice cannot apply a rewrite to a statement larger than max_buffered_packet, which it streams unread{rule}");
@@ -216,6 +253,8 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
     // The text the backend gets: the rules' rewrite, and sluice's id for CONNECTION_ID().
     let rewrite = if action != Action::Forward {
         None
+    } else if let Some(text) = shard_text {
+        Some(query_packet(text.as_bytes(), stmt.first_seq))
     } else if let Some(with_id) =
         (stmt.whole && stmt.chunks == 1).then(|| rewrite_connection_id(sent, facts.session_id, !facts.pseudo_thread_id_set)).flatten()
     {
@@ -226,7 +265,7 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
         None
     };
     let watch_tail = !stmt.whole && (facts.multi_statements || !sql::classify::plain_dml(text));
-    Plan { command, digest, decision, action, rewrite, effects, use_db, routed, dynamic_sql, watch_tail }
+    Plan { command, digest, decision, action, rewrite, effects, use_db, routed, dynamic_sql, watch_tail, sharded }
 }
 
 impl Plan {
@@ -243,6 +282,7 @@ impl Plan {
             routed: route::route(&route::Facts::plain(&Decision::default(), facts.default_hostgroup)),
             dynamic_sql: None,
             watch_tail: false,
+            sharded: None,
         }
     }
 }

@@ -23,8 +23,11 @@ fn facts() -> Facts<'static> {
         in_transaction: false,
         kept_hostgroup: None,
         replication: &[],
+        shards: &NO_SHARDS,
     }
 }
+
+static NO_SHARDS: std::sync::LazyLock<crate::shard::ShardMap> = std::sync::LazyLock::new(crate::shard::ShardMap::default);
 
 fn plan_of(text: &str, rules: &RuleSet) -> Plan {
     plan(&Statement { text: text.as_bytes(), whole: true, chunks: 1, first_seq: 0 }, &facts(), rules, &mut PlanScratch::default())

@@ -1,0 +1,673 @@
+//! ⑥ exec for several shards: sends each shard its statement, reads the replies as streams and
+//! merges them into one reply for the client, as one server would have sent it.
+//!
+//! Result sets: the column definitions are the first shard's; rows are concatenated, or
+//! merged in ORDER BY order (k-way: each shard's next row is the only one held, and only the
+//! sort columns are decoded), with OFFSET and LIMIT applied as rows go out; aggregates without
+//! GROUP BY combine one row per shard. Rows go to the client as they are merged, through a
+//! buffer flushed at `FLUSH_AT`: memory is one row per shard plus that buffer.
+//!
+//! OK replies (writes, DDL) are combined: affected rows summed (or the first's, for copies).
+//!
+//! A shard that fails or is lost gives the client an error packet, never a result that looks
+//! complete: before the result set starts, in place of it; after, in place of its terminator.
+
+use crate::net::Conn;
+use crate::pool::Backend;
+use crate::shard::plan::{Aggregate, Merge, SortColumn, SortKey};
+use proto::codec::{read_lenenc, read_lenenc_str, write_lenenc, write_lenenc_str};
+use proto::errors::*;
+use proto::frame::{write_packet, MAX_CHUNK};
+use proto::packet::{self, EOF_HEADER, ERR_HEADER};
+use std::cmp::Ordering;
+
+use super::Outcome;
+
+/// Reply bytes held for the client before they are written.
+const FLUSH_AT: usize = 64 << 10;
+
+/// The largest packet read from a shard.
+const MAX_PACKET: usize = 1 << 30;
+
+/// One shard's connection and how messages name it.
+pub struct Shard<'a> {
+    pub backend: &'a mut Backend,
+    /// `ds_2 (hostgroup 2)`.
+    pub label: String,
+}
+
+/// The client went away: the session ends.
+#[derive(Debug)]
+pub struct ClientGone;
+
+/// Why a shard's reply could not be merged.
+enum Failure {
+    /// Its connection failed or closed.
+    Lost(usize),
+    /// It answered with an error (the ERR payload).
+    Error(usize, Vec<u8>),
+    /// Its reply does not fit the others' (another column count, an OK beside rows…), or a
+    /// value could not be merged.
+    Mismatch(String),
+}
+
+/// The first packet of a shard's reply, and what follows it up to the rows.
+enum Head {
+    Ok(packet::Ok),
+    Rows { columns: Vec<Vec<u8>> },
+}
+
+/// What the merge writes and counts.
+struct Out<'c> {
+    client: &'c mut Conn,
+    buf: Vec<u8>,
+    seq: u8,
+    rows: u64,
+}
+
+impl Out<'_> {
+    fn packet(&mut self, payload: &[u8]) {
+        write_packet(&mut self.buf, &mut self.seq, payload);
+    }
+
+    async fn flush_if_full(&mut self) -> Result<(), ClientGone> {
+        if self.buf.len() >= FLUSH_AT {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), ClientGone> {
+        if !self.buf.is_empty() {
+            self.client.write_all(&self.buf).await.map_err(|_| ClientGone)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    fn error(&mut self, code: u16, sqlstate: &[u8; 5], message: &[u8]) {
+        packet::write_err_bytes(&mut self.buf, &mut self.seq, code, sqlstate, message);
+    }
+}
+
+/// Reads one packet from a shard, skipping MariaDB progress reports.
+async fn read_packet(shards: &mut [Shard<'_>], i: usize) -> Result<Vec<u8>, Failure> {
+    let conn = &mut shards[i].backend.conn;
+    loop {
+        let frame = match conn.read_frame(MAX_PACKET).await {
+            Ok(Some(f)) => f,
+            Ok(None) | Err(_) => return Err(Failure::Lost(i)),
+        };
+        let payload = frame.payload(&conn.rbuf).into_owned();
+        conn.consume(frame.wire_len);
+        // A progress report: ERR header with error code 0xFFFF.
+        if payload.starts_with(&[ERR_HEADER, 0xFF, 0xFF]) {
+            continue;
+        }
+        return Ok(payload);
+    }
+}
+
+/// Whether a packet in a row stream is its terminator (EOF, or OK with 0xFE).
+fn is_terminator(p: &[u8]) -> bool {
+    p.first() == Some(&EOF_HEADER) && p.len() < MAX_CHUNK
+}
+
+async fn read_head(shards: &mut [Shard<'_>], i: usize) -> Result<Head, Failure> {
+    let first = read_packet(shards, i).await?;
+    match first.first() {
+        Some(&packet::OK_HEADER) => {
+            let ok = packet::parse_ok(&first).map_err(|_| Failure::Mismatch(format!("{} sent a malformed OK", shards[i].label)))?;
+            shards[i].backend.status = ok.status;
+            Ok(Head::Ok(ok))
+        }
+        Some(&ERR_HEADER) => Err(Failure::Error(i, first)),
+        Some(&packet::LOCAL_INFILE_HEADER) => Err(Failure::Mismatch("sluice cannot run LOAD DATA LOCAL on shards".into())),
+        _ => {
+            let (count, _) = read_lenenc(&first).ok_or_else(|| Failure::Mismatch(format!("{} sent a malformed reply", shards[i].label)))?;
+            let mut columns = Vec::with_capacity(count.min(4096) as usize);
+            for _ in 0..count {
+                columns.push(read_packet(shards, i).await?);
+            }
+            if !shards[i].backend.deprecate_eof() {
+                read_packet(shards, i).await?;
+            }
+            Ok(Head::Rows { columns })
+        }
+    }
+}
+
+/// The next row of a shard's result set, `None` at its end (its status kept).
+async fn next_row(shards: &mut [Shard<'_>], i: usize, ended: &mut [bool]) -> Result<Option<Vec<u8>>, Failure> {
+    if ended[i] {
+        return Ok(None);
+    }
+    let p = read_packet(shards, i).await?;
+    if is_terminator(&p) {
+        ended[i] = true;
+        let deprecate_eof = shards[i].backend.deprecate_eof();
+        if let Ok(status) = packet::terminator_status(&p, deprecate_eof) {
+            shards[i].backend.status = status;
+        }
+        return Ok(None);
+    }
+    if p.first() == Some(&ERR_HEADER) {
+        ended[i] = true;
+        return Err(Failure::Error(i, p));
+    }
+    Ok(Some(p))
+}
+
+/// Sends each shard its request (a COM_QUERY packet) and writes the merged reply, starting
+/// at sequence id `seq`. Shards whose reply was not read to its end are marked broken.
+pub async fn run(client: &mut Conn, shards: &mut [Shard<'_>], requests: &[Vec<u8>], merge: &Merge, seq: u8) -> Result<Outcome, ClientGone> {
+    let mut out = Out { client, buf: Vec::new(), seq, rows: 0 };
+    let mut outcome = Outcome::default();
+    // Replies read to their end; the others are closed, not pooled.
+    let mut ended = vec![false; shards.len()];
+    let result = async {
+        for (i, request) in requests.iter().enumerate() {
+            if shards[i].backend.conn.write_all(request).await.is_err() {
+                return Err(Failure::Lost(i));
+            }
+        }
+        match merge {
+            Merge::Ok { sum } => merge_ok(shards, &mut ended, *sum, &mut out, &mut outcome).await,
+            Merge::Rows { order, offset, limit, aggregates } => {
+                merge_rows(shards, &mut ended, order, *offset, *limit, aggregates.as_deref(), &mut out, &mut outcome).await
+            }
+        }
+    }
+    .await;
+    let result = match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(ClientGone)) => Err(ClientGone),
+        Err(failure) => {
+            outcome.error = true;
+            let (code, sqlstate, message) = describe(shards, &failure, &ended, matches!(merge, Merge::Ok { .. }));
+            outcome.error_code = code;
+            out.error(code, &sqlstate, message.as_bytes());
+            Ok(())
+        }
+    };
+    for (s, done) in shards.iter_mut().zip(&ended) {
+        if !done {
+            s.backend.broken = true;
+        }
+    }
+    result?;
+    out.flush().await?;
+    outcome.rows = out.rows;
+    Ok(outcome)
+}
+
+/// The error a failure gives the client: the shard's own error, with which shard said it.
+fn describe(shards: &[Shard<'_>], failure: &Failure, ended: &[bool], write: bool) -> (u16, [u8; 5], String) {
+    // A write that other shards completed has applied there.
+    let applied = ended.iter().filter(|&&e| e).count();
+    let partial = if write && applied > 0 {
+        format!("; {applied} other shard(s) applied it (writes across shards are not atomic yet)")
+    } else {
+        String::new()
+    };
+    match failure {
+        Failure::Lost(i) => (
+            ER_CONNECTION_KILLED,
+            *SQLSTATE_CONNECTION_KILLED,
+            format!("sluice lost shard {} during a cross-shard statement: its result is incomplete{partial}", shards[*i].label),
+        ),
+        Failure::Error(i, payload) => match packet::parse_err(payload) {
+            Ok(e) => (e.code, e.sqlstate, format!("{} (shard {}){partial}", String::from_utf8_lossy(e.message), shards[*i].label)),
+            Err(_) => (ER_PROXY_NO_BACKEND, *SQLSTATE_GENERAL, format!("shard {} sent a malformed error{partial}", shards[*i].label)),
+        },
+        Failure::Mismatch(why) => {
+            (ER_PROXY_NO_BACKEND, *SQLSTATE_GENERAL, format!("sluice cannot merge the shards' replies: {why}{partial}"))
+        }
+    }
+}
+
+async fn merge_ok(
+    shards: &mut [Shard<'_>],
+    ended: &mut [bool],
+    sum: bool,
+    out: &mut Out<'_>,
+    outcome: &mut Outcome,
+) -> Result<Result<(), ClientGone>, Failure> {
+    let mut combined: Option<packet::Ok> = None;
+    let mut first_failure = None;
+    for i in 0..shards.len() {
+        // Every shard's reply is read, so a failure on one leaves the others reusable.
+        match read_head(shards, i).await {
+            Ok(Head::Ok(ok)) => {
+                ended[i] = true;
+                let c = combined.get_or_insert(packet::Ok { status: ok.status, ..Default::default() });
+                if sum || i == 0 {
+                    c.affected_rows = c.affected_rows.saturating_add(ok.affected_rows);
+                }
+                if c.last_insert_id == 0 {
+                    c.last_insert_id = ok.last_insert_id;
+                }
+                c.warnings = c.warnings.saturating_add(ok.warnings);
+            }
+            Ok(Head::Rows { .. }) => {
+                first_failure.get_or_insert(Failure::Mismatch("a shard answered a write with rows".into()));
+            }
+            Err(Failure::Error(i, p)) => {
+                ended[i] = true;
+                first_failure.get_or_insert(Failure::Error(i, p));
+            }
+            Err(f) => {
+                first_failure.get_or_insert(f);
+            }
+        }
+    }
+    if let Some(f) = first_failure {
+        return Err(f);
+    }
+    let ok = combined.unwrap_or_default();
+    outcome.affected_rows = ok.affected_rows;
+    outcome.last_insert_id = ok.last_insert_id;
+    outcome.status = ok.status & !proto::StatusFlags::SERVER_MORE_RESULTS_EXISTS.bits();
+    outcome.warnings = ok.warnings;
+    packet::write_ok(&mut out.buf, &mut out.seq, packet::OK_HEADER, &packet::Ok { status: outcome.status, ..ok }, b"");
+    Ok(Ok(()))
+}
+
+/// How a sort or aggregate column's text values compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ValueKind {
+    /// Integers, decimals, floating point, YEAR: by value.
+    Numeric,
+    /// The binary character set: bytewise.
+    Binary,
+    /// Other character sets: ASCII letters without case, trailing spaces ignored (as `_ci`
+    /// PAD SPACE collations compare ASCII text); dates and times compare bytewise this way too.
+    Text,
+}
+
+/// (name, character set, type) of a column definition.
+fn column_info(def: &[u8], mariadb_caps: u32) -> Option<(&[u8], u16, u8)> {
+    let mut rest = def;
+    let mut name: &[u8] = b"";
+    for i in 0..6 {
+        let (s, n) = read_lenenc_str(rest)?;
+        if i == 4 {
+            name = s;
+        }
+        rest = rest.get(n..)?;
+    }
+    if mariadb_caps & MARIADB_CLIENT_EXTENDED_METADATA != 0 {
+        let (_, n) = read_lenenc_str(rest)?;
+        rest = rest.get(n..)?;
+    }
+    // 0x0c, character set (2), column length (4), type.
+    let charset = u16::from_le_bytes([*rest.get(1)?, *rest.get(2)?]);
+    Some((name, charset, *rest.get(7)?))
+}
+
+const MARIADB_CLIENT_EXTENDED_METADATA: u32 = 1 << 3;
+
+fn kind_of(charset: u16, type_id: u8) -> ValueKind {
+    match type_id {
+        0x00..=0x05 | 0x08 | 0x09 | 0x0D | 0xF6 => ValueKind::Numeric,
+        _ if charset == 63 => ValueKind::Binary,
+        _ => ValueKind::Text,
+    }
+}
+
+/// The `index`th value of a text-protocol row: `Some(None)` for NULL.
+fn field(row: &[u8], index: usize) -> Option<Option<&[u8]>> {
+    let mut rest = row;
+    for i in 0.. {
+        let value = if rest.first() == Some(&0xFB) {
+            rest = &rest[1..];
+            None
+        } else {
+            let (v, n) = read_lenenc_str(rest)?;
+            rest = rest.get(n..)?;
+            Some(v)
+        };
+        if i == index {
+            return Some(value);
+        }
+    }
+    None
+}
+
+/// Numbers as text: by sign, then integer digits, then fraction; exponents through f64.
+fn cmp_numeric(a: &[u8], b: &[u8]) -> Ordering {
+    let has_exp = |s: &[u8]| s.iter().any(|c| matches!(c, b'e' | b'E'));
+    if has_exp(a) || has_exp(b) {
+        let f = |s: &[u8]| std::str::from_utf8(s).ok().and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+        return f(a).total_cmp(&f(b));
+    }
+    let split = |s: &[u8]| -> (bool, Vec<u8>, Vec<u8>) {
+        let (neg, s) = match s.first() {
+            Some(b'-') => (true, &s[1..]),
+            Some(b'+') => (false, &s[1..]),
+            _ => (false, s),
+        };
+        let dot = s.iter().position(|&c| c == b'.').unwrap_or(s.len());
+        let int: Vec<u8> = s[..dot].iter().copied().skip_while(|&c| c == b'0').collect();
+        let mut frac: Vec<u8> = s.get(dot + 1..).unwrap_or_default().to_vec();
+        while frac.last() == Some(&b'0') {
+            frac.pop();
+        }
+        let zero = int.is_empty() && frac.is_empty();
+        (neg && !zero, int, frac)
+    };
+    let (an, ai, af) = split(a);
+    let (bn, bi, bf) = split(b);
+    let magnitude = ai.len().cmp(&bi.len()).then_with(|| ai.cmp(&bi)).then_with(|| af.cmp(&bf));
+    match (an, bn) {
+        (false, false) => magnitude,
+        (true, true) => magnitude.reverse(),
+        (true, false) => Ordering::Less,
+        (false, true) => Ordering::Greater,
+    }
+}
+
+fn trim_spaces(s: &[u8]) -> &[u8] {
+    let end = s.iter().rposition(|&c| c != b' ').map_or(0, |p| p + 1);
+    &s[..end]
+}
+
+fn cmp_text(a: &[u8], b: &[u8]) -> Ordering {
+    let (a, b) = (trim_spaces(a), trim_spaces(b));
+    a.iter().map(u8::to_ascii_lowercase).cmp(b.iter().map(u8::to_ascii_lowercase))
+}
+
+/// NULL sorts first, as on the server.
+fn cmp_values(a: Option<&[u8]>, b: Option<&[u8]>, kind: ValueKind) -> Ordering {
+    match (a, b) {
+        (None, None) => Ordering::Equal,
+        (None, Some(_)) => Ordering::Less,
+        (Some(_), None) => Ordering::Greater,
+        (Some(a), Some(b)) => match kind {
+            ValueKind::Numeric => cmp_numeric(a, b),
+            ValueKind::Binary => a.cmp(b),
+            ValueKind::Text => cmp_text(a, b),
+        },
+    }
+}
+
+/// A sort key resolved against the column definitions.
+struct Resolved {
+    index: usize,
+    descending: bool,
+    kind: ValueKind,
+}
+
+fn cmp_rows(a: &[u8], b: &[u8], keys: &[Resolved]) -> Ordering {
+    for k in keys {
+        let va = field(a, k.index).flatten();
+        let vb = field(b, k.index).flatten();
+        let o = cmp_values(va, vb, k.kind);
+        let o = if k.descending { o.reverse() } else { o };
+        if o != Ordering::Equal {
+            return o;
+        }
+    }
+    Ordering::Equal
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn merge_rows(
+    shards: &mut [Shard<'_>],
+    ended: &mut [bool],
+    order: &[SortKey],
+    offset: u64,
+    limit: Option<u64>,
+    aggregates: Option<&[Aggregate]>,
+    out: &mut Out<'_>,
+    outcome: &mut Outcome,
+) -> Result<Result<(), ClientGone>, Failure> {
+    // Every shard's head first: they must agree before anything reaches the client.
+    let mut columns = None;
+    let mut first_failure = None;
+    for i in 0..shards.len() {
+        match read_head(shards, i).await {
+            Ok(Head::Rows { columns: c }) => match &columns {
+                None => columns = Some(c),
+                Some(first) if first.len() != c.len() => {
+                    first_failure.get_or_insert(Failure::Mismatch("the shards returned different column counts".into()));
+                }
+                Some(_) => {}
+            },
+            Ok(Head::Ok(_)) => {
+                ended[i] = true;
+                first_failure.get_or_insert(Failure::Mismatch("a shard answered a query with no rows".into()));
+            }
+            Err(Failure::Error(i, p)) => {
+                ended[i] = true;
+                first_failure.get_or_insert(Failure::Error(i, p));
+            }
+            Err(f) => {
+                first_failure.get_or_insert(f);
+            }
+        }
+    }
+    if let Some(f) = first_failure {
+        return Err(f);
+    }
+    let Some(columns) = columns else { return Err(Failure::Mismatch("no shard answered".into())) };
+    let caps = shards[0].backend.mariadb_caps;
+    let info: Vec<(Vec<u8>, ValueKind)> = columns
+        .iter()
+        .map(|def| column_info(def, caps).map_or((Vec::new(), ValueKind::Binary), |(n, cs, t)| (n.to_vec(), kind_of(cs, t))))
+        .collect();
+    let mut keys = Vec::with_capacity(order.len());
+    for k in order {
+        let index = match &k.column {
+            SortColumn::Position(p) => *p,
+            SortColumn::Name(n) => info
+                .iter()
+                .position(|(name, _)| name.eq_ignore_ascii_case(n.as_bytes()))
+                .ok_or_else(|| Failure::Mismatch(format!("ORDER BY `{n}` is not a column of the result")))?,
+        };
+        let Some((_, kind)) = info.get(index) else {
+            return Err(Failure::Mismatch(format!("ORDER BY position {} is past the result's columns", index + 1)));
+        };
+        keys.push(Resolved { index, descending: k.descending, kind: *kind });
+    }
+    // The result set's head: column count, definitions, and EOF unless DEPRECATE_EOF.
+    let deprecate_eof = shards[0].backend.deprecate_eof();
+    let mut head = Vec::with_capacity(9);
+    write_lenenc(&mut head, columns.len() as u64);
+    out.packet(&head);
+    for def in &columns {
+        out.packet(def);
+    }
+    if !deprecate_eof {
+        packet::write_eof(&mut out.buf, &mut out.seq, 0, shards[0].backend.status);
+    }
+    let mut skip = offset;
+    let mut room = limit.unwrap_or(u64::MAX);
+    if let Some(aggs) = aggregates {
+        let row = combine(shards, ended, aggs, &info).await?;
+        if skip == 0 && room > 0 {
+            out.packet(&row);
+            out.rows += 1;
+        }
+    } else if keys.is_empty() {
+        // Concatenated, shard after shard.
+        for i in 0..shards.len() {
+            while room > 0 {
+                let Some(row) = next_row(shards, i, ended).await? else { break };
+                if skip > 0 {
+                    skip -= 1;
+                    continue;
+                }
+                out.packet(&row);
+                out.rows += 1;
+                room -= 1;
+                if let Err(e) = out.flush_if_full().await {
+                    return Ok(Err(e));
+                }
+            }
+        }
+    } else {
+        // k-way: the smallest of each shard's next row; ties go to the lower shard.
+        let mut next: Vec<Option<Vec<u8>>> = Vec::with_capacity(shards.len());
+        for i in 0..shards.len() {
+            next.push(next_row(shards, i, ended).await?);
+        }
+        while room > 0 {
+            let mut best: Option<usize> = None;
+            for (i, row) in next.iter().enumerate() {
+                let Some(row) = row else { continue };
+                let better = match best.and_then(|b| next[b].as_deref()) {
+                    None => true,
+                    Some(current) => cmp_rows(row, current, &keys) == Ordering::Less,
+                };
+                if better {
+                    best = Some(i);
+                }
+            }
+            let Some(i) = best else { break };
+            let row = next[i].take().unwrap_or_default();
+            if skip > 0 {
+                skip -= 1;
+            } else {
+                out.packet(&row);
+                out.rows += 1;
+                room -= 1;
+                if let Err(e) = out.flush_if_full().await {
+                    return Ok(Err(e));
+                }
+            }
+            next[i] = next_row(shards, i, ended).await?;
+        }
+    }
+    // Past the LIMIT: each shard's rest (bounded by the LIMIT pushed down) is read and
+    // dropped, so its connection can be reused.
+    for i in 0..shards.len() {
+        while next_row(shards, i, ended).await?.is_some() {}
+    }
+    let status = shards[0].backend.status & !proto::StatusFlags::SERVER_MORE_RESULTS_EXISTS.bits();
+    outcome.status = status;
+    if deprecate_eof {
+        packet::write_ok(&mut out.buf, &mut out.seq, EOF_HEADER, &packet::Ok { status, ..Default::default() }, b"");
+    } else {
+        packet::write_eof(&mut out.buf, &mut out.seq, 0, status);
+    }
+    Ok(Ok(()))
+}
+
+/// One row of aggregates from each shard's one row.
+async fn combine(
+    shards: &mut [Shard<'_>],
+    ended: &mut [bool],
+    aggs: &[Aggregate],
+    info: &[(Vec<u8>, ValueKind)],
+) -> Result<Vec<u8>, Failure> {
+    let mut acc: Vec<Option<Vec<u8>>> = vec![None; aggs.len()];
+    for i in 0..shards.len() {
+        while let Some(row) = next_row(shards, i, ended).await? {
+            for (c, agg) in aggs.iter().enumerate() {
+                let value = field(&row, c).ok_or_else(|| Failure::Mismatch("a shard sent a malformed row".into()))?;
+                let Some(v) = value else { continue };
+                let kind = info.get(c).map_or(ValueKind::Numeric, |(_, k)| *k);
+                acc[c] = Some(match (agg, acc[c].take()) {
+                    (_, None) => v.to_vec(),
+                    (Aggregate::Count | Aggregate::Sum, Some(a)) => add_decimal(&a, v).ok_or_else(|| {
+                        Failure::Mismatch(format!(
+                            "the shards' {} values cannot be added exactly",
+                            if *agg == Aggregate::Sum { "SUM" } else { "COUNT" }
+                        ))
+                    })?,
+                    (Aggregate::Min, Some(a)) => {
+                        if cmp_values(Some(v), Some(&a), kind) == Ordering::Less {
+                            v.to_vec()
+                        } else {
+                            a
+                        }
+                    }
+                    (Aggregate::Max, Some(a)) => {
+                        if cmp_values(Some(v), Some(&a), kind) == Ordering::Greater {
+                            v.to_vec()
+                        } else {
+                            a
+                        }
+                    }
+                });
+            }
+        }
+    }
+    let mut row = Vec::new();
+    for (c, agg) in aggs.iter().enumerate() {
+        match (&acc[c], agg) {
+            (Some(v), _) => write_lenenc_str(&mut row, v),
+            // COUNT of no rows anywhere is 0; the others are NULL.
+            (None, Aggregate::Count) => write_lenenc_str(&mut row, b"0"),
+            (None, _) => row.push(0xFB),
+        }
+    }
+    Ok(row)
+}
+
+/// `a + b` for decimal numbers as the server writes them (no exponent), exactly; `None` if
+/// either is not such a number or the sum needs more than 38 digits.
+fn add_decimal(a: &[u8], b: &[u8]) -> Option<Vec<u8>> {
+    let parse = |s: &[u8]| -> Option<(i128, u32)> {
+        let s = std::str::from_utf8(s).ok()?;
+        let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+        let neg = int.starts_with('-');
+        let digits = format!("{}{frac}", int.trim_start_matches(['-', '+']));
+        if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        let m: i128 = digits.parse().ok()?;
+        Some((if neg { -m } else { m }, frac.len() as u32))
+    };
+    let (ma, sa) = parse(a)?;
+    let (mb, sb) = parse(b)?;
+    let scale = sa.max(sb);
+    let ma = ma.checked_mul(10i128.checked_pow(scale - sa)?)?;
+    let mb = mb.checked_mul(10i128.checked_pow(scale - sb)?)?;
+    let sum = ma.checked_add(mb)?;
+    let digits = sum.unsigned_abs().to_string();
+    let scale = scale as usize;
+    let padded = if digits.len() <= scale { format!("{}{digits}", "0".repeat(scale + 1 - digits.len())) } else { digits };
+    let (int, frac) = padded.split_at(padded.len() - scale);
+    let sign = if sum < 0 { "-" } else { "" };
+    Some(if scale == 0 { format!("{sign}{int}") } else { format!("{sign}{int}.{frac}") }.into_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_compare_by_value() {
+        assert_eq!(cmp_numeric(b"10", b"9"), Ordering::Greater);
+        assert_eq!(cmp_numeric(b"-10", b"-9"), Ordering::Less);
+        assert_eq!(cmp_numeric(b"1.50", b"1.5"), Ordering::Equal);
+        assert_eq!(cmp_numeric(b"-0.00", b"0"), Ordering::Equal);
+        assert_eq!(cmp_numeric(b"0.1", b"-5"), Ordering::Greater);
+        assert_eq!(cmp_numeric(b"1e3", b"999"), Ordering::Greater);
+        assert_eq!(cmp_text(b"abc  ", b"ABC"), Ordering::Equal);
+        assert_eq!(cmp_values(None, Some(b"0"), ValueKind::Numeric), Ordering::Less, "NULL first");
+    }
+
+    #[test]
+    fn decimals_add_exactly() {
+        assert_eq!(add_decimal(b"1.25", b"2.5").as_deref(), Some(&b"3.75"[..]));
+        assert_eq!(add_decimal(b"-1.25", b"1").as_deref(), Some(&b"-0.25"[..]));
+        assert_eq!(add_decimal(b"99999999999999999999", b"1").as_deref(), Some(&b"100000000000000000000"[..]));
+        assert_eq!(add_decimal(b"0.001", b"0.002").as_deref(), Some(&b"0.003"[..]));
+        assert_eq!(add_decimal(b"1e3", b"1"), None);
+    }
+
+    #[test]
+    fn fields_of_a_text_row() {
+        let mut row = Vec::new();
+        write_lenenc_str(&mut row, b"a");
+        row.push(0xFB);
+        write_lenenc_str(&mut row, b"ccc");
+        assert_eq!(field(&row, 0), Some(Some(&b"a"[..])));
+        assert_eq!(field(&row, 1), Some(None));
+        assert_eq!(field(&row, 2), Some(Some(&b"ccc"[..])));
+        assert_eq!(field(&row, 3), None);
+    }
+}
