@@ -531,10 +531,9 @@ pub struct Config {
     pub query_rules: Vec<QueryRuleRow>,
     /// `query_rules` compiled and indexed.
     pub rules: std::sync::Arc<crate::rules::RuleSet>,
+    /// Sharding, compiled into `snapshot::Snapshot::shards`.
     pub shard_databases: Vec<ShardDatabaseRow>,
     pub sharded_tables: Vec<ShardedTableRow>,
-    /// The two above, compiled for routing.
-    pub shards: std::sync::Arc<crate::shard::ShardMap>,
 }
 
 impl Config {
@@ -1154,7 +1153,6 @@ impl FileConfig {
             users: self.mysql_users,
             query_rules: self.mysql_query_rules,
             rules,
-            shards: std::sync::Arc::new(crate::shard::ShardMap::build(&self.shard_databases, &self.sharded_tables)),
             shard_databases: self.shard_databases,
             sharded_tables: self.sharded_tables,
             proxy: self.proxy,

@@ -13,7 +13,6 @@
 //! complete: before the result set starts, in place of it; after, in place of its terminator.
 
 use crate::net::Conn;
-use crate::pool::Backend;
 use crate::shard::plan::{Aggregate, Merge, SortColumn, SortKey};
 use proto::codec::{read_lenenc, read_lenenc_str, write_lenenc, write_lenenc_str};
 use proto::errors::*;
@@ -31,9 +30,20 @@ const MAX_PACKET: usize = 1 << 30;
 
 /// One shard's connection and how messages name it.
 pub struct Shard<'a> {
-    pub backend: &'a mut Backend,
+    pub conn: &'a mut Conn,
+    pub format: super::Format,
     /// `ds_2 (hostgroup 2)`.
     pub label: String,
+    /// Server status flags of its last reply (updated by the merge).
+    pub status: u16,
+    /// Its reply was read to its end: the connection can be reused (set by the merge).
+    pub finished: bool,
+}
+
+impl Shard<'_> {
+    fn deprecate_eof(&self) -> bool {
+        self.format.deprecate_eof
+    }
 }
 
 /// The client went away: the session ends.
@@ -92,7 +102,7 @@ impl Out<'_> {
 
 /// Reads one packet from a shard, skipping MariaDB progress reports.
 async fn read_packet(shards: &mut [Shard<'_>], i: usize) -> Result<Vec<u8>, Failure> {
-    let conn = &mut shards[i].backend.conn;
+    let conn = &mut *shards[i].conn;
     loop {
         let frame = match conn.read_frame(MAX_PACKET).await {
             Ok(Some(f)) => f,
@@ -118,7 +128,7 @@ async fn read_head(shards: &mut [Shard<'_>], i: usize) -> Result<Head, Failure> 
     match first.first() {
         Some(&packet::OK_HEADER) => {
             let ok = packet::parse_ok(&first).map_err(|_| Failure::Mismatch(format!("{} sent a malformed OK", shards[i].label)))?;
-            shards[i].backend.status = ok.status;
+            shards[i].status = ok.status;
             Ok(Head::Ok(ok))
         }
         Some(&ERR_HEADER) => Err(Failure::Error(i, first)),
@@ -129,7 +139,7 @@ async fn read_head(shards: &mut [Shard<'_>], i: usize) -> Result<Head, Failure> 
             for _ in 0..count {
                 columns.push(read_packet(shards, i).await?);
             }
-            if !shards[i].backend.deprecate_eof() {
+            if !shards[i].deprecate_eof() {
                 read_packet(shards, i).await?;
             }
             Ok(Head::Rows { columns })
@@ -145,9 +155,9 @@ async fn next_row(shards: &mut [Shard<'_>], i: usize, ended: &mut [bool]) -> Res
     let p = read_packet(shards, i).await?;
     if is_terminator(&p) {
         ended[i] = true;
-        let deprecate_eof = shards[i].backend.deprecate_eof();
+        let deprecate_eof = shards[i].deprecate_eof();
         if let Ok(status) = packet::terminator_status(&p, deprecate_eof) {
-            shards[i].backend.status = status;
+            shards[i].status = status;
         }
         return Ok(None);
     }
@@ -159,7 +169,7 @@ async fn next_row(shards: &mut [Shard<'_>], i: usize, ended: &mut [bool]) -> Res
 }
 
 /// Sends each shard its request (a COM_QUERY packet) and writes the merged reply, starting
-/// at sequence id `seq`. Shards whose reply was not read to its end are marked broken.
+/// at sequence id `seq`. A shard whose reply was not read to its end is left `finished == false`: its connection must be closed.
 pub async fn run(client: &mut Conn, shards: &mut [Shard<'_>], requests: &[Vec<u8>], merge: &Merge, seq: u8) -> Result<Outcome, ClientGone> {
     let mut out = Out { client, buf: Vec::new(), seq, rows: 0 };
     let mut outcome = Outcome::default();
@@ -167,7 +177,7 @@ pub async fn run(client: &mut Conn, shards: &mut [Shard<'_>], requests: &[Vec<u8
     let mut ended = vec![false; shards.len()];
     let result = async {
         for (i, request) in requests.iter().enumerate() {
-            if shards[i].backend.conn.write_all(request).await.is_err() {
+            if shards[i].conn.write_all(request).await.is_err() {
                 return Err(Failure::Lost(i));
             }
         }
@@ -191,9 +201,7 @@ pub async fn run(client: &mut Conn, shards: &mut [Shard<'_>], requests: &[Vec<u8
         }
     };
     for (s, done) in shards.iter_mut().zip(&ended) {
-        if !done {
-            s.backend.broken = true;
-        }
+        s.finished = *done;
     }
     result?;
     out.flush().await?;
@@ -451,7 +459,7 @@ async fn merge_rows(
         return Err(f);
     }
     let Some(columns) = columns else { return Err(Failure::Mismatch("no shard answered".into())) };
-    let caps = shards[0].backend.mariadb_caps;
+    let caps = shards[0].format.mariadb_caps;
     let info: Vec<(Vec<u8>, ValueKind)> = columns
         .iter()
         .map(|def| column_info(def, caps).map_or((Vec::new(), ValueKind::Binary), |(n, cs, t)| (n.to_vec(), kind_of(cs, t))))
@@ -471,7 +479,7 @@ async fn merge_rows(
         keys.push(Resolved { index, descending: k.descending, kind: *kind });
     }
     // The result set's head: column count, definitions, and EOF unless DEPRECATE_EOF.
-    let deprecate_eof = shards[0].backend.deprecate_eof();
+    let deprecate_eof = shards[0].deprecate_eof();
     let mut head = Vec::with_capacity(9);
     write_lenenc(&mut head, columns.len() as u64);
     out.packet(&head);
@@ -479,7 +487,7 @@ async fn merge_rows(
         out.packet(def);
     }
     if !deprecate_eof {
-        packet::write_eof(&mut out.buf, &mut out.seq, 0, shards[0].backend.status);
+        packet::write_eof(&mut out.buf, &mut out.seq, 0, shards[0].status);
     }
     let mut skip = offset;
     let mut room = limit.unwrap_or(u64::MAX);
@@ -544,7 +552,7 @@ async fn merge_rows(
     for i in 0..shards.len() {
         while next_row(shards, i, ended).await?.is_some() {}
     }
-    let status = shards[0].backend.status & !proto::StatusFlags::SERVER_MORE_RESULTS_EXISTS.bits();
+    let status = shards[0].status & !proto::StatusFlags::SERVER_MORE_RESULTS_EXISTS.bits();
     outcome.status = status;
     if deprecate_eof {
         packet::write_ok(&mut out.buf, &mut out.seq, EOF_HEADER, &packet::Ok { status, ..Default::default() }, b"");

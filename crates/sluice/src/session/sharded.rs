@@ -30,14 +30,28 @@ impl Session {
             }
         }
         let requests: Vec<Vec<u8>> = sharded.targets.iter().map(|t| plan::query_packet(t.sql.as_bytes(), 0).to_vec()).collect();
+        let mut ends: Vec<(u16, bool)> = Vec::with_capacity(held.len());
         let result = {
             let mut shards: Vec<Shard> = held
                 .iter_mut()
                 .zip(&sharded.targets)
-                .map(|(h, t)| Shard { label: format!("`{}` (hostgroup {})", t.database, t.hostgroup), backend: &mut h.backend })
+                .map(|(h, t)| Shard {
+                    format: h.backend.format(),
+                    status: h.backend.status,
+                    finished: false,
+                    label: format!("`{}` (hostgroup {})", t.database, t.hostgroup),
+                    conn: &mut h.backend.conn,
+                })
                 .collect();
-            merge::run(&mut self.client, &mut shards, &requests, &sharded.merge, seq).await
+            let result = merge::run(&mut self.client, &mut shards, &requests, &sharded.merge, seq).await;
+            ends.extend(shards.iter().map(|s| (s.status, s.finished)));
+            result
         };
+        // A reply not read to its end leaves its connection mid-stream: closed, never pooled.
+        for (h, (status, finished)) in held.iter_mut().zip(&ends) {
+            h.backend.status = *status;
+            h.backend.broken |= !finished;
+        }
         let outcome = match result {
             Ok(o) => o,
             Err(merge::ClientGone) => {

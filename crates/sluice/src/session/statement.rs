@@ -72,7 +72,7 @@ impl Session {
             in_transaction: self.may_be_in_transaction(),
             kept_hostgroup: self.kept_hostgroup(),
             replication: &self.snap.config.replication_hostgroups,
-            shards: &self.snap.config.shards,
+            shards: &self.snap.shards,
         };
         plan::plan(&stmt, &facts, &self.snap.config.rules, &mut self.plan_scratch)
     }
