@@ -73,7 +73,7 @@ fn run_example(name: &str) {
 }
 
 /// Every folder under `examples/`, each run by the test of the same name below.
-const EXAMPLES: [&str; 11] = [
+const EXAMPLES: [&str; 12] = [
     "query-rules",
     "read-write-split",
     "replication-failover",
@@ -85,6 +85,7 @@ const EXAMPLES: [&str; 11] = [
     "observability",
     "tls",
     "graceful-shutdown",
+    "sharding",
 ];
 
 #[test]
@@ -154,4 +155,9 @@ fn tls() {
 #[test]
 fn graceful_shutdown() {
     run_example("graceful-shutdown");
+}
+
+#[test]
+fn sharding() {
+    run_example("sharding");
 }

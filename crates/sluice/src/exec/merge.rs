@@ -183,8 +183,9 @@ pub async fn run(client: &mut Conn, shards: &mut [Shard<'_>], requests: &[Vec<u8
         }
         match merge {
             Merge::Ok { sum } => merge_ok(shards, &mut ended, *sum, &mut out, &mut outcome).await,
-            Merge::Rows { order, offset, limit, aggregates } => {
-                merge_rows(shards, &mut ended, order, *offset, *limit, aggregates.as_deref(), &mut out, &mut outcome).await
+            Merge::Rows { order, offset, limit, aggregates, hidden } => {
+                let rows = RowMerge { order, offset: *offset, limit: *limit, aggregates: aggregates.as_deref(), hidden: *hidden };
+                merge_rows(shards, &mut ended, &rows, &mut out, &mut outcome).await
             }
         }
     }
@@ -419,17 +420,33 @@ fn cmp_rows(a: &[u8], b: &[u8], keys: &[Resolved]) -> Ordering {
     Ordering::Equal
 }
 
-#[allow(clippy::too_many_arguments)]
+/// `Merge::Rows`, borrowed.
+struct RowMerge<'m> {
+    order: &'m [SortKey],
+    offset: u64,
+    limit: Option<u64>,
+    aggregates: Option<&'m [Aggregate]>,
+    hidden: usize,
+}
+
+/// The first `visible` values of a row (the rest are hidden sort columns).
+fn visible_part(row: &[u8], visible: usize) -> &[u8] {
+    let mut at = 0;
+    for _ in 0..visible {
+        let Some(rest) = row.get(at..) else { return row };
+        at += if rest.first() == Some(&0xFB) { 1 } else { read_lenenc_str(rest).map_or(rest.len(), |(_, n)| n) };
+    }
+    row.get(..at).unwrap_or(row)
+}
+
 async fn merge_rows(
     shards: &mut [Shard<'_>],
     ended: &mut [bool],
-    order: &[SortKey],
-    offset: u64,
-    limit: Option<u64>,
-    aggregates: Option<&[Aggregate]>,
+    merge: &RowMerge<'_>,
     out: &mut Out<'_>,
     outcome: &mut Outcome,
 ) -> Result<Result<(), ClientGone>, Failure> {
+    let RowMerge { order, offset, limit, aggregates, hidden } = *merge;
     // Every shard's head first: they must agree before anything reaches the client.
     let mut columns = None;
     let mut first_failure = None;
@@ -459,6 +476,10 @@ async fn merge_rows(
         return Err(f);
     }
     let Some(columns) = columns else { return Err(Failure::Mismatch("no shard answered".into())) };
+    if hidden > columns.len() {
+        return Err(Failure::Mismatch("fewer columns than sluice added for ORDER BY".into()));
+    }
+    let visible = columns.len() - hidden;
     let caps = shards[0].format.mariadb_caps;
     let info: Vec<(Vec<u8>, ValueKind)> = columns
         .iter()
@@ -468,6 +489,7 @@ async fn merge_rows(
     for k in order {
         let index = match &k.column {
             SortColumn::Position(p) => *p,
+            SortColumn::Hidden(k) => (info.len() - hidden) + k,
             SortColumn::Name(n) => info
                 .iter()
                 .position(|(name, _)| name.eq_ignore_ascii_case(n.as_bytes()))
@@ -481,9 +503,9 @@ async fn merge_rows(
     // The result set's head: column count, definitions, and EOF unless DEPRECATE_EOF.
     let deprecate_eof = shards[0].deprecate_eof();
     let mut head = Vec::with_capacity(9);
-    write_lenenc(&mut head, columns.len() as u64);
+    write_lenenc(&mut head, visible as u64);
     out.packet(&head);
-    for def in &columns {
+    for def in &columns[..visible] {
         out.packet(def);
     }
     if !deprecate_eof {
@@ -506,7 +528,7 @@ async fn merge_rows(
                     skip -= 1;
                     continue;
                 }
-                out.packet(&row);
+                out.packet(visible_part(&row, visible));
                 out.rows += 1;
                 room -= 1;
                 if let Err(e) = out.flush_if_full().await {
@@ -537,7 +559,7 @@ async fn merge_rows(
             if skip > 0 {
                 skip -= 1;
             } else {
-                out.packet(&row);
+                out.packet(visible_part(&row, visible));
                 out.rows += 1;
                 room -= 1;
                 if let Err(e) = out.flush_if_full().await {

@@ -32,6 +32,8 @@ pub struct ShardStatement {
 pub enum SortColumn {
     Position(usize),
     Name(String),
+    /// The `k`th column sluice added at the end of the select list (and hides from the client).
+    Hidden(usize),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,7 +56,8 @@ pub enum Aggregate {
 pub enum Merge {
     /// Result sets: rows concatenated, or merged in `order`; `offset` rows skipped and at most
     /// `limit` sent; with `aggregates`, one row of each shard combined column by column.
-    Rows { order: Vec<SortKey>, offset: u64, limit: Option<u64>, aggregates: Option<Vec<Aggregate>> },
+    /// `hidden`: trailing columns sluice added for ORDER BY, dropped before rows go out.
+    Rows { order: Vec<SortKey>, offset: u64, limit: Option<u64>, aggregates: Option<Vec<Aggregate>>, hidden: usize },
     /// OK packets: affected rows summed (`sum`), else the first shard's (a broadcast write, DDL).
     Ok { sum: bool },
 }
@@ -535,6 +538,8 @@ impl<'a> Planner<'a> {
             return Err("sluice cannot lock rows across shards (FOR UPDATE, LOCK IN SHARE MODE)".into());
         }
         let aggregates = aggregates(&sel.projection)?;
+        // ORDER BY expressions not in the select list are added to it, and hidden.
+        let mut hidden: Vec<Expr> = Vec::new();
         let order = match &q.order_by {
             None => Vec::new(),
             Some(o) => match &o.kind {
@@ -546,7 +551,7 @@ impl<'a> Planner<'a> {
                             return Err("sluice cannot merge NULLS FIRST/LAST or WITH FILL".into());
                         }
                         let descending = matches!(e.options.sort, Some(OrderBySort::Desc));
-                        let column = sort_column(&e.expr, &sel.projection)?;
+                        let column = sort_column(&e.expr, &sel.projection, &mut hidden)?;
                         keys.push(SortKey { column, descending });
                     }
                     keys
@@ -581,9 +586,14 @@ impl<'a> Planner<'a> {
             // One row per shard: ORDER BY and LIMIT apply to the combined row.
             per_shard.order_by = None;
             per_shard.limit_clause = None;
+            hidden.clear();
+        }
+        if let SetExpr::Select(sel) = per_shard.body.as_mut() {
+            sel.projection.extend(hidden.iter().cloned().map(SelectItem::UnnamedExpr));
         }
         let statement = Statement::Query(Box::new(per_shard));
-        self.one_or_many(&statement, &targets, Merge::Rows { order, offset, limit, aggregates }, db)
+        let merge = Merge::Rows { order, offset, limit, aggregates, hidden: hidden.len() };
+        self.one_or_many(&statement, &targets, merge, db)
     }
 
     fn write(&self, s: &Statement, tables: &Tables<'a>, selection: Option<&Expr>, bounded: bool, what: &str) -> Result<Sharding, Refusal> {
@@ -812,8 +822,16 @@ fn aggregates(projection: &[SelectItem]) -> Result<Option<Vec<Aggregate>>, Refus
     }
 }
 
-/// The result column an ORDER BY item sorts on.
-fn sort_column(e: &Expr, projection: &[SelectItem]) -> Result<SortColumn, Refusal> {
+/// The result column an ORDER BY item sorts on: one of the select list, else `e` added to
+/// `hidden`.
+fn sort_column(e: &Expr, projection: &[SelectItem], hidden: &mut Vec<Expr>) -> Result<SortColumn, Refusal> {
+    let mut hide = |e: &Expr| {
+        if has_aggregate_or_window(e) {
+            return Err(format!("sluice cannot merge ORDER BY `{e}` across shards"));
+        }
+        hidden.push(e.clone());
+        Ok(SortColumn::Hidden(hidden.len() - 1))
+    };
     let wildcard = projection.iter().any(|i| matches!(i, SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)));
     if let Some(n) = int_literal(e) {
         // A position counts result columns: a wildcard's are known only from the reply.
@@ -828,7 +846,7 @@ fn sort_column(e: &Expr, projection: &[SelectItem]) -> Result<SortColumn, Refusa
             Some(i) => &i.value,
             None => return Err("empty ORDER BY name".into()),
         },
-        _ => return Err(format!("sluice can merge ORDER BY columns of the select list only, not `{e}`")),
+        _ => return hide(e),
     };
     let listed = projection.iter().position(|i| match i {
         SelectItem::ExprWithAlias { alias, .. } => alias.value.eq_ignore_ascii_case(name),
@@ -837,9 +855,10 @@ fn sort_column(e: &Expr, projection: &[SelectItem]) -> Result<SortColumn, Refusa
         _ => false,
     });
     match (listed, wildcard) {
-        (Some(i), _) if !wildcard => Ok(SortColumn::Position(i)),
+        (Some(i), false) => Ok(SortColumn::Position(i)),
+        // `*` may hold it: found by name in the reply.
         (_, true) => Ok(SortColumn::Name(name.clone())),
-        _ => Err(format!("sluice can merge ORDER BY `{name}` across shards only when `{name}` is in the select list")),
+        (None, false) => hide(e),
     }
 }
 

@@ -76,7 +76,8 @@ fn key_equality_and_in_pick_shards() {
             order: vec![SortKey { column: SortColumn::Position(0), descending: true }],
             offset: 2,
             limit: Some(3),
-            aggregates: None
+            aggregates: None,
+            hidden: 0
         }
     );
     assert_eq!(fanout("SELECT * FROM t_order WHERE user_id = 1 OR amount > 3").targets.len(), 4);
@@ -119,14 +120,19 @@ fn aggregates_merge_and_unsupported_shapes_are_refused() {
             order: vec![],
             offset: 0,
             limit: None,
-            aggregates: Some(vec![Aggregate::Count, Aggregate::Sum, Aggregate::Min, Aggregate::Max])
+            aggregates: Some(vec![Aggregate::Count, Aggregate::Sum, Aggregate::Min, Aggregate::Max]),
+            hidden: 0
         }
     );
     assert!(refused("SELECT AVG(amount) FROM t_order").contains("AVG"));
     assert!(refused("SELECT user_id, COUNT(*) FROM t_order GROUP BY user_id").contains("GROUP BY"));
     assert!(refused("SELECT DISTINCT user_id FROM t_order").contains("DISTINCT"));
     assert!(refused("SELECT COUNT(DISTINCT user_id) FROM t_order").contains("DISTINCT"));
-    assert!(refused("SELECT id FROM t_order ORDER BY amount").contains("select list"));
+    // ORDER BY a column or expression not selected: added, and hidden from the client.
+    let p = fanout("SELECT id FROM t_order ORDER BY amount * 2 DESC, id");
+    assert_eq!(p.targets[0].sql, "SELECT id, amount * 2 FROM `ds_0`.`t_order` ORDER BY amount * 2 DESC, id");
+    let Merge::Rows { order, hidden, .. } = p.merge else { panic!() };
+    assert_eq!((order[0].column.clone(), order[1].column.clone(), hidden), (SortColumn::Hidden(0), SortColumn::Position(0), 1));
     assert!(refused("SELECT * FROM customers WHERE id IN (SELECT user_id FROM t_order)").contains("subquery"));
     assert!(refused("SELECT * FROM t_order WHERE user_id = 1; SELECT 1").contains("multi-statement"));
     assert!(plan(&map(), "shop", b"SELECT * FROM t_order WHERE user_id = 1", true) != Sharding::NotSharded);
