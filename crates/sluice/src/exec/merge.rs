@@ -183,7 +183,7 @@ pub async fn run(client: &mut Conn, shards: &mut [Shard<'_>], requests: &[Vec<u8
         }
         match merge {
             Merge::Ok { sum } => merge_ok(shards, &mut ended, *sum, &mut out, &mut outcome).await,
-            Merge::Rows { order, offset, limit, aggregates, hidden } => {
+            Merge::Rows { order, offset, limit, aggregates, grouped: _, hidden } => {
                 let rows = RowMerge { order, offset: *offset, limit: *limit, aggregates: aggregates.as_deref(), hidden: *hidden };
                 merge_rows(shards, &mut ended, &rows, &mut out, &mut outcome).await
             }
@@ -294,8 +294,22 @@ enum ValueKind {
     Text,
 }
 
-/// (name, character set, type) of a column definition.
-fn column_info(def: &[u8], mariadb_caps: u32) -> Option<(&[u8], u16, u8)> {
+/// What the merge reads of a column definition.
+#[derive(Debug, Clone, Copy)]
+struct ColumnInfo {
+    kind: ValueKind,
+    type_id: u8,
+    decimals: u8,
+}
+
+impl Default for ColumnInfo {
+    fn default() -> Self {
+        ColumnInfo { kind: ValueKind::Binary, type_id: 0xFD, decimals: 0 }
+    }
+}
+
+/// (name, character set, type, decimals) of a column definition.
+fn column_info(def: &[u8], mariadb_caps: u32) -> Option<(&[u8], u16, u8, u8)> {
     let mut rest = def;
     let mut name: &[u8] = b"";
     for i in 0..6 {
@@ -309,9 +323,9 @@ fn column_info(def: &[u8], mariadb_caps: u32) -> Option<(&[u8], u16, u8)> {
         let (_, n) = read_lenenc_str(rest)?;
         rest = rest.get(n..)?;
     }
-    // 0x0c, character set (2), column length (4), type.
+    // 0x0c, character set (2), column length (4), type, flags (2), decimals.
     let charset = u16::from_le_bytes([*rest.get(1)?, *rest.get(2)?]);
-    Some((name, charset, *rest.get(7)?))
+    Some((name, charset, *rest.get(7)?, *rest.get(10)?))
 }
 
 const MARIADB_CLIENT_EXTENDED_METADATA: u32 = 1 << 3;
@@ -481,24 +495,31 @@ async fn merge_rows(
     }
     let visible = columns.len() - hidden;
     let caps = shards[0].format.mariadb_caps;
-    let info: Vec<(Vec<u8>, ValueKind)> = columns
+    let names: Vec<Vec<u8>> = columns.iter().map(|def| column_info(def, caps).map_or(Vec::new(), |(n, ..)| n.to_vec())).collect();
+    let info: Vec<ColumnInfo> = columns
         .iter()
-        .map(|def| column_info(def, caps).map_or((Vec::new(), ValueKind::Binary), |(n, cs, t)| (n.to_vec(), kind_of(cs, t))))
+        .map(|def| {
+            column_info(def, caps).map_or_else(ColumnInfo::default, |(_, cs, t, d)| ColumnInfo {
+                kind: kind_of(cs, t),
+                type_id: t,
+                decimals: d,
+            })
+        })
         .collect();
     let mut keys = Vec::with_capacity(order.len());
     for k in order {
         let index = match &k.column {
             SortColumn::Position(p) => *p,
             SortColumn::Hidden(k) => (info.len() - hidden) + k,
-            SortColumn::Name(n) => info
+            SortColumn::Name(n) => names
                 .iter()
-                .position(|(name, _)| name.eq_ignore_ascii_case(n.as_bytes()))
+                .position(|name| name.eq_ignore_ascii_case(n.as_bytes()))
                 .ok_or_else(|| Failure::Mismatch(format!("ORDER BY `{n}` is not a column of the result")))?,
         };
-        let Some((_, kind)) = info.get(index) else {
+        let Some(column) = info.get(index) else {
             return Err(Failure::Mismatch(format!("ORDER BY position {} is past the result's columns", index + 1)));
         };
-        keys.push(Resolved { index, descending: k.descending, kind: *kind });
+        keys.push(Resolved { index, descending: k.descending, kind: column.kind });
     }
     // The result set's head: column count, definitions, and EOF unless DEPRECATE_EOF.
     let deprecate_eof = shards[0].deprecate_eof();
@@ -511,38 +532,30 @@ async fn merge_rows(
     if !deprecate_eof {
         packet::write_eof(&mut out.buf, &mut out.seq, 0, shards[0].status);
     }
-    let mut skip = offset;
-    let mut room = limit.unwrap_or(u64::MAX);
-    if let Some(aggs) = aggregates {
-        let row = combine(shards, ended, aggs, &info).await?;
-        if skip == 0 && room > 0 {
-            out.packet(&row);
-            out.rows += 1;
-        }
-    } else if keys.is_empty() {
+    let mut window = Window { skip: offset, room: limit.unwrap_or(u64::MAX) };
+    if aggregates.is_none() && keys.is_empty() {
         // Concatenated, shard after shard.
         for i in 0..shards.len() {
-            while room > 0 {
+            while window.room > 0 {
                 let Some(row) = next_row(shards, i, ended).await? else { break };
-                if skip > 0 {
-                    skip -= 1;
-                    continue;
-                }
-                out.packet(visible_part(&row, visible));
-                out.rows += 1;
-                room -= 1;
-                if let Err(e) = out.flush_if_full().await {
-                    return Ok(Err(e));
+                if window.take() {
+                    out.packet(visible_part(&row, visible));
+                    out.rows += 1;
+                    if let Err(e) = out.flush_if_full().await {
+                        return Ok(Err(e));
+                    }
                 }
             }
         }
     } else {
-        // k-way: the smallest of each shard's next row; ties go to the lower shard.
+        // k-way: the smallest of each shard's next row; ties go to the lower shard. With
+        // aggregates, a run of rows with equal keys (all rows, without keys) is one group.
         let mut next: Vec<Option<Vec<u8>>> = Vec::with_capacity(shards.len());
         for i in 0..shards.len() {
             next.push(next_row(shards, i, ended).await?);
         }
-        while room > 0 {
+        let mut group: Option<Group> = None;
+        while window.room > 0 {
             let mut best: Option<usize> = None;
             for (i, row) in next.iter().enumerate() {
                 let Some(row) = row else { continue };
@@ -556,17 +569,37 @@ async fn merge_rows(
             }
             let Some(i) = best else { break };
             let row = next[i].take().unwrap_or_default();
-            if skip > 0 {
-                skip -= 1;
-            } else {
-                out.packet(visible_part(&row, visible));
-                out.rows += 1;
-                room -= 1;
-                if let Err(e) = out.flush_if_full().await {
-                    return Ok(Err(e));
+            next[i] = next_row(shards, i, ended).await?;
+            let done = match aggregates {
+                None => Some(visible_part(&row, visible).to_vec()),
+                Some(aggs) => match &mut group {
+                    Some(g) if cmp_rows(&row, &g.first, &keys) == Ordering::Equal => {
+                        g.fold(&row, aggs, &info, visible)?;
+                        None
+                    }
+                    _ => {
+                        let mut g = Group::new(row, aggs.len());
+                        g.fold_own(aggs, &info, visible)?;
+                        group.replace(g).map(|g| g.finish(aggs, &info)).transpose()?
+                    }
+                },
+            };
+            if let Some(row) = done {
+                if window.take() {
+                    out.packet(&row);
+                    out.rows += 1;
+                    if let Err(e) = out.flush_if_full().await {
+                        return Ok(Err(e));
+                    }
                 }
             }
-            next[i] = next_row(shards, i, ended).await?;
+        }
+        if let (Some(g), Some(aggs)) = (group, aggregates) {
+            let row = g.finish(aggs, &info)?;
+            if window.take() {
+                out.packet(&row);
+                out.rows += 1;
+            }
         }
     }
     // Past the LIMIT: each shard's rest (bounded by the LIMIT pushed down) is read and
@@ -584,84 +617,167 @@ async fn merge_rows(
     Ok(Ok(()))
 }
 
-/// One row of aggregates from each shard's one row.
-async fn combine(
-    shards: &mut [Shard<'_>],
-    ended: &mut [bool],
-    aggs: &[Aggregate],
-    info: &[(Vec<u8>, ValueKind)],
-) -> Result<Vec<u8>, Failure> {
-    let mut acc: Vec<Option<Vec<u8>>> = vec![None; aggs.len()];
-    for i in 0..shards.len() {
-        while let Some(row) = next_row(shards, i, ended).await? {
-            for (c, agg) in aggs.iter().enumerate() {
-                let value = field(&row, c).ok_or_else(|| Failure::Mismatch("a shard sent a malformed row".into()))?;
-                let Some(v) = value else { continue };
-                let kind = info.get(c).map_or(ValueKind::Numeric, |(_, k)| *k);
-                acc[c] = Some(match (agg, acc[c].take()) {
-                    (_, None) => v.to_vec(),
-                    (Aggregate::Count | Aggregate::Sum, Some(a)) => add_decimal(&a, v).ok_or_else(|| {
-                        Failure::Mismatch(format!(
-                            "the shards' {} values cannot be added exactly",
-                            if *agg == Aggregate::Sum { "SUM" } else { "COUNT" }
-                        ))
-                    })?,
-                    (Aggregate::Min, Some(a)) => {
-                        if cmp_values(Some(v), Some(&a), kind) == Ordering::Less {
-                            v.to_vec()
-                        } else {
-                            a
-                        }
-                    }
-                    (Aggregate::Max, Some(a)) => {
-                        if cmp_values(Some(v), Some(&a), kind) == Ordering::Greater {
-                            v.to_vec()
-                        } else {
-                            a
-                        }
-                    }
-                });
-            }
-        }
-    }
-    let mut row = Vec::new();
-    for (c, agg) in aggs.iter().enumerate() {
-        match (&acc[c], agg) {
-            (Some(v), _) => write_lenenc_str(&mut row, v),
-            // COUNT of no rows anywhere is 0; the others are NULL.
-            (None, Aggregate::Count) => write_lenenc_str(&mut row, b"0"),
-            (None, _) => row.push(0xFB),
-        }
-    }
-    Ok(row)
+/// OFFSET and LIMIT over the rows (or groups) the merge produces.
+struct Window {
+    skip: u64,
+    room: u64,
 }
 
-/// `a + b` for decimal numbers as the server writes them (no exponent), exactly; `None` if
-/// either is not such a number or the sum needs more than 38 digits.
-fn add_decimal(a: &[u8], b: &[u8]) -> Option<Vec<u8>> {
-    let parse = |s: &[u8]| -> Option<(i128, u32)> {
-        let s = std::str::from_utf8(s).ok()?;
-        let (int, frac) = s.split_once('.').unwrap_or((s, ""));
-        let neg = int.starts_with('-');
-        let digits = format!("{}{frac}", int.trim_start_matches(['-', '+']));
-        if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
-            return None;
+impl Window {
+    /// Whether the next row goes to the client.
+    fn take(&mut self) -> bool {
+        if self.skip > 0 {
+            self.skip -= 1;
+            false
+        } else if self.room > 0 {
+            self.room -= 1;
+            true
+        } else {
+            false
         }
-        let m: i128 = digits.parse().ok()?;
-        Some((if neg { -m } else { m }, frac.len() as u32))
-    };
-    let (ma, sa) = parse(a)?;
-    let (mb, sb) = parse(b)?;
-    let scale = sa.max(sb);
-    let ma = ma.checked_mul(10i128.checked_pow(scale - sa)?)?;
-    let mb = mb.checked_mul(10i128.checked_pow(scale - sb)?)?;
-    let sum = ma.checked_add(mb)?;
-    let digits = sum.unsigned_abs().to_string();
+    }
+}
+
+/// A group being combined: its first row (GROUP BY columns), each aggregate's running value,
+/// and AVG's running SUM and COUNT.
+struct Group {
+    first: Vec<u8>,
+    values: Vec<Option<Vec<u8>>>,
+    avg: Vec<(Option<Vec<u8>>, Option<Vec<u8>>)>,
+}
+
+fn malformed() -> Failure {
+    Failure::Mismatch("a shard sent a malformed row".into())
+}
+
+impl Group {
+    fn new(first: Vec<u8>, columns: usize) -> Group {
+        Group { first, values: vec![None; columns], avg: vec![(None, None); columns] }
+    }
+
+    /// Folds in the group's first row.
+    fn fold_own(&mut self, aggs: &[Aggregate], info: &[ColumnInfo], visible: usize) -> Result<(), Failure> {
+        let first = std::mem::take(&mut self.first);
+        let r = self.fold(&first, aggs, info, visible);
+        self.first = first;
+        r
+    }
+
+    fn fold(&mut self, row: &[u8], aggs: &[Aggregate], info: &[ColumnInfo], visible: usize) -> Result<(), Failure> {
+        let add = |acc: &mut Option<Vec<u8>>, v: Option<&[u8]>, what: &str| -> Result<(), Failure> {
+            let Some(v) = v else { return Ok(()) };
+            *acc = Some(match acc.take() {
+                None => v.to_vec(),
+                Some(a) => {
+                    add_decimal(&a, v).ok_or_else(|| Failure::Mismatch(format!("the shards' {what} values cannot be added exactly")))?
+                }
+            });
+            Ok(())
+        };
+        for (c, agg) in aggs.iter().enumerate() {
+            let kind = info.get(c).map_or(ValueKind::Numeric, |i| i.kind);
+            match *agg {
+                Aggregate::Value => {}
+                Aggregate::Count => add(&mut self.values[c], field(row, c).ok_or_else(malformed)?, "COUNT")?,
+                Aggregate::Sum => add(&mut self.values[c], field(row, c).ok_or_else(malformed)?, "SUM")?,
+                Aggregate::Min | Aggregate::Max => {
+                    let Some(v) = field(row, c).ok_or_else(malformed)? else { continue };
+                    let wanted = if *agg == Aggregate::Min { Ordering::Less } else { Ordering::Greater };
+                    let replace = match &self.values[c] {
+                        None => true,
+                        Some(a) => cmp_values(Some(v), Some(a), kind) == wanted,
+                    };
+                    if replace {
+                        self.values[c] = Some(v.to_vec());
+                    }
+                }
+                Aggregate::Avg { sum, count } => {
+                    let (s, n) = &mut self.avg[c];
+                    add(s, field(row, visible + sum).ok_or_else(malformed)?, "SUM")?;
+                    add(n, field(row, visible + count).ok_or_else(malformed)?, "COUNT")?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The group's row, as the client gets it.
+    fn finish(&self, aggs: &[Aggregate], info: &[ColumnInfo]) -> Result<Vec<u8>, Failure> {
+        let mut row = Vec::new();
+        for (c, agg) in aggs.iter().enumerate() {
+            let value: Option<Vec<u8>> = match agg {
+                Aggregate::Value => field(&self.first, c).ok_or_else(malformed)?.map(<[u8]>::to_vec),
+                // COUNT of no rows is 0; the others are NULL.
+                Aggregate::Count => Some(self.values[c].clone().unwrap_or_else(|| b"0".to_vec())),
+                Aggregate::Sum | Aggregate::Min | Aggregate::Max => self.values[c].clone(),
+                Aggregate::Avg { .. } => match &self.avg[c] {
+                    (Some(sum), Some(count)) if count.as_slice() != b"0" => {
+                        let column = info.get(c).copied().unwrap_or_default();
+                        Some(average(sum, count, column).ok_or_else(|| Failure::Mismatch("AVG could not be computed exactly".into()))?)
+                    }
+                    _ => None,
+                },
+            };
+            match value {
+                Some(v) => write_lenenc_str(&mut row, &v),
+                None => row.push(0xFB),
+            }
+        }
+        Ok(row)
+    }
+}
+
+/// `sum / count` as the server writes an AVG column: to its decimals, rounded half away
+/// from zero; floating point for FLOAT and DOUBLE columns.
+fn average(sum: &[u8], count: &[u8], column: ColumnInfo) -> Option<Vec<u8>> {
+    let (n, count_scale) = parse_decimal(count)?;
+    if n <= 0 || count_scale != 0 {
+        return None;
+    }
+    if matches!(column.type_id, 0x04 | 0x05) {
+        let s: f64 = std::str::from_utf8(sum).ok()?.parse().ok()?;
+        return Some(format!("{}", s / n as f64).into_bytes());
+    }
+    let (m, scale) = parse_decimal(sum)?;
+    let target = u32::from(column.decimals);
+    let numerator =
+        if target >= scale { m.checked_mul(10i128.checked_pow(target - scale)?)? } else { m / 10i128.checked_pow(scale - target)? };
+    let (q, r) = (numerator / n, numerator % n);
+    let q = if r.unsigned_abs() * 2 >= n.unsigned_abs() { q + numerator.signum() } else { q };
+    Some(format_decimal(q, target))
+}
+
+/// A decimal number as the server writes it (no exponent): (mantissa, scale).
+fn parse_decimal(s: &[u8]) -> Option<(i128, u32)> {
+    let s = std::str::from_utf8(s).ok()?;
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    let neg = int.starts_with('-');
+    let digits = format!("{}{frac}", int.trim_start_matches(['-', '+']));
+    if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let m: i128 = digits.parse().ok()?;
+    Some((if neg { -m } else { m }, u32::try_from(frac.len()).ok()?))
+}
+
+fn format_decimal(m: i128, scale: u32) -> Vec<u8> {
+    let digits = m.unsigned_abs().to_string();
     let scale = scale as usize;
     let padded = if digits.len() <= scale { format!("{}{digits}", "0".repeat(scale + 1 - digits.len())) } else { digits };
     let (int, frac) = padded.split_at(padded.len() - scale);
-    let sign = if sum < 0 { "-" } else { "" };
-    Some(if scale == 0 { format!("{sign}{int}") } else { format!("{sign}{int}.{frac}") }.into_bytes())
+    let sign = if m < 0 { "-" } else { "" };
+    if scale == 0 { format!("{sign}{int}") } else { format!("{sign}{int}.{frac}") }.into_bytes()
+}
+
+/// `a + b` for decimal numbers as the server writes them, exactly; `None` if either is not
+/// such a number or the sum needs more than 38 digits.
+fn add_decimal(a: &[u8], b: &[u8]) -> Option<Vec<u8>> {
+    let (ma, sa) = parse_decimal(a)?;
+    let (mb, sb) = parse_decimal(b)?;
+    let scale = sa.max(sb);
+    let ma = ma.checked_mul(10i128.checked_pow(scale - sa)?)?;
+    let mb = mb.checked_mul(10i128.checked_pow(scale - sb)?)?;
+    Some(format_decimal(ma.checked_add(mb)?, scale))
 }
 
 #[cfg(test)]

@@ -42,22 +42,31 @@ pub struct SortKey {
     pub descending: bool,
 }
 
-/// How one aggregate column of the shards' rows is combined.
+/// How one column of the shards' rows is combined into a group's row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Aggregate {
+    /// A GROUP BY column: the group's first row's value.
+    Value,
     Count,
     Sum,
     Min,
     Max,
+    /// SUM over COUNT of the hidden columns `sum` and `count` (indices among the hidden
+    /// columns), to the AVG column's own decimals.
+    Avg {
+        sum: usize,
+        count: usize,
+    },
 }
 
 /// What the shards' replies are merged into.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Merge {
     /// Result sets: rows concatenated, or merged in `order`; `offset` rows skipped and at most
-    /// `limit` sent; with `aggregates`, one row of each shard combined column by column.
-    /// `hidden`: trailing columns sluice added for ORDER BY, dropped before rows go out.
-    Rows { order: Vec<SortKey>, offset: u64, limit: Option<u64>, aggregates: Option<Vec<Aggregate>>, hidden: usize },
+    /// `limit` sent. With `aggregates`, rows combine column by column: all into one row, or
+    /// (`grouped`) each run of rows with equal `order` keys into one. `hidden`: trailing
+    /// columns sluice added, dropped before rows go out.
+    Rows { order: Vec<SortKey>, offset: u64, limit: Option<u64>, aggregates: Option<Vec<Aggregate>>, grouped: bool, hidden: usize },
     /// OK packets: affected rows summed (`sum`), else the first shard's (a broadcast write, DDL).
     Ok { sum: bool },
 }
@@ -528,19 +537,21 @@ impl<'a> Planner<'a> {
         if sel.distinct.is_some() {
             return Err("sluice cannot merge SELECT DISTINCT across shards yet; narrow it to one shard with the sharding key".into());
         }
-        if !matches!(&sel.group_by, GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty()) {
-            return Err("sluice cannot merge GROUP BY across shards yet; narrow it to one shard with the sharding key".into());
-        }
+        let group_by: Vec<Expr> = match &sel.group_by {
+            GroupByExpr::Expressions(e, m) if m.is_empty() => e.clone(),
+            _ => return Err("sluice cannot merge GROUP BY ALL or WITH ROLLUP across shards".into()),
+        };
         if sel.having.is_some() {
-            return Err("sluice cannot merge HAVING across shards".into());
+            return Err("sluice cannot merge HAVING across shards yet; narrow it to one shard with the sharding key".into());
         }
         if !q.locks.is_empty() {
             return Err("sluice cannot lock rows across shards (FOR UPDATE, LOCK IN SHARE MODE)".into());
         }
-        let aggregates = aggregates(&sel.projection)?;
-        // ORDER BY expressions not in the select list are added to it, and hidden.
+        // Columns sluice adds at the end of each shard's select list, hidden from the client:
+        // ORDER BY and GROUP BY expressions not selected, AVG's SUM and COUNT.
         let mut hidden: Vec<Expr> = Vec::new();
-        let order = match &q.order_by {
+        let aggregates = aggregates(&sel.projection, &group_by, &mut hidden)?;
+        let order_by: Vec<(SortColumn, bool, Expr)> = match &q.order_by {
             None => Vec::new(),
             Some(o) => match &o.kind {
                 OrderByKind::All(_) => return Err("sluice cannot merge ORDER BY ALL".into()),
@@ -552,11 +563,34 @@ impl<'a> Planner<'a> {
                         }
                         let descending = matches!(e.options.sort, Some(OrderBySort::Desc));
                         let column = sort_column(&e.expr, &sel.projection, &mut hidden)?;
-                        keys.push(SortKey { column, descending });
+                        keys.push((column, descending, e.expr.clone()));
                     }
                     keys
                 }
             },
+        };
+        let grouped = !group_by.is_empty();
+        let order: Vec<SortKey> = if grouped {
+            // Groups merge as they stream: each shard returns its groups sorted by the group
+            // key, and the merge combines equal keys. An ORDER BY must be that key.
+            let mut keys = Vec::with_capacity(group_by.len());
+            for (i, g) in group_by.iter().enumerate() {
+                let column = sort_column(g, &sel.projection, &mut hidden)?;
+                let descending = match order_by.get(i) {
+                    Some((c, d, _)) if *c == column => *d,
+                    Some(_) => {
+                        return Err("sluice can merge GROUP BY across shards only ordered by the GROUP BY columns (in their order)".into())
+                    }
+                    None => false,
+                };
+                keys.push(SortKey { column, descending });
+            }
+            if order_by.len() > group_by.len() {
+                return Err("sluice can merge GROUP BY across shards only ordered by the GROUP BY columns (in their order)".into());
+            }
+            keys
+        } else {
+            order_by.iter().map(|(column, descending, _)| SortKey { column: column.clone(), descending: *descending }).collect()
         };
         let (offset, limit) = match &q.limit_clause {
             None => (0, None),
@@ -583,16 +617,31 @@ impl<'a> Planner<'a> {
             per_shard.limit_clause = None;
         }
         if aggregates.is_some() {
-            // One row per shard: ORDER BY and LIMIT apply to the combined row.
-            per_shard.order_by = None;
+            // A group's rows are on several shards: LIMIT applies to merged groups only.
             per_shard.limit_clause = None;
-            hidden.clear();
+            per_shard.order_by = None;
+        }
+        if grouped {
+            // Each shard's groups sorted by the group key, in the merge's directions.
+            let exprs = group_by
+                .iter()
+                .zip(&order)
+                .map(|(g, k)| sqlparser::ast::OrderByExpr {
+                    expr: g.clone(),
+                    options: sqlparser::ast::OrderByOptions {
+                        sort: Some(if k.descending { OrderBySort::Desc } else { OrderBySort::Asc }),
+                        nulls_first: None,
+                    },
+                    with_fill: None,
+                })
+                .collect();
+            per_shard.order_by = Some(sqlparser::ast::OrderBy { kind: OrderByKind::Expressions(exprs), interpolate: None });
         }
         if let SetExpr::Select(sel) = per_shard.body.as_mut() {
             sel.projection.extend(hidden.iter().cloned().map(SelectItem::UnnamedExpr));
         }
         let statement = Statement::Query(Box::new(per_shard));
-        let merge = Merge::Rows { order, offset, limit, aggregates, hidden: hidden.len() };
+        let merge = Merge::Rows { order, offset, limit, aggregates, grouped, hidden: hidden.len() };
         self.one_or_many(&statement, &targets, merge, db)
     }
 
@@ -766,13 +815,16 @@ fn count(e: &Expr) -> Result<u64, Refusal> {
     }
 }
 
-/// The aggregates of a select list without GROUP BY, if it has any.
-fn aggregates(projection: &[SelectItem]) -> Result<Option<Vec<Aggregate>>, Refusal> {
+/// How each column of a select list with aggregates (or GROUP BY) merges; `None` when it has
+/// neither. AVG adds its SUM and COUNT to `hidden`.
+fn aggregates(projection: &[SelectItem], group_by: &[Expr], hidden: &mut Vec<Expr>) -> Result<Option<Vec<Aggregate>>, Refusal> {
     let mut out = Vec::with_capacity(projection.len());
     let mut plain = false;
     for item in projection {
-        let e = match item {
-            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+        let (e, alias) = match item {
+            SelectItem::UnnamedExpr(e) => (e, None),
+            SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias)),
+            _ if !group_by.is_empty() => return Err("sluice cannot merge SELECT * with GROUP BY across shards".into()),
             _ => {
                 plain = true;
                 continue;
@@ -784,15 +836,16 @@ fn aggregates(projection: &[SelectItem]) -> Result<Option<Vec<Aggregate>>, Refus
             }
             if is_aggregate_name(&f.name) {
                 let name = ident_text(&f.name)[0].to_ascii_uppercase();
-                let (distinct, nested) = match &f.args {
+                let (distinct, nested, args) = match &f.args {
                     FunctionArguments::List(l) => (
                         l.duplicate_treatment == Some(sqlparser::ast::DuplicateTreatment::Distinct),
                         l.args.iter().any(|a| match a {
                             FunctionArg::Unnamed(FunctionArgExpr::Expr(x)) => has_aggregate_or_window(x),
                             _ => false,
                         }),
+                        l.args.clone(),
                     ),
-                    _ => (false, false),
+                    _ => (false, false, Vec::new()),
                 };
                 if nested {
                     return Err("sluice cannot merge nested aggregates".into());
@@ -802,8 +855,21 @@ fn aggregates(projection: &[SelectItem]) -> Result<Option<Vec<Aggregate>>, Refus
                     "SUM" if !distinct => Aggregate::Sum,
                     "MIN" => Aggregate::Min,
                     "MAX" => Aggregate::Max,
-                    "COUNT" | "SUM" => return Err(format!("sluice cannot merge {name}(DISTINCT …) across shards yet")),
-                    "AVG" => return Err("sluice cannot merge AVG across shards yet; select SUM and COUNT and divide".into()),
+                    "AVG" if !distinct => {
+                        let [FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))] = args.as_slice() else {
+                            return Err("AVG takes one argument".into());
+                        };
+                        let call = |f: &str| -> Result<Expr, Refusal> {
+                            Parser::new(&MySqlDialect {})
+                                .try_with_sql(&format!("{f}({arg})"))
+                                .and_then(|mut p| p.parse_expr())
+                                .map_err(|e| format!("sluice could not build {f}({arg}): {e}"))
+                        };
+                        hidden.push(call("SUM")?);
+                        hidden.push(call("COUNT")?);
+                        Aggregate::Avg { sum: hidden.len() - 2, count: hidden.len() - 1 }
+                    }
+                    "COUNT" | "SUM" | "AVG" => return Err(format!("sluice cannot merge {name}(DISTINCT …) across shards yet")),
                     _ => return Err(format!("sluice cannot merge {name} across shards")),
                 };
                 out.push(a);
@@ -813,12 +879,21 @@ fn aggregates(projection: &[SelectItem]) -> Result<Option<Vec<Aggregate>>, Refus
         if has_aggregate_or_window(e) {
             return Err(format!("sluice cannot merge `{e}` across shards: an aggregate inside an expression"));
         }
+        // A plain column: with GROUP BY, one of its columns (the same in a whole group).
+        let in_group = group_by
+            .iter()
+            .any(|g| g == e || matches!((g, alias), (Expr::Identifier(i), Some(a)) if i.value.eq_ignore_ascii_case(&a.value)));
+        if !group_by.is_empty() && !in_group {
+            return Err(format!("sluice can merge GROUP BY across shards only when `{e}` is one of the GROUP BY columns"));
+        }
+        out.push(Aggregate::Value);
         plain = true;
     }
-    match (out.is_empty(), plain) {
-        (true, _) => Ok(None),
-        (false, false) => Ok(Some(out)),
-        (false, true) => Err("sluice cannot merge aggregates beside plain columns without GROUP BY across shards".into()),
+    let any_aggregate = out.iter().any(|a| *a != Aggregate::Value);
+    match (any_aggregate, plain, group_by.is_empty()) {
+        (false, _, true) => Ok(None),
+        (true, true, true) => Err("sluice cannot merge aggregates beside plain columns without GROUP BY across shards".into()),
+        _ => Ok(Some(out)),
     }
 }
 
@@ -827,7 +902,10 @@ fn aggregates(projection: &[SelectItem]) -> Result<Option<Vec<Aggregate>>, Refus
 fn sort_column(e: &Expr, projection: &[SelectItem], hidden: &mut Vec<Expr>) -> Result<SortColumn, Refusal> {
     let mut hide = |e: &Expr| {
         if has_aggregate_or_window(e) {
-            return Err(format!("sluice cannot merge ORDER BY `{e}` across shards"));
+            return Err(format!(
+                "sluice cannot merge ORDER BY `{e}` across shards yet: ordering by an aggregate needs every group first \
+                 (GROUP BY merges ordered by its own columns)"
+            ));
         }
         hidden.push(e.clone());
         Ok(SortColumn::Hidden(hidden.len() - 1))

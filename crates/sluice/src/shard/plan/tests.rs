@@ -77,6 +77,7 @@ fn key_equality_and_in_pick_shards() {
             offset: 2,
             limit: Some(3),
             aggregates: None,
+            grouped: false,
             hidden: 0
         }
     );
@@ -121,11 +122,23 @@ fn aggregates_merge_and_unsupported_shapes_are_refused() {
             offset: 0,
             limit: None,
             aggregates: Some(vec![Aggregate::Count, Aggregate::Sum, Aggregate::Min, Aggregate::Max]),
+            grouped: false,
             hidden: 0
         }
     );
-    assert!(refused("SELECT AVG(amount) FROM t_order").contains("AVG"));
-    assert!(refused("SELECT user_id, COUNT(*) FROM t_order GROUP BY user_id").contains("GROUP BY"));
+    // AVG: SUM and COUNT added per shard; GROUP BY: each shard's groups sorted by the key.
+    let p = fanout("SELECT status, COUNT(*), AVG(amount) FROM t_order GROUP BY status");
+    assert_eq!(
+        p.targets[0].sql,
+        "SELECT status, COUNT(*), AVG(amount), SUM(amount), COUNT(amount) FROM `ds_0`.`t_order` GROUP BY status ORDER BY status ASC"
+    );
+    let Merge::Rows { aggregates, grouped, hidden, .. } = p.merge else { panic!() };
+    assert_eq!(aggregates, Some(vec![Aggregate::Value, Aggregate::Count, Aggregate::Avg { sum: 0, count: 1 }]));
+    assert!(grouped);
+    assert_eq!(hidden, 2);
+    assert!(refused("SELECT status, COUNT(*) FROM t_order GROUP BY status ORDER BY COUNT(*)").contains("GROUP BY"));
+    assert!(refused("SELECT user_id, COUNT(*) FROM t_order GROUP BY status").contains("GROUP BY"));
+    assert!(refused("SELECT status, COUNT(*) FROM t_order GROUP BY status HAVING COUNT(*) > 1").contains("HAVING"));
     assert!(refused("SELECT DISTINCT user_id FROM t_order").contains("DISTINCT"));
     assert!(refused("SELECT COUNT(DISTINCT user_id) FROM t_order").contains("DISTINCT"));
     // ORDER BY a column or expression not selected: added, and hidden from the client.
