@@ -244,6 +244,11 @@ async fn unsupported_statements_are_refused_and_a_lost_shard_is_an_error() {
         assert!(e.to_string().contains(says), "{sql}: {e}");
         assert_eq!(server_code(&e), Some(1235), "{sql}: ER_NOT_SUPPORTED_YET");
     }
+    // Prepared statements are not routed to shards yet: refused at prepare, not run at the
+    // default hostgroup.
+    let e = s.exec_drop("SELECT * FROM t_order WHERE user_id = ?", (1,)).await.expect_err("prepared on a sharded table");
+    assert!(e.to_string().contains("prepare"), "{e}");
+    assert_eq!(server_code(&e), Some(1235));
     s.query_drop("BEGIN").await.unwrap();
     let e = s.query_drop("SELECT * FROM t_order WHERE user_id = 1").await.expect_err("in a transaction");
     assert!(e.to_string().contains("transaction"), "{e}");

@@ -638,12 +638,15 @@ impl Window {
     }
 }
 
+/// A running value: NULL until a shard gives one.
+type Running = Option<Vec<u8>>;
+
 /// A group being combined: its first row (GROUP BY columns), each aggregate's running value,
 /// and AVG's running SUM and COUNT.
 struct Group {
     first: Vec<u8>,
-    values: Vec<Option<Vec<u8>>>,
-    avg: Vec<(Option<Vec<u8>>, Option<Vec<u8>>)>,
+    values: Vec<Running>,
+    avg: Vec<(Running, Running)>,
 }
 
 fn malformed() -> Failure {
