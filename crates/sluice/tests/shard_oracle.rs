@@ -120,6 +120,8 @@ fn queries() -> Vec<(String, bool)> {
         out.push((format!("SELECT AVG(amount), COUNT(*), AVG(user_id) FROM t_order WHERE qty < {}", g.next(10)), true));
         out.push(("SELECT note, status, COUNT(*) FROM t_order GROUP BY note, status".to_string(), true));
         out.push((format!("SELECT COUNT(*), MAX(id) FROM t_order WHERE user_id > {u} GROUP BY user_id % 3"), true));
+        out.push((format!("SELECT DISTINCT status, qty FROM t_order WHERE qty > {}", g.next(10)), false));
+        out.push((format!("SELECT DISTINCT note FROM t_order ORDER BY note DESC LIMIT {o}, {n}"), true));
         // ORDER BY what the select list lacks: added per shard, hidden from the client.
         out.push((format!("SELECT id FROM t_order WHERE user_id <> {u} ORDER BY amount {dir}, id LIMIT {o}, {n}"), true));
         out.push((format!("SELECT id, note FROM t_order ORDER BY qty * 3 - id {dir}, id LIMIT {n}"), true));
@@ -235,7 +237,7 @@ async fn unsupported_statements_are_refused_and_a_lost_shard_is_an_error() {
         ("UPDATE t_order SET user_id = 2 WHERE id = 1", "sharding column `user_id`"),
         ("SELECT status, COUNT(*) FROM t_order GROUP BY status ORDER BY COUNT(*) DESC", "GROUP BY"),
         ("SELECT status, COUNT(*) FROM t_order GROUP BY status HAVING COUNT(*) > 1", "HAVING"),
-        ("SELECT DISTINCT user_id FROM t_order", "DISTINCT"),
+        ("SELECT DISTINCT * FROM t_order", "DISTINCT"),
         ("SELECT * FROM plain WHERE id IN (SELECT id FROM t_order)", "subquery"),
         ("INSERT INTO t_order VALUES (9999, 1, 1, 'x', 1, NULL)", "sharding column `user_id`"),
         ("DELETE FROM t_order ORDER BY id LIMIT 1", "ORDER BY/LIMIT"),

@@ -5,7 +5,7 @@
 
 use super::{Key, Relation, ShardMap, ShardedTable};
 use sqlparser::ast::{
-    visit_expressions, visit_relations, visit_relations_mut, BinaryOperator, Expr, FromTable, FunctionArg, FunctionArgExpr,
+    visit_expressions, visit_relations, visit_relations_mut, BinaryOperator, Distinct, Expr, FromTable, FunctionArg, FunctionArgExpr,
     FunctionArguments, GroupByExpr, Ident, InTarget, LimitClause, ObjectName, ObjectType, OnInsert, OrderByKind, OrderBySort, Query,
     SelectItem, SetExpr, Statement, TableAlias, TableFactor, TableObject, TableWithJoins, UnaryOperator, Value,
 };
@@ -534,13 +534,29 @@ impl<'a> Planner<'a> {
             return self.one_or_many(&statement, &targets, Merge::Ok { sum: false }, db);
         }
         // Several shards: what the merge can do.
-        if sel.distinct.is_some() {
-            return Err("sluice cannot merge SELECT DISTINCT across shards yet; narrow it to one shard with the sharding key".into());
-        }
-        let group_by: Vec<Expr> = match &sel.group_by {
+        let mut group_by: Vec<Expr> = match &sel.group_by {
             GroupByExpr::Expressions(e, m) if m.is_empty() => e.clone(),
             _ => return Err("sluice cannot merge GROUP BY ALL or WITH ROLLUP across shards".into()),
         };
+        match &sel.distinct {
+            None | Some(Distinct::All) => {}
+            // DISTINCT is GROUP BY every selected column: merged the same way.
+            Some(Distinct::Distinct) if group_by.is_empty() => {
+                for item in &sel.projection {
+                    match item {
+                        SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } if !has_aggregate_or_window(e) => {
+                            group_by.push(e.clone())
+                        }
+                        _ => {
+                            return Err("sluice can merge SELECT DISTINCT across shards only over plain columns and expressions, \
+                                        not `*` or aggregates"
+                                .into())
+                        }
+                    }
+                }
+            }
+            Some(_) => return Err("sluice cannot merge SELECT DISTINCT with GROUP BY (or DISTINCT ON) across shards".into()),
+        }
         if sel.having.is_some() {
             return Err("sluice cannot merge HAVING across shards yet; narrow it to one shard with the sharding key".into());
         }

@@ -139,7 +139,9 @@ fn aggregates_merge_and_unsupported_shapes_are_refused() {
     assert!(refused("SELECT status, COUNT(*) FROM t_order GROUP BY status ORDER BY COUNT(*)").contains("GROUP BY"));
     assert!(refused("SELECT user_id, COUNT(*) FROM t_order GROUP BY status").contains("GROUP BY"));
     assert!(refused("SELECT status, COUNT(*) FROM t_order GROUP BY status HAVING COUNT(*) > 1").contains("HAVING"));
-    assert!(refused("SELECT DISTINCT user_id FROM t_order").contains("DISTINCT"));
+    let p = fanout("SELECT DISTINCT status, qty FROM t_order");
+    assert_eq!(p.targets[0].sql, "SELECT DISTINCT status, qty FROM `ds_0`.`t_order` ORDER BY status ASC, qty ASC");
+    assert!(refused("SELECT DISTINCT * FROM t_order").contains("DISTINCT"));
     assert!(refused("SELECT COUNT(DISTINCT user_id) FROM t_order").contains("DISTINCT"));
     // ORDER BY a column or expression not selected: added, and hidden from the client.
     let p = fanout("SELECT id FROM t_order ORDER BY amount * 2 DESC, id");
