@@ -75,6 +75,18 @@ show "DELETE FROM orders WHERE amount > 65 -> $out"
 check "every shard, affected rows summed" "Query OK, 2 rows affected" "$out"
 check "what is left" $'6\t212.00' "$(app -e "SELECT COUNT(*), SUM(amount) FROM orders")"
 
+step "generated keys: an INSERT without the key gets one per row, which picks the shard"
+app -e "CREATE TABLE events (id BIGINT PRIMARY KEY, what VARCHAR(10))"
+app -e "INSERT INTO events (what) VALUES ('a'), ('b'), ('c'), ('d'), ('e'), ('f'), ('g'), ('h'), ('i'), ('j'), ('k'), ('l')"
+check "12 rows" 12 "$(app -e "SELECT COUNT(*) FROM events")"
+check "12 distinct keys (SELECT DISTINCT merged across shards)" 12 "$(app -e "SELECT DISTINCT id FROM events" | wc -l)"
+spread=$(for s in "shards_a ds_0" "shards_a ds_1" "shards_b ds_2" "shards_b ds_3"; do
+	set -- $s
+	db "$1" -e "SELECT COUNT(*) FROM $2.events"
+done | grep -vc '^0$' || true)
+show "shards holding events: $spread of 4"
+check_between "the generated keys spread the rows over several shards" 2 4 "$spread"
+
 step "what sluice refuses (docs/sharding.md says why)"
 check_error "UPDATE of the sharding key" "ERROR 1235" app -e "UPDATE orders SET user_id = 9 WHERE id = 1"
 show "$OUTPUT"

@@ -464,6 +464,10 @@ pub struct ShardDatabaseRow {
     /// connection budget): a statement that needs more shards is refused.
     #[serde(default = "default_max_connections_per_query")]
     pub max_connections_per_query: u32,
+    /// This sluice's worker id in the keys it generates (0–1023): sluice instances writing the
+    /// same tables need different ones.
+    #[serde(default)]
+    pub key_worker_id: u16,
 }
 
 fn default_max_connections_per_query() -> u32 {
@@ -503,6 +507,10 @@ pub struct ShardedTableRow {
     /// the key stay on one shard.
     #[serde(default)]
     pub binding_group: Option<String>,
+    /// A BIGINT column sluice fills with a Snowflake-style key (time, worker id, sequence) when
+    /// an INSERT leaves it out; as the sharding column, the key also picks the shard.
+    #[serde(default)]
+    pub generated_key: Option<String>,
 }
 
 fn default_port() -> u16 {
@@ -1053,6 +1061,9 @@ impl FileConfig {
             if d.max_connections_per_query == 0 {
                 out.push(problem(at("max_connections_per_query"), "must be at least 1"));
             }
+            if d.key_worker_id > 1023 {
+                out.push(problem(at("key_worker_id"), "must be from 0 to 1023"));
+            }
         }
         for (i, t) in self.sharded_tables.iter().enumerate() {
             let at = |k| vec![Key("sharded_tables"), Index(i), Key(k)];
@@ -1075,6 +1086,9 @@ impl FileConfig {
             }
             if t.tables_per_node == 0 {
                 out.push(problem(at("tables_per_node"), "must be at least 1"));
+            }
+            if t.generated_key.as_deref() == Some("") {
+                out.push(problem(at("generated_key"), "must name a column"));
             }
             let shards = db.nodes.len() * t.tables_per_node.max(1) as usize;
             match t.algorithm.as_str() {

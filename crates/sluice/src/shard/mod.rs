@@ -18,6 +18,7 @@ pub struct LogicalDatabase {
     pub nodes: Vec<ShardNode>,
     pub broadcast_tables: Vec<String>,
     pub max_connections_per_query: usize,
+    pub key_worker_id: u16,
 }
 
 /// How a key picks its shard.
@@ -45,6 +46,8 @@ pub struct ShardedTable {
     pub tables_per_node: usize,
     /// Its binding group, or its own name: tables of one group may be joined.
     pub group: String,
+    /// The column sluice generates a key for when an INSERT leaves it out.
+    pub generated_key: Option<String>,
 }
 
 /// A key value as written in a statement.
@@ -125,6 +128,31 @@ impl ShardedTable {
     }
 }
 
+/// sluice's epoch for generated keys: 2024-01-01T00:00:00Z, in ms since the Unix epoch.
+const KEY_EPOCH_MS: u64 = 1_704_067_200_000;
+
+/// The last (milliseconds since `KEY_EPOCH_MS` << 12 | sequence) handed out, process-wide.
+static KEY_STATE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A Snowflake-style key: 41 bits of milliseconds since 2024-01-01, 10 bits of worker id, 12
+/// bits of sequence. Unique and increasing within a process whatever the clock does: a clock
+/// that goes back, or more than 4096 keys in a millisecond, borrow from the next millisecond.
+pub fn generate_key(worker_id: u16) -> i64 {
+    use std::sync::atomic::Ordering::Relaxed;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    let ms = now.saturating_sub(KEY_EPOCH_MS) & ((1 << 41) - 1);
+    let mut last = KEY_STATE.load(Relaxed);
+    let next = loop {
+        let next = if ms > last >> 12 { ms << 12 } else { last + 1 };
+        match KEY_STATE.compare_exchange_weak(last, next, Relaxed, Relaxed) {
+            Ok(_) => break next,
+            Err(seen) => last = seen,
+        }
+    };
+    let key = ((next >> 12) << 22) | (u64::from(worker_id & 0x3FF) << 12) | (next & 0xFFF);
+    (key & (i64::MAX as u64)) as i64
+}
+
 /// The compiled shard map.
 #[derive(Debug, Default)]
 pub struct ShardMap {
@@ -152,6 +180,7 @@ impl ShardMap {
                 nodes: d.nodes.clone(),
                 broadcast_tables: d.broadcast_tables.clone(),
                 max_connections_per_query: d.max_connections_per_query as usize,
+                key_worker_id: d.key_worker_id,
             })
             .collect();
         let tables: Vec<ShardedTable> = tables
@@ -171,6 +200,7 @@ impl ShardMap {
                     algorithm,
                     tables_per_node: (t.tables_per_node as usize).max(1),
                     group: t.binding_group.clone().unwrap_or_else(|| format!("{}.{}", t.database, t.table)),
+                    generated_key: t.generated_key.clone(),
                 })
             })
             .collect();
@@ -220,7 +250,15 @@ mod tests {
     use super::*;
 
     fn table(algorithm: Algorithm, tables_per_node: usize) -> ShardedTable {
-        ShardedTable { database: 0, table: "t_order".into(), column: "user_id".into(), algorithm, tables_per_node, group: "g".into() }
+        ShardedTable {
+            database: 0,
+            table: "t_order".into(),
+            column: "user_id".into(),
+            algorithm,
+            tables_per_node,
+            group: "g".into(),
+            generated_key: None,
+        }
     }
 
     #[test]
@@ -246,6 +284,13 @@ mod tests {
     }
 
     #[test]
+    fn generated_keys_are_unique_and_increasing() {
+        let keys: Vec<i64> = (0..10_000).map(|_| generate_key(5)).collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]));
+        assert!(keys.iter().all(|k| (k >> 12) & 0x3FF == 5), "the worker id is in bits 12–21");
+    }
+
+    #[test]
     fn physical_names_follow_tables_per_node() {
         assert_eq!(table(Algorithm::Mod, 1).physical(3), (3, "t_order".to_string()));
         assert_eq!(table(Algorithm::Mod, 2).physical(3), (1, "t_order_1".to_string()));
@@ -259,6 +304,7 @@ mod tests {
                 nodes: vec![ShardNode { hostgroup: 1, database: "ds_0".into() }],
                 broadcast_tables: vec!["region".into()],
                 max_connections_per_query: 4,
+                key_worker_id: 0,
             }],
             &[ShardedTableRow {
                 database: "shop".into(),
@@ -269,6 +315,7 @@ mod tests {
                 boundaries: vec![],
                 lists: vec![],
                 binding_group: None,
+                generated_key: None,
             }],
         );
         assert!(map.mentions(b"SELECT * FROM T_ORDER WHERE user_id = 1"));

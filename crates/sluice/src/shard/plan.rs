@@ -697,10 +697,23 @@ impl<'a> Planner<'a> {
         if !ins.assignments.is_empty() {
             return Err(format!("sluice cannot shard INSERT … SET; list the columns (with `{}`) and VALUES", t.column));
         }
+        let named = |c: &str| ins.columns.iter().any(|n| ident_text(n).last().is_some_and(|x| x.eq_ignore_ascii_case(c)));
+        if let Some(generated) = t.generated_key.as_deref().filter(|g| !ins.columns.is_empty() && !named(g)) {
+            // The key column left out: sluice generates one per row, then routes as usual.
+            let mut with_keys = ins.clone();
+            with_keys.columns.push(ObjectName::from(vec![Ident::new(generated)]));
+            if let Some(SetExpr::Values(values)) = with_keys.source.as_deref_mut().map(|q| q.body.as_mut()) {
+                let worker = self.map.databases[t.database].key_worker_id;
+                for row in &mut values.rows {
+                    row.content.push(Expr::value(Value::Number(super::generate_key(worker).to_string(), false)));
+                }
+            }
+            return self.insert(&Statement::Insert(with_keys));
+        }
         let Some(position) = ins.columns.iter().position(|c| ident_text(c).last().is_some_and(|n| n.eq_ignore_ascii_case(&t.column)))
         else {
             return Err(format!(
-                "an INSERT into sharded table `{}` must list its columns, with the sharding column `{}` (key generation is to come)",
+                "an INSERT into sharded table `{}` must list its columns, with the sharding column `{}` (or set generated_key)",
                 t.table, t.column
             ));
         };

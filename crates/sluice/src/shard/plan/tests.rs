@@ -13,13 +13,21 @@ fn map() -> ShardMap {
         boundaries: vec![],
         lists: vec![],
         binding_group: group.map(Into::into),
+        generated_key: None,
     };
     let mut ranged = table("t_log", "id", "range", None);
     ranged.boundaries = vec![100, 200, 300];
     let mut split = table("t_split", "id", "mod", None);
     split.tables_per_node = 2;
+    split.generated_key = Some("id".into());
     ShardMap::build(
-        &[ShardDatabaseRow { name: "shop".into(), nodes, broadcast_tables: vec!["region".into()], max_connections_per_query: 16 }],
+        &[ShardDatabaseRow {
+            name: "shop".into(),
+            nodes,
+            broadcast_tables: vec!["region".into()],
+            max_connections_per_query: 16,
+            key_worker_id: 3,
+        }],
         &[
             table("t_order", "user_id", "mod", Some("order")),
             table("t_item", "user_id", "mod", Some("order")),
@@ -169,6 +177,9 @@ fn inserts_split_by_shard() {
     assert_eq!(p.targets[1].sql, "INSERT INTO `ds_2`.`t_order` (id, user_id, amount) VALUES (2, 2, 20)");
     assert_eq!(single("INSERT INTO t_order (id, user_id) VALUES (9, 4)").database, "ds_0");
     assert!(refused("INSERT INTO t_order VALUES (1, 2, 3)").contains("sharding column"));
+    // A generated key: added to the columns, and (as the sharding column) picking the shard.
+    let p = fanout("INSERT INTO t_split (v) VALUES (1), (2), (3), (4), (5), (6), (7), (8)");
+    assert!(p.targets.iter().all(|t| t.sql.contains("(v, id) VALUES")), "{:?}", p.targets);
     assert!(refused("INSERT INTO t_order (id, user_id) VALUES (1, 1 + 1)").contains("literal"));
     assert!(refused("INSERT INTO t_order (id, user_id) SELECT id, user_id FROM t_item").contains("SELECT"));
 }
