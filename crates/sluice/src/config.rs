@@ -468,6 +468,14 @@ pub struct ShardDatabaseRow {
     /// same tables need different ones.
     #[serde(default)]
     pub key_worker_id: u16,
+    /// The per-query memory budget of a merge that must hold rows (merged groups sorted by an
+    /// aggregate): past it the statement ends with an error.
+    #[serde(default = "default_max_merge_buffer_bytes")]
+    pub max_merge_buffer_bytes: u64,
+}
+
+fn default_max_merge_buffer_bytes() -> u64 {
+    64 << 20
 }
 
 fn default_max_connections_per_query() -> u32 {

@@ -19,7 +19,7 @@ const TABLE: &str = "CREATE TABLE t_order (id BIGINT PRIMARY KEY, user_id BIGINT
 /// Shards: ds_0 and ds_1 on `a` (hostgroup 1), ds_2 and ds_3 on `b` (hostgroup 2). The
 /// logical database `shop` exists on both servers (pooled connections follow the session's
 /// schema), and holds the unsharded tables on `a`, the default hostgroup.
-fn shard_config(a: &MariaDb, b: &MariaDb) -> Config {
+fn shard_config(a: &MariaDb, b: &MariaDb, database_fields: &str) -> Config {
     for (db, names) in [(a, ["ds_0", "ds_1"]), (b, ["ds_2", "ds_3"])] {
         db.sql(&format!("CREATE DATABASE shop; CREATE DATABASE {}; CREATE DATABASE {};", names[0], names[1])).unwrap();
     }
@@ -30,7 +30,7 @@ fn shard_config(a: &MariaDb, b: &MariaDb) -> Config {
          [[mysql_users]]\nusername = \"root\"\npassword = \"\"\ndefault_hostgroup = 1\n\
          [[shard_databases]]\nname = \"shop\"\nbroadcast_tables = [\"region\"]\n\
          nodes = [{{ hostgroup = 1, database = \"ds_0\" }}, {{ hostgroup = 1, database = \"ds_1\" }}, \
-                  {{ hostgroup = 2, database = \"ds_2\" }}, {{ hostgroup = 2, database = \"ds_3\" }}]\n\
+                  {{ hostgroup = 2, database = \"ds_2\" }}, {{ hostgroup = 2, database = \"ds_3\" }}]\n{database_fields}\n\
          [[sharded_tables]]\ndatabase = \"shop\"\ntable = \"t_order\"\nsharding_column = \"user_id\"\nalgorithm = \"mod\"\n",
         a.port(),
         b.port()
@@ -119,6 +119,9 @@ fn queries() -> Vec<(String, bool)> {
         out.push((format!("SELECT qty, COUNT(*) AS n, AVG(qty) FROM t_order GROUP BY qty ORDER BY qty {dir} LIMIT {o}, {n}"), true));
         out.push((format!("SELECT AVG(amount), COUNT(*), AVG(user_id) FROM t_order WHERE qty < {}", g.next(10)), true));
         out.push(("SELECT note, status, COUNT(*) FROM t_order GROUP BY note, status".to_string(), true));
+        // ORDER BY an aggregate: merged groups sorted again (ties broken by the group key).
+        out.push((format!("SELECT note, COUNT(*) AS n, SUM(amount) FROM t_order GROUP BY note ORDER BY n {dir}, note LIMIT {n}"), true));
+        out.push((format!("SELECT qty, MAX(amount) FROM t_order WHERE qty <> {} GROUP BY qty ORDER BY 2 DESC, 1", g.next(10)), true));
         out.push((format!("SELECT COUNT(*), MAX(id) FROM t_order WHERE user_id > {u} GROUP BY user_id % 3"), true));
         out.push((format!("SELECT DISTINCT status, qty FROM t_order WHERE qty > {}", g.next(10)), false));
         out.push((format!("SELECT DISTINCT note FROM t_order ORDER BY note DESC LIMIT {o}, {n}"), true));
@@ -138,7 +141,7 @@ fn queries() -> Vec<(String, bool)> {
 #[tokio::test]
 async fn sharded_results_match_one_unsharded_server() {
     let (a, b, oracle) = (MariaDb::start().unwrap(), MariaDb::start().unwrap(), MariaDb::start().unwrap());
-    let proxy = Proxy::start(shard_config(&a, &b));
+    let proxy = Proxy::start(shard_config(&a, &b, ""));
     oracle.sql("CREATE DATABASE shop").unwrap();
     let mut o = Conn::new(opts(oracle.port(), "root", "").db_name(Some("shop"))).await.unwrap();
     let mut s = connect_shop(proxy.port).await;
@@ -226,7 +229,7 @@ async fn sharded_results_match_one_unsharded_server() {
 #[tokio::test]
 async fn unsupported_statements_are_refused_and_a_lost_shard_is_an_error() {
     let (a, mut b) = (MariaDb::start().unwrap(), MariaDb::start().unwrap());
-    let proxy = Proxy::start(shard_config(&a, &b));
+    let proxy = Proxy::start(shard_config(&a, &b, "max_merge_buffer_bytes = 2048"));
     let mut s = connect_shop(proxy.port).await;
     s.query_drop(TABLE).await.unwrap();
     let rows: Vec<String> = (0..400).map(|i| format!("({i}, {}, 1.00, 'new', 1, NULL)", i % 16)).collect();
@@ -235,7 +238,7 @@ async fn unsupported_statements_are_refused_and_a_lost_shard_is_an_error() {
 
     for (sql, says) in [
         ("UPDATE t_order SET user_id = 2 WHERE id = 1", "sharding column `user_id`"),
-        ("SELECT status, COUNT(*) FROM t_order GROUP BY status ORDER BY COUNT(*) DESC", "GROUP BY"),
+        ("SELECT status, COUNT(*) FROM t_order GROUP BY status ORDER BY SUM(qty) DESC", "select"),
         ("SELECT status, COUNT(*) FROM t_order GROUP BY status HAVING COUNT(*) > 1", "HAVING"),
         ("SELECT DISTINCT * FROM t_order", "DISTINCT"),
         ("SELECT * FROM plain WHERE id IN (SELECT id FROM t_order)", "subquery"),
@@ -246,6 +249,12 @@ async fn unsupported_statements_are_refused_and_a_lost_shard_is_an_error() {
         assert!(e.to_string().contains(says), "{sql}: {e}");
         assert_eq!(server_code(&e), Some(1235), "{sql}: ER_NOT_SUPPORTED_YET");
     }
+    // The per-query memory budget: merged groups sorted by an aggregate must fit in it.
+    let e = s.query_drop("SELECT id, COUNT(*) AS n FROM t_order GROUP BY id ORDER BY n DESC, id").await.expect_err("over budget");
+    assert!(e.to_string().contains("max_merge_buffer_bytes"), "{e}");
+    let top: Vec<(i64, i64)> =
+        s.query("SELECT user_id, COUNT(*) AS n FROM t_order GROUP BY user_id ORDER BY n DESC, user_id LIMIT 2").await.unwrap();
+    assert_eq!(top, [(0, 25), (1, 25)], "16 groups fit");
     // Prepared statements are not routed to shards yet: refused at prepare, not run at the
     // default hostgroup.
     let e = s.exec_drop("SELECT * FROM t_order WHERE user_id = ?", (1,)).await.expect_err("prepared on a sharded table");

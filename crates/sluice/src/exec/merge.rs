@@ -183,8 +183,16 @@ pub async fn run(client: &mut Conn, shards: &mut [Shard<'_>], requests: &[Vec<u8
         }
         match merge {
             Merge::Ok { sum } => merge_ok(shards, &mut ended, *sum, &mut out, &mut outcome).await,
-            Merge::Rows { order, offset, limit, aggregates, grouped: _, hidden } => {
-                let rows = RowMerge { order, offset: *offset, limit: *limit, aggregates: aggregates.as_deref(), hidden: *hidden };
+            Merge::Rows { order, then_order, max_buffered, offset, limit, aggregates, grouped: _, hidden } => {
+                let rows = RowMerge {
+                    order,
+                    then_order,
+                    max_buffered: *max_buffered,
+                    offset: *offset,
+                    limit: *limit,
+                    aggregates: aggregates.as_deref(),
+                    hidden: *hidden,
+                };
                 merge_rows(shards, &mut ended, &rows, &mut out, &mut outcome).await
             }
         }
@@ -437,6 +445,8 @@ fn cmp_rows(a: &[u8], b: &[u8], keys: &[Resolved]) -> Ordering {
 /// `Merge::Rows`, borrowed.
 struct RowMerge<'m> {
     order: &'m [SortKey],
+    then_order: &'m [SortKey],
+    max_buffered: usize,
     offset: u64,
     limit: Option<u64>,
     aggregates: Option<&'m [Aggregate]>,
@@ -460,7 +470,7 @@ async fn merge_rows(
     out: &mut Out<'_>,
     outcome: &mut Outcome,
 ) -> Result<Result<(), ClientGone>, Failure> {
-    let RowMerge { order, offset, limit, aggregates, hidden } = *merge;
+    let RowMerge { order, then_order, max_buffered, offset, limit, aggregates, hidden } = *merge;
     // Every shard's head first: they must agree before anything reaches the client.
     let mut columns = None;
     let mut first_failure = None;
@@ -555,6 +565,8 @@ async fn merge_rows(
             next.push(next_row(shards, i, ended).await?);
         }
         let mut group: Option<Group> = None;
+        // Merged groups to sort again (ORDER BY an aggregate), within the query's budget.
+        let mut held = (!then_order.is_empty()).then(|| HeldRows { rows: Vec::new(), bytes: 0, max: max_buffered });
         while window.room > 0 {
             let mut best: Option<usize> = None;
             for (i, row) in next.iter().enumerate() {
@@ -585,7 +597,9 @@ async fn merge_rows(
                 },
             };
             if let Some(row) = done {
-                if window.take() {
+                if let Some(h) = held.as_mut() {
+                    h.push(row)?;
+                } else if window.take() {
                     out.packet(&row);
                     out.rows += 1;
                     if let Err(e) = out.flush_if_full().await {
@@ -596,9 +610,37 @@ async fn merge_rows(
         }
         if let (Some(g), Some(aggs)) = (group, aggregates) {
             let row = g.finish(aggs, &info)?;
-            if window.take() {
-                out.packet(&row);
-                out.rows += 1;
+            match held.as_mut() {
+                Some(h) => h.push(row)?,
+                None if window.take() => {
+                    out.packet(&row);
+                    out.rows += 1;
+                }
+                None => {}
+            }
+        }
+        if let Some(mut h) = held {
+            let mut then = Vec::with_capacity(then_order.len());
+            for k in then_order {
+                let SortColumn::Position(index) = k.column else {
+                    return Err(Failure::Mismatch("merged groups sort on selected columns only".into()));
+                };
+                let kind = info.get(index).map_or(ValueKind::Binary, |c| c.kind);
+                then.push(Resolved { index, descending: k.descending, kind });
+            }
+            // Stable: groups equal in the ORDER BY keep their group-key order.
+            h.rows.sort_by(|a, b| cmp_rows(a, b, &then));
+            for row in h.rows {
+                if window.room == 0 {
+                    break;
+                }
+                if window.take() {
+                    out.packet(&row);
+                    out.rows += 1;
+                    if let Err(e) = out.flush_if_full().await {
+                        return Ok(Err(e));
+                    }
+                }
             }
         }
     }
@@ -615,6 +657,27 @@ async fn merge_rows(
         packet::write_eof(&mut out.buf, &mut out.seq, 0, status);
     }
     Ok(Ok(()))
+}
+
+/// Rows a merge must hold, bounded by the query's memory budget.
+struct HeldRows {
+    rows: Vec<Vec<u8>>,
+    bytes: usize,
+    max: usize,
+}
+
+impl HeldRows {
+    fn push(&mut self, row: Vec<u8>) -> Result<(), Failure> {
+        self.bytes += row.len() + std::mem::size_of::<Vec<u8>>();
+        if self.bytes > self.max {
+            return Err(Failure::Mismatch(format!(
+                "the merged groups to sort exceed max_merge_buffer_bytes ({} bytes); narrow the statement with the sharding key or a WHERE clause",
+                self.max
+            )));
+        }
+        self.rows.push(row);
+        Ok(())
+    }
 }
 
 /// OFFSET and LIMIT over the rows (or groups) the merge produces.

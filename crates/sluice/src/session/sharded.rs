@@ -62,7 +62,10 @@ impl Session {
                 return Flow::End;
             }
         };
-        self.status = outcome.status;
+        // An error carries no status flags: the session's stay as they were.
+        if !outcome.error {
+            self.status = outcome.status;
+        }
         let server = held.first().map(|h| h.backend.server.clone());
         let sent = sharded.targets.first().map_or(&b""[..], |t| t.sql.as_bytes());
         self.observed(&watch, server.as_ref(), &outcome, requests.iter().map(Vec::len).sum(), &self.plan_scratch.digest_text, sent);

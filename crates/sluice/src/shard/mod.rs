@@ -19,6 +19,7 @@ pub struct LogicalDatabase {
     pub broadcast_tables: Vec<String>,
     pub max_connections_per_query: usize,
     pub key_worker_id: u16,
+    pub max_merge_buffer_bytes: usize,
 }
 
 /// How a key picks its shard.
@@ -181,6 +182,7 @@ impl ShardMap {
                 broadcast_tables: d.broadcast_tables.clone(),
                 max_connections_per_query: d.max_connections_per_query as usize,
                 key_worker_id: d.key_worker_id,
+                max_merge_buffer_bytes: d.max_merge_buffer_bytes as usize,
             })
             .collect();
         let tables: Vec<ShardedTable> = tables
@@ -305,6 +307,7 @@ mod tests {
                 broadcast_tables: vec!["region".into()],
                 max_connections_per_query: 4,
                 key_worker_id: 0,
+                max_merge_buffer_bytes: 1 << 20,
             }],
             &[ShardedTableRow {
                 database: "shop".into(),

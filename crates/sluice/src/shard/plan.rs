@@ -66,7 +66,18 @@ pub enum Merge {
     /// `limit` sent. With `aggregates`, rows combine column by column: all into one row, or
     /// (`grouped`) each run of rows with equal `order` keys into one. `hidden`: trailing
     /// columns sluice added, dropped before rows go out.
-    Rows { order: Vec<SortKey>, offset: u64, limit: Option<u64>, aggregates: Option<Vec<Aggregate>>, grouped: bool, hidden: usize },
+    /// With `then_order`, the merged groups are sorted again (ORDER BY an aggregate), held in
+    /// a buffer of at most `max_buffered` bytes.
+    Rows {
+        order: Vec<SortKey>,
+        then_order: Vec<SortKey>,
+        max_buffered: usize,
+        offset: u64,
+        limit: Option<u64>,
+        aggregates: Option<Vec<Aggregate>>,
+        grouped: bool,
+        hidden: usize,
+    },
     /// OK packets: affected rows summed (`sum`), else the first shard's (a broadcast write, DDL).
     Ok { sum: bool },
 }
@@ -567,7 +578,7 @@ impl<'a> Planner<'a> {
         // ORDER BY and GROUP BY expressions not selected, AVG's SUM and COUNT.
         let mut hidden: Vec<Expr> = Vec::new();
         let aggregates = aggregates(&sel.projection, &group_by, &mut hidden)?;
-        let order_by: Vec<(SortColumn, bool, Expr)> = match &q.order_by {
+        let order_by: Vec<(Expr, bool)> = match &q.order_by {
             None => Vec::new(),
             Some(o) => match &o.kind {
                 OrderByKind::All(_) => return Err("sluice cannot merge ORDER BY ALL".into()),
@@ -577,36 +588,48 @@ impl<'a> Planner<'a> {
                         if e.options.nulls_first.is_some() || e.with_fill.is_some() {
                             return Err("sluice cannot merge NULLS FIRST/LAST or WITH FILL".into());
                         }
-                        let descending = matches!(e.options.sort, Some(OrderBySort::Desc));
-                        let column = sort_column(&e.expr, &sel.projection, &mut hidden)?;
-                        keys.push((column, descending, e.expr.clone()));
+                        keys.push((e.expr.clone(), matches!(e.options.sort, Some(OrderBySort::Desc))));
                     }
                     keys
                 }
             },
         };
         let grouped = !group_by.is_empty();
-        let order: Vec<SortKey> = if grouped {
+        // `then_order`: an order the merged groups are sorted in afterwards, in a bounded buffer.
+        let (order, then_order): (Vec<SortKey>, Vec<SortKey>) = if grouped {
             // Groups merge as they stream: each shard returns its groups sorted by the group
-            // key, and the merge combines equal keys. An ORDER BY must be that key.
+            // key, and the merge combines equal keys.
             let mut keys = Vec::with_capacity(group_by.len());
-            for (i, g) in group_by.iter().enumerate() {
-                let column = sort_column(g, &sel.projection, &mut hidden)?;
-                let descending = match order_by.get(i) {
-                    Some((c, d, _)) if *c == column => *d,
-                    Some(_) => {
-                        return Err("sluice can merge GROUP BY across shards only ordered by the GROUP BY columns (in their order)".into())
-                    }
-                    None => false,
-                };
-                keys.push(SortKey { column, descending });
+            for g in &group_by {
+                keys.push(SortKey { column: sort_column(g, &sel.projection, &mut hidden)?, descending: false });
             }
-            if order_by.len() > group_by.len() {
-                return Err("sluice can merge GROUP BY across shards only ordered by the GROUP BY columns (in their order)".into());
+            let follows = order_by.len() <= keys.len()
+                && order_by.iter().zip(&keys).zip(&group_by).all(|(((e, _), k), g)| {
+                    listed_column(e, &sel.projection).as_ref() == Some(&k.column) || (e == g && matches!(k.column, SortColumn::Hidden(_)))
+                });
+            if follows {
+                for (k, (_, descending)) in keys.iter_mut().zip(&order_by) {
+                    k.descending = *descending;
+                }
+                (keys, Vec::new())
+            } else {
+                let mut then = Vec::with_capacity(order_by.len());
+                for (e, descending) in &order_by {
+                    let Some(column) = listed_column(e, &sel.projection) else {
+                        return Err(format!(
+                            "sluice can order merged groups by selected columns only: select `{e}` to ORDER BY it across shards"
+                        ));
+                    };
+                    then.push(SortKey { column, descending: *descending });
+                }
+                (keys, then)
             }
-            keys
         } else {
-            order_by.iter().map(|(column, descending, _)| SortKey { column: column.clone(), descending: *descending }).collect()
+            let mut keys = Vec::with_capacity(order_by.len());
+            for (e, descending) in &order_by {
+                keys.push(SortKey { column: sort_column(e, &sel.projection, &mut hidden)?, descending: *descending });
+            }
+            (keys, Vec::new())
         };
         let (offset, limit) = match &q.limit_clause {
             None => (0, None),
@@ -657,7 +680,8 @@ impl<'a> Planner<'a> {
             sel.projection.extend(hidden.iter().cloned().map(SelectItem::UnnamedExpr));
         }
         let statement = Statement::Query(Box::new(per_shard));
-        let merge = Merge::Rows { order, offset, limit, aggregates, grouped, hidden: hidden.len() };
+        let max_buffered = self.map.databases[db].max_merge_buffer_bytes;
+        let merge = Merge::Rows { order, then_order, max_buffered, offset, limit, aggregates, grouped, hidden: hidden.len() };
         self.one_or_many(&statement, &targets, merge, db)
     }
 
@@ -924,6 +948,26 @@ fn aggregates(projection: &[SelectItem], group_by: &[Expr], hidden: &mut Vec<Exp
         (true, true, true) => Err("sluice cannot merge aggregates beside plain columns without GROUP BY across shards".into()),
         _ => Ok(Some(out)),
     }
+}
+
+/// The select-list column `e` names: a position, an alias, a selected column or the same
+/// expression.
+fn listed_column(e: &Expr, projection: &[SelectItem]) -> Option<SortColumn> {
+    if let Some(n) = int_literal(e) {
+        return usize::try_from(n).ok().filter(|&n| n >= 1 && n <= projection.len()).map(|n| SortColumn::Position(n - 1));
+    }
+    let name = match e {
+        Expr::Identifier(i) => Some(&i.value),
+        _ => None,
+    };
+    projection
+        .iter()
+        .position(|i| match i {
+            SelectItem::ExprWithAlias { alias, expr } => name.is_some_and(|n| alias.value.eq_ignore_ascii_case(n)) || expr == e,
+            SelectItem::UnnamedExpr(x) => x == e,
+            _ => false,
+        })
+        .map(SortColumn::Position)
 }
 
 /// The result column an ORDER BY item sorts on: one of the select list, else `e` added to

@@ -27,6 +27,7 @@ fn map() -> ShardMap {
             broadcast_tables: vec!["region".into()],
             max_connections_per_query: 16,
             key_worker_id: 3,
+            max_merge_buffer_bytes: 1 << 20,
         }],
         &[
             table("t_order", "user_id", "mod", Some("order")),
@@ -81,6 +82,8 @@ fn key_equality_and_in_pick_shards() {
     assert_eq!(
         p.merge,
         Merge::Rows {
+            then_order: vec![],
+            max_buffered: 1 << 20,
             order: vec![SortKey { column: SortColumn::Position(0), descending: true }],
             offset: 2,
             limit: Some(3),
@@ -126,6 +129,8 @@ fn aggregates_merge_and_unsupported_shapes_are_refused() {
     assert_eq!(
         p.merge,
         Merge::Rows {
+            then_order: vec![],
+            max_buffered: 1 << 20,
             order: vec![],
             offset: 0,
             limit: None,
@@ -144,7 +149,15 @@ fn aggregates_merge_and_unsupported_shapes_are_refused() {
     assert_eq!(aggregates, Some(vec![Aggregate::Value, Aggregate::Count, Aggregate::Avg { sum: 0, count: 1 }]));
     assert!(grouped);
     assert_eq!(hidden, 2);
-    assert!(refused("SELECT status, COUNT(*) FROM t_order GROUP BY status ORDER BY COUNT(*)").contains("GROUP BY"));
+    // ORDER BY an aggregate: the merged groups sorted again, in a bounded buffer.
+    let p = fanout("SELECT status, COUNT(*) AS n FROM t_order GROUP BY status ORDER BY n DESC, 1 LIMIT 3");
+    let Merge::Rows { order, then_order, .. } = p.merge else { panic!() };
+    assert_eq!(order, vec![SortKey { column: SortColumn::Position(0), descending: false }]);
+    assert_eq!(
+        then_order,
+        vec![SortKey { column: SortColumn::Position(1), descending: true }, SortKey { column: SortColumn::Position(0), descending: false }]
+    );
+    assert!(refused("SELECT status, COUNT(*) FROM t_order GROUP BY status ORDER BY SUM(qty)").contains("select"));
     assert!(refused("SELECT user_id, COUNT(*) FROM t_order GROUP BY status").contains("GROUP BY"));
     assert!(refused("SELECT status, COUNT(*) FROM t_order GROUP BY status HAVING COUNT(*) > 1").contains("HAVING"));
     let p = fanout("SELECT DISTINCT status, qty FROM t_order");
