@@ -66,6 +66,13 @@ out=$(app -e "SELECT o.id, i.sku, r.name FROM orders o JOIN order_items i ON i.u
 show "orders JOIN order_items (binding group) JOIN regions (broadcast) WHERE user_id = 5 -> $(tr '\n' ' ' <<<"$out")"
 check "a join that stays on one shard" $'5\tink\tnorth\n5\tpad\tnorth' "$out"
 
+step "EXPLAIN SHARDING: where a statement goes, and how its replies merge"
+out=$(app -e "EXPLAIN SHARDING SELECT region, COUNT(*) FROM orders WHERE user_id IN (1, 2, 5) GROUP BY region")
+show "$out"
+check "two shards, groups merged by key" \
+	$'ds_1\t1\tSELECT region, COUNT(*) FROM `ds_1`.`orders` WHERE user_id IN (1, 2, 5) GROUP BY region ORDER BY region ASC\tgroups merged by key, by #1\nds_2\t2\tSELECT region, COUNT(*) FROM `ds_2`.`orders` WHERE user_id IN (1, 2, 5) GROUP BY region ORDER BY region ASC\tgroups merged by key, by #1' \
+	"$out"
+
 step "writes by the key, or on every shard"
 out=$(app -vvv -e "UPDATE orders SET amount = amount + 1 WHERE user_id IN (1, 2)" | grep -o 'Query OK, [0-9]* rows affected')
 show "UPDATE orders SET amount = amount + 1 WHERE user_id IN (1, 2) -> $out"

@@ -64,6 +64,47 @@ pub enum Action {
     Answer { error: bool, message: Box<str> },
     /// sluice refuses it with this error.
     Refuse { code: u16, message: String },
+    /// `EXPLAIN SHARDING statement`: where the statement would go, answered by sluice.
+    ExplainSharding(Vec<ExplainRow>),
+}
+
+/// One row of `EXPLAIN SHARDING`: a shard, its hostgroup, its statement, the merge.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ExplainRow {
+    pub shard: String,
+    pub hostgroup: u32,
+    pub statement: String,
+    pub merge: String,
+}
+
+/// `EXPLAIN SHARDING stmt`: `stmt`, when `text` is that.
+fn explain_sharding(text: &[u8]) -> Option<&[u8]> {
+    let mut words = sql::lexer::code_tokens(text);
+    let (a, b) = (words.next()?, words.next()?);
+    let is = |t: sql::lexer::Token, w: &str| t.kind == sql::lexer::Kind::Word && t.text(text).eq_ignore_ascii_case(w.as_bytes());
+    (is(a, "EXPLAIN") && is(b, "SHARDING")).then(|| text.get(b.end..).unwrap_or_default())
+}
+
+/// What `EXPLAIN SHARDING` answers for `stmt`.
+fn explain(stmt: &[u8], facts: &Facts) -> Action {
+    let row = |shard: &str, hostgroup, statement: &str, merge: &str| ExplainRow {
+        shard: shard.into(),
+        hostgroup,
+        statement: statement.into(),
+        merge: merge.into(),
+    };
+    let trimmed = String::from_utf8_lossy(stmt).trim().to_string();
+    match crate::shard::plan::plan(facts.shards, facts.who.schema, trimmed.as_bytes(), false) {
+        Sharding::NotSharded => {
+            Action::ExplainSharding(vec![row("", facts.default_hostgroup, &trimmed, "not sharded: routed as without sharding")])
+        }
+        Sharding::Single(s) => Action::ExplainSharding(vec![row(&s.database, s.hostgroup, &s.sql, "one shard: forwarded")]),
+        Sharding::Fanout(p) => {
+            let merge = p.merge.describe();
+            Action::ExplainSharding(p.targets.iter().map(|t| row(&t.database, t.hostgroup, &t.sql, &merge)).collect())
+        }
+        Sharding::Refused(message) => Action::Refuse { code: ER_NOT_SUPPORTED_YET, message },
+    }
 }
 
 /// One statement's plan.
@@ -174,6 +215,12 @@ impl PlanScratch {
 pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut PlanScratch) -> Plan {
     let text = stmt.text;
     let command = Command::from_sql(text);
+    if !facts.shards.is_empty() {
+        if let Some(explained) = explain_sharding(text) {
+            scratch.digest_text.clear();
+            return Plan::answered(command, explain(explained, facts), facts);
+        }
+    }
     let dynamic_sql = match sql::classify::intercept(text) {
         // The session sends an expression's value in its place: it needs the whole text.
         Some(Intercept::Dynamic(Dynamic::Expression { .. })) if !(stmt.whole && stmt.chunks == 1) => {

@@ -249,6 +249,14 @@ async fn unsupported_statements_are_refused_and_a_lost_shard_is_an_error() {
         assert!(e.to_string().contains(says), "{sql}: {e}");
         assert_eq!(server_code(&e), Some(1235), "{sql}: ER_NOT_SUPPORTED_YET");
     }
+    // EXPLAIN SHARDING: each shard's statement and the merge, answered by sluice.
+    let rows: Vec<(String, u32, String, String)> =
+        s.query("EXPLAIN SHARDING SELECT id FROM t_order WHERE user_id IN (1, 2) ORDER BY id DESC LIMIT 2, 3").await.unwrap();
+    assert_eq!(rows.iter().map(|r| (r.0.as_str(), r.1)).collect::<Vec<_>>(), [("ds_1", 1), ("ds_2", 2)]);
+    assert_eq!(rows[0].2, "SELECT id FROM `ds_1`.`t_order` WHERE user_id IN (1, 2) ORDER BY id DESC LIMIT 5");
+    assert_eq!(rows[0].3, "rows merged in order, by #1 DESC, offset 2, limit 3");
+    let e = s.query_drop("EXPLAIN SHARDING UPDATE t_order SET user_id = 1").await.expect_err("refused");
+    assert!(e.to_string().contains("sharding column"), "{e}");
     // The per-query memory budget: merged groups sorted by an aggregate must fit in it.
     let e = s.query_drop("SELECT id, COUNT(*) AS n FROM t_order GROUP BY id ORDER BY n DESC, id").await.expect_err("over budget");
     assert!(e.to_string().contains("max_merge_buffer_bytes"), "{e}");

@@ -10,7 +10,57 @@ use crate::plan::{self, Plan};
 use crate::shard::plan::ShardPlan;
 use proto::frame::Frame;
 
+/// MariaDB's extended column metadata: one more string in each column definition.
+const MARIADB_CLIENT_EXTENDED_METADATA: u32 = 1 << 3;
+
 impl Session {
+    /// Answers `EXPLAIN SHARDING`: one row per shard (its database, hostgroup, statement) and
+    /// the merge.
+    pub(super) async fn explain_sharding(&mut self, rows: &[crate::plan::ExplainRow], seq: u8) -> Flow {
+        use proto::codec::{write_lenenc, write_lenenc_str};
+        use proto::frame::PacketBuilder;
+        use proto::resultset::{write_text_row, CHARSET_UTF8, TYPE_VAR_STRING};
+        let deprecate_eof = self.negotiated.capabilities.contains(proto::CapabilityFlags::CLIENT_DEPRECATE_EOF);
+        let extended = self.negotiated.mariadb_caps & MARIADB_CLIENT_EXTENDED_METADATA != 0;
+        let mut out = Vec::new();
+        let mut seq = seq;
+        let names = ["shard", "hostgroup", "statement", "merge"];
+        let b = PacketBuilder::begin(&mut out);
+        write_lenenc(&mut out, names.len() as u64);
+        b.finish(&mut out, &mut seq);
+        for name in names {
+            let b = PacketBuilder::begin(&mut out);
+            for field in [&b"def"[..], b"", b"", b"", name.as_bytes(), name.as_bytes()] {
+                write_lenenc_str(&mut out, field);
+            }
+            if extended {
+                write_lenenc_str(&mut out, b"");
+            }
+            out.push(0x0C);
+            out.extend_from_slice(&CHARSET_UTF8.to_le_bytes());
+            out.extend_from_slice(&4096u32.to_le_bytes());
+            out.push(TYPE_VAR_STRING);
+            out.extend_from_slice(&[0, 0, 0, 0, 0]);
+            b.finish(&mut out, &mut seq);
+        }
+        let status = self.status;
+        if !deprecate_eof {
+            proto::packet::write_eof(&mut out, &mut seq, 0, status);
+        }
+        for r in rows {
+            let hostgroup = r.hostgroup.to_string();
+            let values = [r.shard.as_bytes(), hostgroup.as_bytes(), r.statement.as_bytes(), r.merge.as_bytes()];
+            write_text_row(&mut out, &mut seq, values.map(Some));
+        }
+        if deprecate_eof {
+            let ok = proto::packet::Ok { status, ..Default::default() };
+            proto::packet::write_ok(&mut out, &mut seq, proto::packet::EOF_HEADER, &ok, b"");
+        } else {
+            proto::packet::write_eof(&mut out, &mut seq, 0, status);
+        }
+        Flow::written(self.client.write_all(&out).await.is_ok())
+    }
+
     /// Carries out a plan whose statement runs on several shards.
     pub(super) async fn forward_sharded(&mut self, plan: Plan, sharded: Box<ShardPlan>, frame: Frame, seq: u8) -> Flow {
         let watch = self.watch_query(&frame, &plan);

@@ -99,6 +99,10 @@ impl Session {
                 self.client.consume(frame.wire_len);
                 self.intercepted(intercept, seq).await
             }
+            Action::ExplainSharding(ref rows) => {
+                self.client.consume(frame.wire_len);
+                self.explain_sharding(rows, seq).await
+            }
             Action::Refuse { code, ref message } => {
                 self.client.consume(frame.wire_len);
                 self.reply_err(seq, code, SQLSTATE_NOT_SUPPORTED, message).await;

@@ -91,6 +91,58 @@ pub struct ShardPlan {
     pub max_connections: usize,
 }
 
+impl Merge {
+    /// How `EXPLAIN SHARDING` shows the merge.
+    pub fn describe(&self) -> String {
+        match self {
+            Merge::Ok { sum: true } => "OK replies, affected rows summed".into(),
+            Merge::Ok { sum: false } => "OK replies, the first shard's affected rows".into(),
+            Merge::Rows { order, then_order, offset, limit, aggregates, grouped, hidden, .. } => {
+                let mut parts = Vec::new();
+                match (aggregates.is_some(), *grouped) {
+                    (true, true) => parts.push("groups merged by key".to_string()),
+                    (true, false) => parts.push("one row of aggregates".to_string()),
+                    (false, _) if order.is_empty() => parts.push("rows concatenated".to_string()),
+                    (false, _) => parts.push("rows merged in order".to_string()),
+                }
+                let keys = |ks: &[SortKey]| {
+                    ks.iter()
+                        .map(|k| {
+                            let c = match &k.column {
+                                SortColumn::Position(p) => format!("#{}", p + 1),
+                                SortColumn::Name(n) => format!("`{n}`"),
+                                SortColumn::Hidden(h) => format!("hidden #{}", h + 1),
+                            };
+                            if k.descending {
+                                format!("{c} DESC")
+                            } else {
+                                c
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                if !order.is_empty() {
+                    parts.push(format!("by {}", keys(order)));
+                }
+                if !then_order.is_empty() {
+                    parts.push(format!("then sorted by {} (buffered)", keys(then_order)));
+                }
+                if *offset > 0 {
+                    parts.push(format!("offset {offset}"));
+                }
+                if let Some(l) = limit {
+                    parts.push(format!("limit {l}"));
+                }
+                if *hidden > 0 {
+                    parts.push(format!("{hidden} hidden column(s)"));
+                }
+                parts.join(", ")
+            }
+        }
+    }
+}
+
 /// What the shard map makes of a statement.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Sharding {
