@@ -176,6 +176,9 @@ pub async fn run(client: &mut Conn, shards: &mut [Shard<'_>], requests: &[Vec<u8
     // Replies read to their end; the others are closed, not pooled.
     let mut ended = vec![false; shards.len()];
     let result = async {
+        if shards.is_empty() || requests.len() != shards.len() {
+            return Err(Failure::Mismatch("a cross-shard statement without one request per shard".into()));
+        }
         for (i, request) in requests.iter().enumerate() {
             if shards[i].conn.write_all(request).await.is_err() {
                 return Err(Failure::Lost(i));

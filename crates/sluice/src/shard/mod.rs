@@ -86,6 +86,9 @@ impl ShardedTable {
 
     /// The shard holding `key`: `Ok(None)` when no shard does (a `list` key in no list).
     pub fn shard_of(&self, key: &Key, shards: usize) -> Result<Option<usize>, String> {
+        if shards == 0 {
+            return Err(format!("`{}` has no shards", self.table));
+        }
         let int = |what: &str| match key {
             Key::Int(n) => Ok(*n),
             Key::Text(_) => Err(format!("{what} sharding of `{}` needs an integer key, not {key}", self.table)),
@@ -296,6 +299,34 @@ mod tests {
     fn physical_names_follow_tables_per_node() {
         assert_eq!(table(Algorithm::Mod, 1).physical(3), (3, "t_order".to_string()));
         assert_eq!(table(Algorithm::Mod, 2).physical(3), (1, "t_order_1".to_string()));
+    }
+
+    /// A config with `shards` appended, validated: the error's field and message.
+    fn config_error(shards: &str) -> Option<String> {
+        let text = format!(
+            "[proxy]\nlisten = [\"127.0.0.1:0\"]\n[[mysql_servers]]\nhostgroup_id = 1\nhostname = \"h\"\n\
+             [[mysql_users]]\nusername = \"u\"\ndefault_hostgroup = 1\n{shards}"
+        );
+        let fc = crate::config::FileConfig::parse(&text).map_err(|e| e.to_string()).ok()?;
+        fc.validate(None, Some(&text)).err().map(|e| e.to_string())
+    }
+
+    #[test]
+    fn bad_rows_are_named_by_their_field() {
+        let db = "[[shard_databases]]\nname = \"shop\"\nnodes = [{ hostgroup = 1, database = \"ds_0\" }, { hostgroup = 1, database = \"ds_1\" }]\n";
+        let table = |fields: &str| format!("{db}[[sharded_tables]]\ndatabase = \"shop\"\ntable = \"t\"\nsharding_column = \"k\"\n{fields}");
+        assert_eq!(config_error(&table("algorithm = \"mod\"")), None);
+        let e = config_error(&table("algorithm = \"range\"\nboundaries = [5, 1, 7]")).unwrap();
+        assert!(e.contains("sharded_tables[0].boundaries") && e.contains("1 boundaries for 2 shards, not 3"), "{e}");
+        let e = config_error(&table("algorithm = \"crc\"")).unwrap();
+        assert!(e.contains("sharded_tables[0].algorithm") && e.contains("`crc`"), "{e}");
+        let e = config_error(&table("algorithm = \"list\"\nlists = [[1, 2], [2]]")).unwrap();
+        assert!(e.contains("key 2 is in two lists"), "{e}");
+        let e = config_error(&db.replace("hostgroup = 1, database = \"ds_1\"", "hostgroup = 9, database = \"ds_1\"")).unwrap();
+        assert!(e.contains("shard_databases[0].nodes[1].hostgroup") && e.contains("hostgroup 9"), "{e}");
+        let e =
+            config_error("[[sharded_tables]]\ndatabase = \"nope\"\ntable = \"t\"\nsharding_column = \"k\"\nalgorithm = \"mod\"").unwrap();
+        assert!(e.contains("sharded_tables[0].database") && e.contains("no [[shard_databases]] row"), "{e}");
     }
 
     #[test]
