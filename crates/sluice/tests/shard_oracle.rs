@@ -276,6 +276,22 @@ async fn unsupported_statements_are_refused_and_a_lost_shard_is_an_error() {
     let n: Option<u64> = s.query_first("SELECT COUNT(*) FROM t_order").await.unwrap();
     assert_eq!(n, Some(400));
 
+    // KILL QUERY of a cross-shard statement: the shards' statements stop, the client gets
+    // error 1317, and its session goes on.
+    let mut k = connect_shop(proxy.port).await;
+    let id: u32 = k.query_first("SELECT CONNECTION_ID()").await.unwrap().unwrap();
+    let slow = tokio::spawn(async move {
+        let r: std::result::Result<Vec<(i64, i64)>, _> = k.query("SELECT id, SLEEP(0.01) FROM t_order ORDER BY id").await;
+        (r, k)
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    s.query_drop(format!("KILL QUERY {id}")).await.unwrap();
+    let (r, mut k) = tokio::time::timeout(std::time::Duration::from_secs(10), slow).await.expect("killed in time").unwrap();
+    let e = r.expect_err("killed");
+    assert_eq!(server_code(&e), Some(1317), "{e}");
+    let n: Option<u64> = k.query_first("SELECT COUNT(*) FROM t_order").await.unwrap();
+    assert_eq!(n, Some(400), "the killed session goes on");
+
     // A shard lost while its rows are merged: the client gets an error, never a result that
     // looks complete.
     let mut c = connect_shop(proxy.port).await;

@@ -73,6 +73,8 @@ struct Out<'c> {
     buf: Vec<u8>,
     seq: u8,
     rows: u64,
+    /// The sequence id after the last packet written to the client.
+    sent_seq: &'c std::sync::atomic::AtomicU8,
 }
 
 impl Out<'_> {
@@ -91,6 +93,7 @@ impl Out<'_> {
         if !self.buf.is_empty() {
             self.client.write_all(&self.buf).await.map_err(|_| ClientGone)?;
             self.buf.clear();
+            self.sent_seq.store(self.seq, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(())
     }
@@ -170,8 +173,20 @@ async fn next_row(shards: &mut [Shard<'_>], i: usize, ended: &mut [bool]) -> Res
 
 /// Sends each shard its request (a COM_QUERY packet) and writes the merged reply, starting
 /// at sequence id `seq`. A shard whose reply was not read to its end is left `finished == false`: its connection must be closed.
-pub async fn run(client: &mut Conn, shards: &mut [Shard<'_>], requests: &[Vec<u8>], merge: &Merge, seq: u8) -> Result<Outcome, ClientGone> {
-    let mut out = Out { client, buf: Vec::new(), seq, rows: 0 };
+///
+/// `sent_seq` holds, at each moment, the sequence id of the next packet the client expects
+/// (what it was sent so far): if the merge is abandoned (KILL, a timeout), an error packet
+/// with that id ends the reply cleanly.
+pub async fn run(
+    client: &mut Conn,
+    shards: &mut [Shard<'_>],
+    requests: &[Vec<u8>],
+    merge: &Merge,
+    seq: u8,
+    sent_seq: &std::sync::atomic::AtomicU8,
+) -> Result<Outcome, ClientGone> {
+    sent_seq.store(seq, std::sync::atomic::Ordering::Relaxed);
+    let mut out = Out { client, buf: Vec::new(), seq, rows: 0, sent_seq };
     let mut outcome = Outcome::default();
     // Replies read to their end; the others are closed, not pooled.
     let mut ended = vec![false; shards.len()];

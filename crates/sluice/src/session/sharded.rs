@@ -10,6 +10,16 @@ use crate::plan::{self, Plan};
 use crate::shard::plan::ShardPlan;
 use proto::frame::Frame;
 
+/// Query execution was interrupted (KILL QUERY, a timeout).
+const ER_QUERY_INTERRUPTED: u16 = 1317;
+
+async fn sleep_or_never(d: Option<std::time::Duration>) {
+    match d {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// MariaDB's extended column metadata: one more string in each column definition.
 const MARIADB_CLIENT_EXTENDED_METADATA: u32 = 1 << 3;
 
@@ -81,6 +91,9 @@ impl Session {
         }
         let requests: Vec<Vec<u8>> = sharded.targets.iter().map(|t| plan::query_packet(t.sql.as_bytes(), 0).to_vec()).collect();
         let mut ends: Vec<(u16, bool)> = Vec::with_capacity(held.len());
+        let sent_seq = std::sync::atomic::AtomicU8::new(seq);
+        let timeout = plan.timeout();
+        self.handle.clear_kill_query();
         let result = {
             let mut shards: Vec<Shard> = held
                 .iter_mut()
@@ -93,9 +106,41 @@ impl Session {
                     conn: &mut h.backend.conn,
                 })
                 .collect();
-            let result = merge::run(&mut self.client, &mut shards, &requests, &sharded.merge, seq).await;
+            // Boxed, so that it can be dropped (and its borrows end) when the merge is abandoned.
+            let mut merging = Box::pin(merge::run(&mut self.client, &mut shards, &requests, &sharded.merge, seq, &sent_seq));
+            let result = tokio::select! {
+                biased;
+                r = &mut merging => Some(r),
+                _ = self.handle.kill_query_requested() => None,
+                _ = sleep_or_never(timeout) => None,
+            };
+            drop(merging);
             ends.extend(shards.iter().map(|s| (s.status, s.finished)));
             result
+        };
+        let Some(result) = result else {
+            // KILL QUERY (or the rule's timeout): the shards' statements are killed, their
+            // connections closed, and the client's reply ends with an error.
+            self.data.stats.add(crate::stats::Counter::KilledBackendQueries, held.len() as u64);
+            let connect_timeout = self.snap.config.connect_timeout();
+            let monitor = self.snap.config.monitor.as_ref();
+            let kills: Vec<_> = held
+                .iter()
+                .map(|h| super::kill::kill_query(&h.backend.server, h.backend.thread_id, &self.login, monitor, None, connect_timeout))
+                .collect();
+            for k in kills {
+                let _ = tokio::time::timeout(connect_timeout * 3, k).await;
+            }
+            for mut h in held {
+                h.backend.broken = true;
+                self.release(h);
+            }
+            let outcome = crate::exec::Outcome { error: true, error_code: ER_QUERY_INTERRUPTED, ..Default::default() };
+            self.observed(&watch, None, &outcome, 0, &self.plan_scratch.digest_text, b"");
+            let mut out = Vec::new();
+            let mut seq = sent_seq.load(std::sync::atomic::Ordering::Relaxed);
+            proto::packet::write_err(&mut out, &mut seq, ER_QUERY_INTERRUPTED, b"70100", "Query execution was interrupted");
+            return Flow::written(self.client.write_all(&out).await.is_ok());
         };
         // A reply not read to its end leaves its connection mid-stream: closed, never pooled.
         for (h, (status, finished)) in held.iter_mut().zip(&ends) {
