@@ -1,9 +1,11 @@
 //! Sharding against an oracle: `shop.t_order` split over 4 shards (2 private MariaDB servers ×
-//! 2 databases, `mod` on user_id) through sluice, and the same rows in one unsharded table on a
-//! third server. Generated queries (key equality, IN, ranges, ORDER BY, LIMIT/OFFSET,
-//! aggregates, GROUP BY on one shard) must return the same rows and the same column metadata
-//! (the schema aside: each shard's is its own database) both ways. Then what sluice refuses,
-//! and a shard lost in the middle of a merge.
+//! 2 databases, `mod` on user_id) and `shop.t_log` over 8 (`range` on user_id, 2 physical
+//! tables per node) through sluice, and the same rows in unsharded tables on a third server.
+//! Generated queries (key equality, IN, ranges, ORDER BY, LIMIT/OFFSET, GROUP BY, DISTINCT,
+//! aggregates, sort columns sluice adds and hides) must return the same rows and the same column
+//! metadata (the schema aside: each shard's is its own database; and t_log's physical names)
+//! both ways. Then what sluice refuses, EXPLAIN SHARDING, the memory budget, KILL QUERY, and a
+//! shard lost in the middle of a merge.
 
 mod common;
 
@@ -31,7 +33,9 @@ fn shard_config(a: &MariaDb, b: &MariaDb, database_fields: &str) -> Config {
          [[shard_databases]]\nname = \"shop\"\nbroadcast_tables = [\"region\"]\n\
          nodes = [{{ hostgroup = 1, database = \"ds_0\" }}, {{ hostgroup = 1, database = \"ds_1\" }}, \
                   {{ hostgroup = 2, database = \"ds_2\" }}, {{ hostgroup = 2, database = \"ds_3\" }}]\n{database_fields}\n\
-         [[sharded_tables]]\ndatabase = \"shop\"\ntable = \"t_order\"\nsharding_column = \"user_id\"\nalgorithm = \"mod\"\n",
+         [[sharded_tables]]\ndatabase = \"shop\"\ntable = \"t_order\"\nsharding_column = \"user_id\"\nalgorithm = \"mod\"\n\
+         [[sharded_tables]]\ndatabase = \"shop\"\ntable = \"t_log\"\nsharding_column = \"user_id\"\nalgorithm = \"range\"\n\
+         tables_per_node = 2\nboundaries = [3, 6, 9, 12, 15, 18, 21]\n",
         a.port(),
         b.port()
     );
@@ -146,9 +150,14 @@ async fn sharded_results_match_one_unsharded_server() {
     let mut o = Conn::new(opts(oracle.port(), "root", "").db_name(Some("shop"))).await.unwrap();
     let mut s = connect_shop(proxy.port).await;
 
-    // DDL through sluice reaches every physical table.
-    s.query_drop(TABLE).await.unwrap();
-    o.query_drop(TABLE).await.unwrap();
+    // DDL through sluice reaches every physical table. t_log: the same columns, by range over
+    // 8 shards (2 tables per node: t_log_0 and t_log_1).
+    let log_table = TABLE.replace("t_order", "t_log");
+    for c in [&mut s, &mut o] {
+        c.query_drop(TABLE).await.unwrap();
+        c.query_drop(&log_table).await.unwrap();
+    }
+    assert_eq!(b.sql("SELECT COUNT(*) FROM ds_3.t_log_0, ds_3.t_log_1").unwrap(), "0\n", "t_log_0 and t_log_1 on each node");
     for (db, names) in [(&a, ["ds_0", "ds_1"]), (&b, ["ds_2", "ds_3"])] {
         for n in names {
             assert_eq!(db.sql(&format!("SELECT COUNT(*) FROM {n}.t_order")).unwrap(), "0\n", "{n}.t_order exists");
@@ -171,6 +180,9 @@ async fn sharded_results_match_one_unsharded_server() {
         let via_sluice = s.query_iter(&sql).await.unwrap().affected_rows();
         assert_eq!(via_sluice, 25, "batch {batch}: affected rows summed over shards");
         o.query_drop(&sql).await.unwrap();
+        let sql = sql.replace("t_order", "t_log");
+        s.query_drop(&sql).await.unwrap();
+        o.query_drop(&sql).await.unwrap();
     }
     s.query_drop("INSERT INTO t_order (user_id, id, amount, status, qty) VALUES (3, 1000, 1.00, 'new', 1)").await.unwrap();
     o.query_drop("INSERT INTO t_order (user_id, id, amount, status, qty) VALUES (3, 1000, 1.00, 'new', 1)").await.unwrap();
@@ -181,21 +193,30 @@ async fn sharded_results_match_one_unsharded_server() {
     }
 
     // Writes routed by key, and to all shards.
-    for sql in [
+    let writes = [
         "UPDATE t_order SET qty = qty + 1 WHERE user_id = 5",
         "UPDATE t_order SET note = 'bulk' WHERE qty = 9",
         "DELETE FROM t_order WHERE user_id IN (7, 8) AND qty = 2",
         "DELETE FROM t_order WHERE amount < 20",
-    ] {
+        "UPDATE t_log SET qty = qty + 1 WHERE user_id BETWEEN 4 AND 10",
+        "DELETE FROM t_log WHERE user_id >= 20 AND qty = 3",
+    ];
+    for sql in writes {
         let via_sluice = s.query_iter(sql).await.unwrap().affected_rows();
         let direct = o.query_iter(sql).await.unwrap().affected_rows();
         assert_eq!(via_sluice, direct, "{sql}: affected rows");
     }
 
-    let queries = queries();
+    // Every query on t_order (mod), and on t_log (range, with physical tables t_log_N: their
+    // names are the columns' org_table).
+    let queries: Vec<(String, bool)> =
+        queries().into_iter().flat_map(|(q, ordered)| [(q.replace("t_order", "t_log"), ordered), (q, ordered)]).collect();
     for (sql, ordered) in &queries {
         let want = run(&mut o, sql).await.unwrap_or_else(|e| panic!("oracle: {sql}: {e}"));
-        let got = run(&mut s, sql).await.unwrap_or_else(|e| panic!("sluice: {sql}: {e}"));
+        let mut got = run(&mut s, sql).await.unwrap_or_else(|e| panic!("sluice: {sql}: {e}"));
+        for c in &mut got.0 {
+            *c = c.replace("t_log_0", "t_log").replace("t_log_1", "t_log");
+        }
         assert_eq!(got.0, want.0, "{sql}: column metadata");
         let (mut got_rows, mut want_rows) = (got.1, want.1);
         if !ordered {

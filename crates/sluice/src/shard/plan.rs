@@ -522,9 +522,7 @@ impl<'a> Planner<'a> {
                 add_alias(&mut u.table.relation);
                 u.table.joins.iter_mut().for_each(|j| add_alias(&mut j.relation));
             }
-            Statement::Delete(d) => match &mut d.from {
-                FromTable::WithFromKeyword(f) | FromTable::WithoutKeyword(f) => aliased(f),
-            },
+            // MariaDB takes no alias in a single-table DELETE: its columns go unqualified.
             _ => {}
         }
         let _ = visit_relations_mut(&mut s, |n| {

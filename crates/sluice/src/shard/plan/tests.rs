@@ -108,6 +108,11 @@ fn ranges_on_range_keys_pick_covering_shards() {
 fn physical_tables_keep_the_logical_name_as_alias() {
     let s = single("SELECT t_split.id FROM t_split WHERE id = 3");
     assert_eq!(s.sql, "SELECT t_split.id FROM `ds_1`.`t_split_1` AS `t_split` WHERE id = 3");
+    assert_eq!(
+        single("DELETE FROM t_split WHERE id = 3").sql,
+        "DELETE FROM `ds_1`.`t_split_1` WHERE id = 3",
+        "no alias: MariaDB takes none"
+    );
 }
 
 #[test]
