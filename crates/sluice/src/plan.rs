@@ -255,7 +255,8 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
     let routed = match route::claimed(&route_facts) {
         Some(r) => r,
         None => match route::by_shard(facts.shards, facts.who.schema, sent, facts.in_transaction) {
-            None | Some(Sharding::NotSharded) => route::route(&route_facts),
+            // Routers 1–3 were asked already: not again.
+            None | Some(Sharding::NotSharded) => Routed::default_hostgroup(facts.default_hostgroup),
             Some(Sharding::Single(s)) => {
                 shard_text = Some(s.sql);
                 Routed::shard(s.hostgroup)
@@ -267,7 +268,7 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
             }
             Some(Sharding::Refused(why)) => {
                 shard_refusal = Some(why);
-                route::route(&route_facts)
+                Routed::default_hostgroup(facts.default_hostgroup)
             }
         },
     };

@@ -183,6 +183,11 @@ impl Routed {
     pub fn shard(hostgroup: u32) -> Routed {
         Routed::to(hostgroup, Router::Shard)
     }
+
+    /// A statement no router claimed: the user's default hostgroup (router 5).
+    pub fn default_hostgroup(hostgroup: u32) -> Routed {
+        Routed::to(hostgroup, Router::Default)
+    }
 }
 
 /// Where a command that is not a routed statement goes (COM_PING, COM_INIT_DB,
