@@ -91,7 +91,8 @@ const STATUSES: [&str; 4] = ["new", "paid", "Shipped", "done"];
 
 fn queries() -> Vec<(String, bool)> {
     let mut g = Gen(17);
-    let mut out = Vec::new();
+    // DESCRIBE: asked of the first shard.
+    let mut out = vec![("DESCRIBE t_order".to_string(), true)];
     // (query, ordered: whether row order is defined)
     for _ in 0..30 {
         let u = g.next(24);
@@ -241,6 +242,9 @@ async fn sharded_results_match_one_unsharded_server() {
         .await
         .unwrap();
     assert_eq!(joined, direct, "a sharded table joined with a broadcast table, on one shard");
+
+    let create: Vec<(String, String)> = s.query("SHOW CREATE TABLE t_order").await.unwrap();
+    assert!(create[0].1.contains("`user_id` bigint(20) NOT NULL"), "SHOW CREATE TABLE: the first shard's: {create:?}");
 
     // Other tables keep today's path (the default hostgroup), untouched by the shard map.
     s.query_drop("CREATE TABLE plain (id INT)").await.unwrap();

@@ -7,7 +7,7 @@ use super::{Key, Relation, ShardMap, ShardedTable};
 use sqlparser::ast::{
     visit_expressions, visit_relations, visit_relations_mut, BinaryOperator, Distinct, Expr, FromTable, FunctionArg, FunctionArgExpr,
     FunctionArguments, GroupByExpr, Ident, InTarget, LimitClause, ObjectName, ObjectType, OnInsert, OrderByKind, OrderBySort, Query,
-    SelectItem, SetExpr, Statement, TableAlias, TableFactor, TableObject, TableWithJoins, UnaryOperator, Value,
+    SelectItem, SetExpr, ShowCreateObject, Statement, TableAlias, TableFactor, TableObject, TableWithJoins, UnaryOperator, Value,
 };
 use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
@@ -299,10 +299,33 @@ impl<'a> Planner<'a> {
     fn touches(&self, s: &Statement) -> bool {
         let mut found =
             visit_relations(s, |n| if self.resolve(n).is_some() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }).is_break();
-        if let Statement::Drop { names, .. } = s {
-            found |= names.iter().any(|n| self.resolve(n).is_some());
+        match s {
+            Statement::Drop { names, .. } => found |= names.iter().any(|n| self.resolve(n).is_some()),
+            Statement::ShowCreate { obj_type: ShowCreateObject::Table, obj_name } => found |= self.resolve(obj_name).is_some(),
+            _ => {}
         }
         found
+    }
+
+    /// `DESCRIBE t`, `SHOW CREATE TABLE t`: asked of the first shard's physical table.
+    fn describe(&self, s: &Statement, name: &ObjectName) -> Result<Sharding, Refusal> {
+        let Some(ours) = self.resolve(name) else { return Ok(Sharding::NotSharded) };
+        let target = match ours.relation {
+            Relation::Sharded(t) => Target { node: t.physical(0).0, shard: Some(0), database: t.database },
+            Relation::Broadcast(db) => Target { node: 0, shard: None, database: db },
+        };
+        let mut rewritten = self.rewrite(s, &target)?;
+        if let Statement::ShowCreate { obj_type, .. } = s {
+            // Not a visited relation: its name is put in here.
+            let node = &self.map.databases[target.database].nodes[target.node];
+            let table = match ours.relation {
+                Relation::Sharded(t) => t.physical(0).1,
+                Relation::Broadcast(_) => ident_text(name).last().copied().unwrap_or("").to_string(),
+            };
+            let obj_name = ObjectName::from(vec![Ident::with_quote('`', node.database.clone()), Ident::with_quote('`', table)]);
+            rewritten.sql = Statement::ShowCreate { obj_type: *obj_type, obj_name }.to_string();
+        }
+        Ok(Sharding::Single(rewritten))
     }
 
     fn statement(&self, s: &Statement) -> Result<Sharding, Refusal> {
@@ -349,6 +372,8 @@ impl<'a> Planner<'a> {
             | Statement::Truncate(_)
             | Statement::CreateIndex(_)
             | Statement::Drop { object_type: ObjectType::Table, .. } => self.ddl(s),
+            Statement::ExplainTable { table_name, .. } => self.describe(s, table_name),
+            Statement::ShowCreate { obj_type: ShowCreateObject::Table, obj_name } => self.describe(s, obj_name),
             _ => Err("sluice cannot shard this kind of statement yet (it shards SELECT, INSERT, UPDATE, DELETE and table DDL)".into()),
         }
     }

@@ -211,6 +211,14 @@ fn writes_route_by_key_and_refuse_key_updates() {
 }
 
 #[test]
+fn describe_and_show_create_ask_the_first_shard() {
+    assert_eq!(single("DESCRIBE t_split").sql, "DESCRIBE `ds_0`.`t_split_0`");
+    assert_eq!(single("SHOW CREATE TABLE t_order").sql, "SHOW CREATE TABLE `ds_0`.`t_order`");
+    assert_eq!(single("SHOW CREATE TABLE region").database, "ds_0");
+    assert_eq!(plan_of("SHOW CREATE TABLE customers"), Sharding::NotSharded);
+}
+
+#[test]
 fn ddl_reaches_every_physical_table() {
     let p = fanout("CREATE TABLE t_split (id BIGINT PRIMARY KEY, v INT)");
     assert_eq!(p.targets.len(), 8);
