@@ -207,6 +207,21 @@ struct KeyColumns {
 }
 
 impl KeyColumns {
+    /// Which sharded table (by position in the FROM list) a qualified key column `q.k` is.
+    fn instance(&self, e: &Expr) -> Option<usize> {
+        match e {
+            Expr::CompoundIdentifier(parts) => match parts.as_slice() {
+                [.., q, c] => self
+                    .columns
+                    .iter()
+                    .position(|(qs, k)| k.eq_ignore_ascii_case(&c.value) && qs.iter().any(|x| x.eq_ignore_ascii_case(&q.value))),
+                _ => None,
+            },
+            Expr::Nested(e) => self.instance(e),
+            _ => None,
+        }
+    }
+
     fn is_key(&self, e: &Expr) -> bool {
         match e {
             Expr::Identifier(c) => self.columns.iter().any(|(_, k)| k.eq_ignore_ascii_case(&c.value)),
@@ -225,6 +240,70 @@ impl KeyColumns {
 
 fn ident_text(name: &ObjectName) -> Vec<&str> {
     name.0.iter().map(|p| p.as_ident().map_or("", |i| i.value.as_str())).collect()
+}
+
+/// The top-level AND terms of `e`.
+fn conjuncts<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+    match e {
+        Expr::BinaryOp { left, op: BinaryOperator::And, right } => {
+            conjuncts(left, out);
+            conjuncts(right, out);
+        }
+        Expr::Nested(inner) => conjuncts(inner, out),
+        _ => out.push(e),
+    }
+}
+
+/// The ON condition or USING columns of a join.
+fn join_constraint(op: &sqlparser::ast::JoinOperator) -> Option<&sqlparser::ast::JoinConstraint> {
+    use sqlparser::ast::JoinOperator as J;
+    match op {
+        J::Join(c) | J::Inner(c) | J::Left(c) | J::LeftOuter(c) | J::Right(c) | J::RightOuter(c) | J::FullOuter(c) | J::CrossJoin(c) => {
+            Some(c)
+        }
+        J::StraightJoin(c) => Some(c),
+        _ => None,
+    }
+}
+
+/// Whether every sharded table of a FROM list is joined to the others by equal sharding keys
+/// (`a.k = b.k`, qualified, in an ON or the WHERE): only then are the rows a shard joins all on
+/// that shard. One sharded table needs nothing.
+fn joined_on_keys(from: &[TableWithJoins], selection: Option<&Expr>, keys: &KeyColumns) -> bool {
+    let n = keys.columns.len();
+    if n <= 1 {
+        return true;
+    }
+    // Union-find over the sharded tables, by position.
+    let mut parent: Vec<usize> = (0..n).collect();
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
+        }
+        i
+    }
+    let mut terms = Vec::new();
+    if let Some(w) = selection {
+        conjuncts(w, &mut terms);
+    }
+    for t in from {
+        for j in &t.joins {
+            if let Some(sqlparser::ast::JoinConstraint::On(e)) = join_constraint(&j.join_operator) {
+                conjuncts(e, &mut terms);
+            }
+        }
+    }
+    for t in terms {
+        if let Expr::BinaryOp { left, op: BinaryOperator::Eq, right } = t {
+            if let (Some(a), Some(b)) = (keys.instance(left), keys.instance(right)) {
+                let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
+                parent[ra] = rb;
+            }
+        }
+    }
+    let first = root(&mut parent, 0);
+    (1..n).all(|i| root(&mut parent, i) == first)
 }
 
 /// A literal key value, or `None` for anything else.
@@ -613,6 +692,11 @@ impl<'a> Planner<'a> {
             return Err("sluice cannot shard a query with a sharded or broadcast table in a subquery or derived table".into());
         }
         let tables = self.tables_of(&sel.from)?;
+        if !joined_on_keys(&sel.from, sel.selection.as_ref(), &tables.keys) {
+            return Err("sluice joins sharded tables only on their sharding keys (`a.user_id = b.user_id`, qualified, in ON or \
+                        WHERE): the rows to join would be on other shards"
+                .into());
+        }
         let targets = self.targets(&tables, sel.selection.as_ref(), true)?;
         let db = targets.first().map_or(0, |t| t.database);
         let statement = Statement::Query(Box::new(q.clone()));

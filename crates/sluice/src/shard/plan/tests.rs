@@ -123,6 +123,10 @@ fn binding_and_broadcast_joins_stay_on_a_shard() {
         "SELECT o.id, i.sku, r.name FROM `ds_3`.`t_order` o JOIN `ds_3`.`t_item` i ON o.user_id = i.user_id JOIN `ds_3`.`region` r ON r.id = o.region WHERE o.user_id = 3"
     );
     assert!(refused("SELECT * FROM t_order o JOIN t_user u ON u.id = o.user_id").contains("binding group"));
+    // Binding tables (and a table with itself) join on their keys only.
+    assert!(refused("SELECT * FROM t_order o JOIN t_item i ON i.id = o.id WHERE o.user_id = 3").contains("sharding keys"));
+    assert!(refused("SELECT * FROM t_order a, t_order b WHERE a.id = b.id").contains("sharding keys"));
+    assert!(matches!(plan_of("SELECT * FROM t_order a, t_item b WHERE b.user_id = a.user_id AND a.id = 1"), Sharding::Fanout(_)));
     assert!(refused("SELECT * FROM t_order o JOIN customers c ON c.id = o.user_id").contains("not on the shards"));
     assert_eq!(single("SELECT * FROM region").database, "ds_0", "a broadcast read: one node");
     assert_eq!(fanout("UPDATE region SET name = 'x' WHERE id = 1").merge, Merge::Ok { sum: false });
