@@ -408,6 +408,24 @@ impl<'a> Planner<'a> {
     }
 
     fn statement(&self, s: &Statement) -> Result<Sharding, Refusal> {
+        if matches!(s, Statement::Query(_) | Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)) {
+            // Every table it names must be on the shards: another (in a subquery, say) would be
+            // read from the shard's server, where it is not the table the client means.
+            let mut other = None;
+            let _ = visit_relations(s, |n| {
+                if self.resolve(n).is_none() {
+                    other = Some(ident_text(n).join("."));
+                    return ControlFlow::Break(());
+                }
+                ControlFlow::Continue(())
+            });
+            if let Some(name) = other {
+                return Err(format!(
+                    "sluice cannot run a statement on sharded tables that also names `{name}`, which is not on the shards \
+                     (make it a broadcast table to join it)"
+                ));
+            }
+        }
         match s {
             Statement::Query(q) => self.select(q),
             Statement::Insert(_) => self.insert(s),

@@ -128,6 +128,8 @@ fn binding_and_broadcast_joins_stay_on_a_shard() {
     assert!(refused("SELECT * FROM t_order a, t_order b WHERE a.id = b.id").contains("sharding keys"));
     assert!(matches!(plan_of("SELECT * FROM t_order a, t_item b WHERE b.user_id = a.user_id AND a.id = 1"), Sharding::Fanout(_)));
     assert!(refused("SELECT * FROM t_order o JOIN customers c ON c.id = o.user_id").contains("not on the shards"));
+    assert!(refused("SELECT * FROM t_order WHERE user_id = 1 AND id IN (SELECT id FROM customers)").contains("`customers`"));
+    assert!(refused("DELETE FROM t_order WHERE id IN (SELECT id FROM customers)").contains("`customers`"));
     assert_eq!(single("SELECT * FROM region").database, "ds_0", "a broadcast read: one node");
     assert_eq!(fanout("UPDATE region SET name = 'x' WHERE id = 1").merge, Merge::Ok { sum: false });
 }
@@ -178,7 +180,8 @@ fn aggregates_merge_and_unsupported_shapes_are_refused() {
     assert_eq!(p.targets[0].sql, "SELECT id, amount * 2 FROM `ds_0`.`t_order` ORDER BY amount * 2 DESC, id");
     let Merge::Rows { order, hidden, .. } = p.merge else { panic!() };
     assert_eq!((order[0].column.clone(), order[1].column.clone(), hidden), (SortColumn::Hidden(0), SortColumn::Position(0), 1));
-    assert!(refused("SELECT * FROM customers WHERE id IN (SELECT user_id FROM t_order)").contains("subquery"));
+    assert!(refused("SELECT * FROM customers WHERE id IN (SELECT user_id FROM t_order)").contains("not on the shards"));
+    assert!(refused("SELECT * FROM t_order WHERE id IN (SELECT id FROM t_item)").contains("subquery"));
     assert!(refused("SELECT * FROM t_order WHERE user_id = 1; SELECT 1").contains("multi-statement"));
     assert!(plan(&map(), "shop", b"SELECT * FROM t_order WHERE user_id = 1", true) != Sharding::NotSharded);
     assert!(matches!(plan(&map(), "shop", b"SELECT * FROM t_order", true), Sharding::Refused(_)));
