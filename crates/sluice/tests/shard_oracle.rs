@@ -124,6 +124,10 @@ fn queries() -> Vec<(String, bool)> {
         out.push((format!("SELECT qty, COUNT(*) AS n, AVG(qty) FROM t_order GROUP BY qty ORDER BY qty {dir} LIMIT {o}, {n}"), true));
         out.push((format!("SELECT AVG(amount), COUNT(*), AVG(user_id) FROM t_order WHERE qty < {}", g.next(10)), true));
         out.push(("SELECT note, status, COUNT(*) FROM t_order GROUP BY note, status".to_string(), true));
+        // COUNT(DISTINCT x) alone: distinct x merged over the shards, NULL not counted.
+        out.push((format!("SELECT COUNT(DISTINCT qty) FROM t_order WHERE user_id > {u}"), true));
+        out.push((format!("SELECT COUNT(DISTINCT note) AS n FROM t_order WHERE qty <> {}", g.next(10)), true));
+        out.push(("SELECT COUNT(DISTINCT status) FROM t_order WHERE qty > 100".to_string(), true));
         // ORDER BY an aggregate: merged groups sorted again (ties broken by the group key).
         out.push((format!("SELECT note, COUNT(*) AS n, SUM(amount) FROM t_order GROUP BY note ORDER BY n {dir}, note LIMIT {n}"), true));
         out.push((format!("SELECT qty, MAX(amount) FROM t_order WHERE qty <> {} GROUP BY qty ORDER BY 2 DESC, 1", g.next(10)), true));

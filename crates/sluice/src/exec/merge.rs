@@ -583,6 +583,8 @@ async fn merge_rows(
             next.push(next_row(shards, i, ended).await?);
         }
         let mut group: Option<Group> = None;
+        let counting = aggregates == Some(&[Aggregate::CountDistinct][..]);
+        let mut distinct = 0u64;
         // Merged groups to sort again (ORDER BY an aggregate), within the query's budget.
         let mut held = (!then_order.is_empty()).then(|| HeldRows { rows: Vec::new(), bytes: 0, max: max_buffered });
         while window.room > 0 {
@@ -614,6 +616,11 @@ async fn merge_rows(
                     }
                 },
             };
+            if let (Some(row), true) = (&done, counting) {
+                // One distinct x over all shards: counted unless NULL (its count is 0).
+                distinct += u64::from(field(row, 0).flatten().is_some_and(|v| v != b"0"));
+                continue;
+            }
             if let Some(row) = done {
                 if let Some(h) = held.as_mut() {
                     h.push(row)?;
@@ -628,13 +635,29 @@ async fn merge_rows(
         }
         if let (Some(g), Some(aggs)) = (group, aggregates) {
             let row = g.finish(aggs, &info)?;
-            match held.as_mut() {
-                Some(h) => h.push(row)?,
-                None if window.take() => {
-                    out.packet(&row);
+            if counting {
+                distinct += u64::from(field(&row, 0).flatten().is_some_and(|v| v != b"0"));
+                let mut total = Vec::new();
+                write_lenenc_str(&mut total, distinct.to_string().as_bytes());
+                if window.take() {
+                    out.packet(&total);
                     out.rows += 1;
                 }
-                None => {}
+            } else {
+                match held.as_mut() {
+                    Some(h) => h.push(row)?,
+                    None if window.take() => {
+                        out.packet(&row);
+                        out.rows += 1;
+                    }
+                    None => {}
+                }
+            }
+        } else if counting {
+            // No rows at all: COUNT(DISTINCT x) is 0.
+            if window.take() {
+                out.packet(&[1, b'0']);
+                out.rows += 1;
             }
         }
         if let Some(mut h) = held {
@@ -761,7 +784,7 @@ impl Group {
         for (c, agg) in aggs.iter().enumerate() {
             let kind = info.get(c).map_or(ValueKind::Numeric, |i| i.kind);
             match *agg {
-                Aggregate::Value => {}
+                Aggregate::Value | Aggregate::CountDistinct => {}
                 Aggregate::Count => add(&mut self.values[c], field(row, c).ok_or_else(malformed)?, "COUNT")?,
                 Aggregate::Sum => add(&mut self.values[c], field(row, c).ok_or_else(malformed)?, "SUM")?,
                 Aggregate::Min | Aggregate::Max => {
@@ -790,7 +813,8 @@ impl Group {
         let mut row = Vec::new();
         for (c, agg) in aggs.iter().enumerate() {
             let value: Option<Vec<u8>> = match agg {
-                Aggregate::Value => field(&self.first, c).ok_or_else(malformed)?.map(<[u8]>::to_vec),
+                // Each shard's count for one x: 1, or 0 for NULL.
+                Aggregate::Value | Aggregate::CountDistinct => field(&self.first, c).ok_or_else(malformed)?.map(<[u8]>::to_vec),
                 // COUNT of no rows is 0; the others are NULL.
                 Aggregate::Count => Some(self.values[c].clone().unwrap_or_else(|| b"0".to_vec())),
                 Aggregate::Sum | Aggregate::Min | Aggregate::Max => self.values[c].clone(),

@@ -57,6 +57,9 @@ pub enum Aggregate {
         sum: usize,
         count: usize,
     },
+    /// `COUNT(DISTINCT x)` alone: the shards group by x (sorted), and the merge counts the
+    /// distinct non-NULL x over all shards.
+    CountDistinct,
 }
 
 /// What the shards' replies are merged into.
@@ -754,6 +757,41 @@ impl<'a> Planner<'a> {
         // Columns sluice adds at the end of each shard's select list, hidden from the client:
         // ORDER BY and GROUP BY expressions not selected, AVG's SUM and COUNT.
         let mut hidden: Vec<Expr> = Vec::new();
+        // `SELECT COUNT(DISTINCT x)` alone: each shard's distinct x, sorted, counted once over
+        // all shards as they merge.
+        if let Some(arg) = count_distinct_alone(&sel.projection).filter(|_| group_by.is_empty() && sel.distinct.is_none()) {
+            let mut per_shard = q.clone();
+            per_shard.order_by = None;
+            per_shard.limit_clause = None;
+            if let SetExpr::Select(s) = per_shard.body.as_mut() {
+                s.projection.push(SelectItem::UnnamedExpr(arg.clone()));
+                s.group_by = GroupByExpr::Expressions(vec![arg.clone()], vec![]);
+            }
+            let key = sqlparser::ast::OrderByExpr {
+                expr: arg,
+                options: sqlparser::ast::OrderByOptions { sort: Some(OrderBySort::Asc), nulls_first: None },
+                with_fill: None,
+            };
+            per_shard.order_by = Some(sqlparser::ast::OrderBy { kind: OrderByKind::Expressions(vec![key]), interpolate: None });
+            let (offset, limit) = match &q.limit_clause {
+                None => (0, None),
+                Some(LimitClause::OffsetCommaLimit { offset, limit }) => (count(offset)?, Some(count(limit)?)),
+                Some(LimitClause::LimitOffset { limit, offset, .. }) => {
+                    (offset.as_ref().map(|o| count(&o.value)).transpose()?.unwrap_or(0), limit.as_ref().map(count).transpose()?)
+                }
+            };
+            let merge = Merge::Rows {
+                order: vec![SortKey { column: SortColumn::Hidden(0), descending: false }],
+                then_order: vec![],
+                max_buffered: self.map.databases[db].max_merge_buffer_bytes,
+                offset,
+                limit,
+                aggregates: Some(vec![Aggregate::CountDistinct]),
+                grouped: true,
+                hidden: 1,
+            };
+            return self.one_or_many(&Statement::Query(Box::new(per_shard)), &targets, merge, db);
+        }
         let aggregates = aggregates(&sel.projection, &group_by, &mut hidden)?;
         let order_by: Vec<(Expr, bool)> = match &q.order_by {
             None => Vec::new(),
@@ -1099,7 +1137,10 @@ fn aggregates(projection: &[SelectItem], group_by: &[Expr], hidden: &mut Vec<Exp
                         hidden.push(call("COUNT")?);
                         Aggregate::Avg { sum: hidden.len() - 2, count: hidden.len() - 1 }
                     }
-                    "COUNT" | "SUM" | "AVG" => return Err(format!("sluice cannot merge {name}(DISTINCT …) across shards yet")),
+                    "COUNT" => {
+                        return Err("sluice merges COUNT(DISTINCT …) across shards only alone in the select list, without GROUP BY".into())
+                    }
+                    "SUM" | "AVG" => return Err(format!("sluice cannot merge {name}(DISTINCT …) across shards yet")),
                     _ => return Err(format!("sluice cannot merge {name} across shards")),
                 };
                 out.push(a);
@@ -1145,6 +1186,26 @@ fn listed_column(e: &Expr, projection: &[SelectItem]) -> Option<SortColumn> {
             _ => false,
         })
         .map(SortColumn::Position)
+}
+
+/// `x` of a select list that is `COUNT(DISTINCT x)` alone.
+fn count_distinct_alone(projection: &[SelectItem]) -> Option<Expr> {
+    let [SelectItem::UnnamedExpr(Expr::Function(f)) | SelectItem::ExprWithAlias { expr: Expr::Function(f), .. }] = projection else {
+        return None;
+    };
+    let FunctionArguments::List(l) = &f.args else { return None };
+    let is_count = matches!(ident_text(&f.name).as_slice(), [n] if n.eq_ignore_ascii_case("COUNT"));
+    match l.args.as_slice() {
+        [FunctionArg::Unnamed(FunctionArgExpr::Expr(x))]
+            if is_count
+                && f.over.is_none()
+                && l.duplicate_treatment == Some(sqlparser::ast::DuplicateTreatment::Distinct)
+                && !has_aggregate_or_window(x) =>
+        {
+            Some(x.clone())
+        }
+        _ => None,
+    }
 }
 
 /// The result column an ORDER BY item sorts on: one of the select list, else `e` added to

@@ -174,7 +174,12 @@ fn aggregates_merge_and_unsupported_shapes_are_refused() {
     let p = fanout("SELECT DISTINCT status, qty FROM t_order");
     assert_eq!(p.targets[0].sql, "SELECT DISTINCT status, qty FROM `ds_0`.`t_order` ORDER BY status ASC, qty ASC");
     assert!(refused("SELECT DISTINCT * FROM t_order").contains("DISTINCT"));
-    assert!(refused("SELECT COUNT(DISTINCT user_id) FROM t_order").contains("DISTINCT"));
+    let p = fanout("SELECT COUNT(DISTINCT qty) AS n FROM t_order WHERE amount > 1");
+    assert_eq!(
+        p.targets[0].sql,
+        "SELECT COUNT(DISTINCT qty) AS n, qty FROM `ds_0`.`t_order` WHERE amount > 1 GROUP BY qty ORDER BY qty ASC"
+    );
+    assert!(refused("SELECT COUNT(DISTINCT user_id), COUNT(*) FROM t_order").contains("DISTINCT"));
     // ORDER BY a column or expression not selected: added, and hidden from the client.
     let p = fanout("SELECT id FROM t_order ORDER BY amount * 2 DESC, id");
     assert_eq!(p.targets[0].sql, "SELECT id, amount * 2 FROM `ds_0`.`t_order` ORDER BY amount * 2 DESC, id");
