@@ -124,6 +124,15 @@ fn queries() -> Vec<(String, bool)> {
         out.push((format!("SELECT qty, COUNT(*) AS n, AVG(qty) FROM t_order GROUP BY qty ORDER BY qty {dir} LIMIT {o}, {n}"), true));
         out.push((format!("SELECT AVG(amount), COUNT(*), AVG(user_id) FROM t_order WHERE qty < {}", g.next(10)), true));
         out.push(("SELECT note, status, COUNT(*) FROM t_order GROUP BY note, status".to_string(), true));
+        // HAVING on the merged groups.
+        out.push((format!("SELECT qty, COUNT(*) AS n FROM t_order GROUP BY qty HAVING n > {} ORDER BY qty", 20 + g.next(20)), true));
+        out.push((
+            format!(
+                "SELECT status, SUM(amount) AS s, COUNT(*) FROM t_order GROUP BY status HAVING s >= {}0 AND COUNT(*) > 10",
+                g.next(900)
+            ),
+            true,
+        ));
         // COUNT(DISTINCT x) alone: distinct x merged over the shards, NULL not counted.
         out.push((format!("SELECT COUNT(DISTINCT qty) FROM t_order WHERE user_id > {u}"), true));
         out.push((format!("SELECT COUNT(DISTINCT note) AS n FROM t_order WHERE qty <> {}", g.next(10)), true));
@@ -268,7 +277,7 @@ async fn unsupported_statements_are_refused_and_a_lost_shard_is_an_error() {
     for (sql, says) in [
         ("UPDATE t_order SET user_id = 2 WHERE id = 1", "sharding column `user_id`"),
         ("SELECT status, COUNT(*) FROM t_order GROUP BY status ORDER BY SUM(qty) DESC", "select"),
-        ("SELECT status, COUNT(*) FROM t_order GROUP BY status HAVING COUNT(*) > 1", "HAVING"),
+        ("SELECT status, COUNT(*) FROM t_order GROUP BY status HAVING SUM(qty) > 1", "HAVING"),
         ("SELECT DISTINCT * FROM t_order", "DISTINCT"),
         ("SELECT * FROM plain WHERE id IN (SELECT id FROM t_order)", "not on the shards"),
         ("SELECT * FROM t_order WHERE id IN (SELECT MAX(id) FROM t_order)", "subquery"),

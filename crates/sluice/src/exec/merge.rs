@@ -13,7 +13,7 @@
 //! complete: before the result set starts, in place of it; after, in place of its terminator.
 
 use crate::net::Conn;
-use crate::shard::plan::{Aggregate, Merge, SortColumn, SortKey};
+use crate::shard::plan::{Aggregate, HavingTest, Merge, SortColumn, SortKey};
 use proto::codec::{read_lenenc, read_lenenc_str, write_lenenc, write_lenenc_str};
 use proto::errors::*;
 use proto::frame::{write_packet, MAX_CHUNK};
@@ -201,7 +201,7 @@ pub async fn run(
         }
         match merge {
             Merge::Ok { sum } => merge_ok(shards, &mut ended, *sum, &mut out, &mut outcome).await,
-            Merge::Rows { order, then_order, max_buffered, offset, limit, aggregates, grouped: _, hidden } => {
+            Merge::Rows { order, then_order, max_buffered, offset, limit, aggregates, grouped: _, having, hidden } => {
                 let rows = RowMerge {
                     order,
                     then_order,
@@ -209,6 +209,7 @@ pub async fn run(
                     offset: *offset,
                     limit: *limit,
                     aggregates: aggregates.as_deref(),
+                    having,
                     hidden: *hidden,
                 };
                 merge_rows(shards, &mut ended, &rows, &mut out, &mut outcome).await
@@ -468,7 +469,16 @@ struct RowMerge<'m> {
     offset: u64,
     limit: Option<u64>,
     aggregates: Option<&'m [Aggregate]>,
+    having: &'m [HavingTest],
     hidden: usize,
+}
+
+/// Whether a merged group's row passes HAVING (NULL passes no comparison).
+fn passes(row: &[u8], having: &[HavingTest]) -> bool {
+    having.iter().all(|h| match field(row, h.column).flatten() {
+        Some(v) => h.passes.contains(&cmp_numeric(v, h.value.as_bytes())),
+        None => false,
+    })
 }
 
 /// The first `visible` values of a row (the rest are hidden sort columns).
@@ -488,7 +498,7 @@ async fn merge_rows(
     out: &mut Out<'_>,
     outcome: &mut Outcome,
 ) -> Result<Result<(), ClientGone>, Failure> {
-    let RowMerge { order, then_order, max_buffered, offset, limit, aggregates, hidden } = *merge;
+    let RowMerge { order, then_order, max_buffered, offset, limit, aggregates, having, hidden } = *merge;
     // Every shard's head first: they must agree before anything reaches the client.
     let mut columns = None;
     let mut first_failure = None;
@@ -621,7 +631,7 @@ async fn merge_rows(
                 distinct += u64::from(field(row, 0).flatten().is_some_and(|v| v != b"0"));
                 continue;
             }
-            if let Some(row) = done {
+            if let Some(row) = done.filter(|r| passes(r, having)) {
                 if let Some(h) = held.as_mut() {
                     h.push(row)?;
                 } else if window.take() {
@@ -643,7 +653,7 @@ async fn merge_rows(
                     out.packet(&total);
                     out.rows += 1;
                 }
-            } else {
+            } else if passes(&row, having) {
                 match held.as_mut() {
                     Some(h) => h.push(row)?,
                     None if window.take() => {

@@ -62,6 +62,60 @@ pub enum Aggregate {
     CountDistinct,
 }
 
+/// One term of a HAVING merged across shards: a selected column compared with a number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HavingTest {
+    pub column: usize,
+    /// The comparison's outcomes that pass (`>=`: Greater and Equal).
+    pub passes: Vec<std::cmp::Ordering>,
+    pub value: String,
+}
+
+/// HAVING as AND-ed terms `column op number` (either way round), `column` a selected one.
+fn having_tests(h: &Expr, projection: &[SelectItem]) -> Result<Vec<HavingTest>, Refusal> {
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    let mut terms = Vec::new();
+    conjuncts(h, &mut terms);
+    let mut out = Vec::with_capacity(terms.len());
+    for t in terms {
+        let unsupported = || format!("sluice merges HAVING across shards as selected columns compared with numbers, not `{t}`");
+        let Expr::BinaryOp { left, op, right } = t else { return Err(unsupported()) };
+        let (column, value, flipped) =
+            match (listed_column(left, projection), int_or_decimal(right), listed_column(right, projection), int_or_decimal(left)) {
+                (Some(SortColumn::Position(c)), Some(v), _, _) => (c, v, false),
+                (_, _, Some(SortColumn::Position(c)), Some(v)) => (c, v, true),
+                _ => return Err(unsupported()),
+            };
+        let mut passes = match op {
+            BinaryOperator::Eq => vec![Equal],
+            BinaryOperator::NotEq => vec![Less, Greater],
+            BinaryOperator::Gt => vec![Greater],
+            BinaryOperator::GtEq => vec![Greater, Equal],
+            BinaryOperator::Lt => vec![Less],
+            BinaryOperator::LtEq => vec![Less, Equal],
+            _ => return Err(unsupported()),
+        };
+        if flipped {
+            passes = passes.into_iter().map(std::cmp::Ordering::reverse).collect();
+        }
+        out.push(HavingTest { column, passes, value });
+    }
+    Ok(out)
+}
+
+/// A number literal as written (`-` allowed).
+fn int_or_decimal(e: &Expr) -> Option<String> {
+    match e {
+        Expr::Value(v) => match &v.value {
+            Value::Number(n, _) => Some(n.clone()),
+            _ => None,
+        },
+        Expr::UnaryOp { op: UnaryOperator::Minus, expr } => int_or_decimal(expr).map(|n| format!("-{n}")),
+        Expr::Nested(e) => int_or_decimal(e),
+        _ => None,
+    }
+}
+
 /// What the shards' replies are merged into.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Merge {
@@ -79,6 +133,8 @@ pub enum Merge {
         limit: Option<u64>,
         aggregates: Option<Vec<Aggregate>>,
         grouped: bool,
+        /// HAVING, tested on each merged group.
+        having: Vec<HavingTest>,
         hidden: usize,
     },
     /// OK packets: affected rows summed (`sum`), else the first shard's (a broadcast write, DDL).
@@ -748,9 +804,10 @@ impl<'a> Planner<'a> {
             }
             Some(_) => return Err("sluice cannot merge SELECT DISTINCT with GROUP BY (or DISTINCT ON) across shards".into()),
         }
-        if sel.having.is_some() {
-            return Err("sluice cannot merge HAVING across shards yet; narrow it to one shard with the sharding key".into());
-        }
+        let having = match &sel.having {
+            None => Vec::new(),
+            Some(h) => having_tests(h, &sel.projection)?,
+        };
         if !q.locks.is_empty() {
             return Err("sluice cannot lock rows across shards (FOR UPDATE, LOCK IN SHARE MODE)".into());
         }
@@ -759,7 +816,8 @@ impl<'a> Planner<'a> {
         let mut hidden: Vec<Expr> = Vec::new();
         // `SELECT COUNT(DISTINCT x)` alone: each shard's distinct x, sorted, counted once over
         // all shards as they merge.
-        if let Some(arg) = count_distinct_alone(&sel.projection).filter(|_| group_by.is_empty() && sel.distinct.is_none()) {
+        let alone = group_by.is_empty() && sel.distinct.is_none() && sel.having.is_none();
+        if let Some(arg) = count_distinct_alone(&sel.projection).filter(|_| alone) {
             let mut per_shard = q.clone();
             per_shard.order_by = None;
             per_shard.limit_clause = None;
@@ -788,6 +846,7 @@ impl<'a> Planner<'a> {
                 limit,
                 aggregates: Some(vec![Aggregate::CountDistinct]),
                 grouped: true,
+                having: vec![],
                 hidden: 1,
             };
             return self.one_or_many(&Statement::Query(Box::new(per_shard)), &targets, merge, db);
@@ -891,12 +950,17 @@ impl<'a> Planner<'a> {
                 .collect();
             per_shard.order_by = Some(sqlparser::ast::OrderBy { kind: OrderByKind::Expressions(exprs), interpolate: None });
         }
+        if !having.is_empty() && aggregates.is_none() {
+            return Err("sluice merges HAVING across shards only with aggregates or GROUP BY".into());
+        }
         if let SetExpr::Select(sel) = per_shard.body.as_mut() {
             sel.projection.extend(hidden.iter().cloned().map(SelectItem::UnnamedExpr));
+            // A group's rows are on several shards: HAVING applies to merged groups only.
+            sel.having = None;
         }
         let statement = Statement::Query(Box::new(per_shard));
         let max_buffered = self.map.databases[db].max_merge_buffer_bytes;
-        let merge = Merge::Rows { order, then_order, max_buffered, offset, limit, aggregates, grouped, hidden: hidden.len() };
+        let merge = Merge::Rows { order, then_order, max_buffered, offset, limit, aggregates, grouped, having, hidden: hidden.len() };
         self.one_or_many(&statement, &targets, merge, db)
     }
 

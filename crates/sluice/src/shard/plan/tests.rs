@@ -89,6 +89,7 @@ fn key_equality_and_in_pick_shards() {
             limit: Some(3),
             aggregates: None,
             grouped: false,
+            having: vec![],
             hidden: 0
         }
     );
@@ -147,6 +148,7 @@ fn aggregates_merge_and_unsupported_shapes_are_refused() {
             limit: None,
             aggregates: Some(vec![Aggregate::Count, Aggregate::Sum, Aggregate::Min, Aggregate::Max]),
             grouped: false,
+            having: vec![],
             hidden: 0
         }
     );
@@ -170,7 +172,19 @@ fn aggregates_merge_and_unsupported_shapes_are_refused() {
     );
     assert!(refused("SELECT status, COUNT(*) FROM t_order GROUP BY status ORDER BY SUM(qty)").contains("select"));
     assert!(refused("SELECT user_id, COUNT(*) FROM t_order GROUP BY status").contains("GROUP BY"));
-    assert!(refused("SELECT status, COUNT(*) FROM t_order GROUP BY status HAVING COUNT(*) > 1").contains("HAVING"));
+    // HAVING: tested on the merged groups, not per shard.
+    let p = fanout("SELECT status, COUNT(*) AS n FROM t_order GROUP BY status HAVING n > 1 AND 5 >= COUNT(*)");
+    assert!(!p.targets[0].sql.contains("HAVING"), "{}", p.targets[0].sql);
+    let Merge::Rows { having, .. } = p.merge else { panic!() };
+    use std::cmp::Ordering::*;
+    assert_eq!(
+        having,
+        vec![
+            HavingTest { column: 1, passes: vec![Greater], value: "1".into() },
+            HavingTest { column: 1, passes: vec![Less, Equal], value: "5".into() }
+        ]
+    );
+    assert!(refused("SELECT status, COUNT(*) FROM t_order GROUP BY status HAVING SUM(qty) > 1").contains("HAVING"));
     let p = fanout("SELECT DISTINCT status, qty FROM t_order");
     assert_eq!(p.targets[0].sql, "SELECT DISTINCT status, qty FROM `ds_0`.`t_order` ORDER BY status ASC, qty ASC");
     assert!(refused("SELECT DISTINCT * FROM t_order").contains("DISTINCT"));
