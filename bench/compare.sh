@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# bench/compare.sh: sysbench against a private MariaDB, directly and through sluice,
-# alternated A B A B, with sluice's own CPU per query read from /proc/<pid>/stat.
+# bench/compare.sh: sysbench against a private MariaDB, directly and through sluice (and
+# HAProxy in TCP mode), alternated A B A B, with each proxy's CPU per query read from
+# /proc/<pid>/stat and, with SYSCALLS=1, its system calls per query from a separate strace pass.
 # See bench/README.md. Run with --help for the options.
 set -euo pipefail
 
@@ -10,7 +11,9 @@ Usage: bench/compare.sh [options]
 
 Every option is also an environment variable (in CAPS); flags win over the environment.
 
-  --mode ab|runtime|stats|builds MODE ab: direct vs sluice (default).
+  --mode ab|haproxy|runtime|stats|builds MODE ab: direct vs sluice (default).
+                                      haproxy: direct vs sluice vs HAProxy (mode tcp, nbthread =
+                                      sluice's worker threads), alternated A B C A B C.
                                       runtime: sluice --runtime steal vs --runtime per-core,
                                       with a direct run as reference in each round.
                                       stats: sluice with digest statistics on vs off, switched
@@ -37,6 +40,11 @@ Every option is also an environment variable (in CAPS); flags win over the envir
   --out FILE              OUT         also append the markdown result to FILE (e.g. BENCHMARKS.md)
   --db-ps-mode MODE       DB_PS_MODE  sysbench --db-ps-mode: disable (text protocol) or auto [disable]
   --warmup SECONDS        WARMUP      direct point-select warm-up before measuring, 0 = none [5]
+  --syscalls 0|1          SYSCALLS    1: after the timed rounds, one separate strace -f pass per
+                                      proxy and cell (ab and haproxy modes), reported as system
+                                      calls per query by kind. strace slows the proxy, so these
+                                      passes are never timed. [0]
+  --syscall-duration S    SYSCALL_DURATION  seconds of each strace pass [5]
                           SLUICE_BIN  command to run instead of target/release/sluice (same flags;
                                       it must exec so that its pid is the proxy's). When unset,
                                       `cargo build --release -p sluice` is run first.
@@ -57,13 +65,13 @@ PROG=compare.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # die log shq alive stop_proc run_bounded free_port cpu_ticks median ratio parse_options pick_sluice sysbench_figures cpu_per_query report_problems publish_report
 
 # --- options --------------------------------------------------------------------------
-OPT_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS WINDOW RATE SLUICE_ARGS OUT DB_PS_MODE WARMUP SLUICE_BIN SLUICE_BIN_BEFORE)
-FLAG_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS WINDOW RATE SLUICE_ARGS OUT DB_PS_MODE WARMUP) # settable as --name too
+OPT_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS WINDOW RATE SLUICE_ARGS OUT DB_PS_MODE WARMUP SYSCALLS SYSCALL_DURATION SLUICE_BIN SLUICE_BIN_BEFORE HAPROXY_BIN)
+FLAG_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS WINDOW RATE SLUICE_ARGS OUT DB_PS_MODE WARMUP SYSCALLS SYSCALL_DURATION) # settable as --name too
 parse_options "$@"
 
 MODE=${MODE:-ab}
 case "$MODE" in
-ab)
+ab | haproxy)
 	THREADS=${THREADS:-1 4 16 64}
 	WORKLOADS=${WORKLOADS:-oltp_point_select oltp_read_only}
 	;;
@@ -75,7 +83,7 @@ stats)
 	THREADS=${THREADS:-16 64}
 	WORKLOADS=${WORKLOADS:-oltp_point_select oltp_read_only}
 	;;
-*) die "MODE must be ab, runtime, stats or builds, not '$MODE'" ;;
+*) die "MODE must be ab, haproxy, runtime, stats or builds, not '$MODE'" ;;
 esac
 DURATION=${DURATION:-20}
 TABLES=${TABLES:-4}
@@ -88,9 +96,12 @@ OUT=${OUT:-}
 DB_PS_MODE=${DB_PS_MODE:-disable}
 WARMUP=${WARMUP:-5}
 SLUICE_BIN=${SLUICE_BIN:-}
+HAPROXY_BIN=${HAPROXY_BIN:-haproxy}
+SYSCALLS=${SYSCALLS:-0}
+SYSCALL_DURATION=${SYSCALL_DURATION:-5}
 KEEP_TMP=${KEEP_TMP:-0}
 
-for v in DURATION TABLES TABLE_SIZE ROUNDS WINDOW WARMUP; do
+for v in DURATION TABLES TABLE_SIZE ROUNDS WINDOW WARMUP SYSCALL_DURATION; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a whole number, not '${!v}'"
 done
 if [ "$DURATION" -eq 0 ] || [ "$ROUNDS" -eq 0 ] || [ "$TABLES" -eq 0 ] || [ "$TABLE_SIZE" -eq 0 ]; then
@@ -107,6 +118,11 @@ for t in "${THREAD_LIST[@]}"; do
 	[[ $t =~ ^[1-9][0-9]*$ ]] || die "THREADS must be positive whole numbers, not '$t'"
 done
 case "$DB_PS_MODE" in disable | auto) ;; *) die "DB_PS_MODE must be disable or auto" ;; esac
+case "$SYSCALLS" in 0 | 1) ;; *) die "SYSCALLS must be 0 or 1, not '$SYSCALLS'" ;; esac
+if [ "$SYSCALLS" = 1 ]; then
+	[ "$MODE" = ab ] || [ "$MODE" = haproxy ] || die "SYSCALLS=1 works in the ab and haproxy modes only"
+	[ "$SYSCALL_DURATION" -gt 0 ] || die "SYSCALL_DURATION must be > 0"
+fi
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -117,10 +133,17 @@ for tool in mariadbd mariadb-install-db mariadb mariadb-admin sysbench getconf t
 		die "$tool not found (Debian: apt-get install -y mariadb-server mariadb-client sysbench)"
 done
 CLK_TCK=$(getconf CLK_TCK)
+if [ "$MODE" = haproxy ]; then
+	command -v "$HAPROXY_BIN" >/dev/null || die "$HAPROXY_BIN not found (Debian: apt-get install -y haproxy)"
+fi
+if [ "$SYSCALLS" = 1 ]; then
+	command -v strace >/dev/null || die "strace not found (Debian: apt-get install -y strace)"
+fi
 
 # --- estimate -------------------------------------------------------------------------
 case "$MODE" in
 ab) VARIANTS=(direct sluice) ;;
+haproxy) VARIANTS=(direct sluice haproxy) ;;
 runtime) VARIANTS=(direct steal per-core) ;;
 builds) VARIANTS=(direct before after) ;;
 stats) VARIANTS=(direct stats-on stats-off) ;;
@@ -141,8 +164,13 @@ if [ "$MODE" = stats ]; then
 	log "mode stats: $CELLS cell(s), each a ${DURATION}s direct run and one run of $((2 * ROUNDS)) windows of ${WINDOW}s through sluice"
 	log "estimated run time: ~$((e / 60)) min $((e % 60)) s"
 else
+	if [ "$SYSCALLS" = 1 ]; then
+		# one untimed strace pass per proxy and cell, ~2 s each to attach and detach
+		e=$((CELLS * (${#VARIANTS[@]} - 1) * (SYSCALL_DURATION + 2)))
+		log "plus $((CELLS * (${#VARIANTS[@]} - 1))) strace pass(es) of ${SYSCALL_DURATION}s: ~$((e / 60)) min $((e % 60)) s"
+	fi
 	log "mode $MODE: ${#WORKLOAD_LIST[@]} workload(s) × ${#THREAD_LIST[@]} thread count(s) × $ROUNDS round(s) × ${#VARIANTS[@]} variants = $NRUNS runs of ${DURATION}s"
-	case "$MODE" in ab) DEF_RUNS=32 ;; runtime | builds) DEF_RUNS=12 ;; esac
+	case "$MODE" in ab) DEF_RUNS=32 ;; haproxy) DEF_RUNS=48 ;; runtime | builds) DEF_RUNS=12 ;; esac
 	log "estimated run time: $(estimate "$NRUNS" "$DURATION") (with the default settings of this mode: $DEF_RUNS runs of 20 s, $(estimate "$DEF_RUNS" 20))"
 fi
 
@@ -158,11 +186,31 @@ fi
 # --- processes and teardown -----------------------------------------------------------
 WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX)
 DB_PID="" DB_PORT="" SLUICE_PID="" SLUICE_PORT="" SLUICE_RUNTIME="" RUN_PID="" ADMIN_PORT=""
+HAPROXY_PID="" HAPROXY_PORT="" HAPROXY_THREADS="" STRACE_PID="" QCLIENT_OWN_PID=""
 SOCK=$WORK/mysqld.sock
 
 stop_sluice() {
 	stop_supervised "$SLUICE_PID" "$WORK/sluice" sluice
 	SLUICE_PID=""
+}
+
+stop_haproxy() {
+	stop_supervised "$HAPROXY_PID" "$WORK/haproxy" haproxy
+	HAPROXY_PID=""
+}
+
+# stop_strace: detaches a running strace (SIGINT makes it print its summary and let go).
+stop_strace() {
+	[ -n "$STRACE_PID" ] || return 0
+	kill -INT "$STRACE_PID" 2>/dev/null || true
+	local i
+	for ((i = 0; i < 100; i++)); do
+		alive "$STRACE_PID" || break
+		sleep 0.1
+	done
+	alive "$STRACE_PID" && stop_proc "$STRACE_PID" strace 5
+	wait "$STRACE_PID" 2>/dev/null || true
+	STRACE_PID=""
 }
 
 cleanup() {
@@ -172,12 +220,16 @@ cleanup() {
 	if failed_by_itself "$rc"; then
 		[ -s "$WORK/sluice.log" ] && { echo "--- last lines of sluice's log:" >&2; tail -n 20 "$WORK/sluice.log" >&2; }
 		[ -s "$WORK/mysqld.err" ] && { echo "--- last lines of mariadbd's log:" >&2; tail -n 10 "$WORK/mysqld.err" >&2; }
+		[ -s "$WORK/haproxy.log" ] && { echo "--- last lines of haproxy's log:" >&2; tail -n 10 "$WORK/haproxy.log" >&2; }
 	fi
 	if [ -n "$RUN_PID" ]; then
 		stop_proc "$RUN_PID" sysbench 15 # timeout passes SIGTERM on to sysbench
 		RUN_PID=""
 	fi
+	stop_strace
+	[ -z "$QCLIENT_OWN_PID" ] || stop_proc "$QCLIENT_OWN_PID" mariadb 5
 	stop_sluice
+	stop_haproxy
 	if [ -n "$DB_PID" ]; then
 		stop_proc "$DB_PID" mariadbd 60
 		DB_PID=""
@@ -235,6 +287,67 @@ start_sluice() {
 	die "SELECT 1 through sluice still fails after 30 s: $err"
 }
 
+# sluice_workers: the worker threads sluice runs with: --workers in SLUICE_ARGS, else one
+# per CPU (sluice's default). HAProxy gets as many threads (nbthread), as issue 18 compares.
+sluice_workers() {
+	local i n
+	n=$(nproc)
+	for ((i = 0; i < ${#SLUICE_EXTRA[@]}; i++)); do
+		case "${SLUICE_EXTRA[i]}" in
+		--workers) n=${SLUICE_EXTRA[i + 1]:-$n} ;;
+		--workers=*) n=${SLUICE_EXTRA[i]#--workers=} ;;
+		esac
+	done
+	[[ $n =~ ^[1-9][0-9]*$ ]] || die "cannot read sluice's worker count from SLUICE_ARGS ('$n')"
+	echo "$n"
+}
+
+# start_haproxy: HAProxy as a plain TCP forwarder (mode tcp, one server: the private MariaDB)
+# with nbthread = sluice's workers, in the foreground (-db) so that its pid is the one process
+# whose CPU is read. Waits until SELECT 1 works through it.
+start_haproxy() {
+	HAPROXY_PORT=$(free_port)
+	HAPROXY_THREADS=$(sluice_workers)
+	cat >"$WORK/haproxy.cfg" <<-CFG
+		global
+		    nbthread $HAPROXY_THREADS
+		    maxconn 4096
+		defaults
+		    mode tcp
+		    timeout connect 5s
+		    timeout client 1h
+		    timeout server 1h
+		listen mysql
+		    bind 127.0.0.1:$HAPROXY_PORT
+		    server db 127.0.0.1:$DB_PORT
+	CFG
+	"$HAPROXY_BIN" -c -q -f "$WORK/haproxy.cfg" >>"$WORK/haproxy.log" 2>&1 ||
+		{ tail -n 20 "$WORK/haproxy.log" >&2; die "haproxy rejects its config ($WORK/haproxy.cfg)"; }
+	echo "=== $(date +%T) start: $HAPROXY_BIN -db -f $WORK/haproxy.cfg" >>"$WORK/haproxy.log"
+	spawn_supervised "$WORK/haproxy" "$WORK/haproxy.log" "$HAPROXY_BIN" -db -f "$WORK/haproxy.cfg"
+	HAPROXY_PID=$SPAWNED_PID
+	local i err=""
+	for ((i = 0; i < 300; i++)); do
+		alive "$HAPROXY_PID" || { HAPROXY_PID=""; die "haproxy exited during start-up"; }
+		if err=$(timeout 5 mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$HAPROXY_PORT" -uroot \
+			--connect-timeout=2 -N -B -e 'SELECT 1' 2>&1); then
+			log "haproxy listening on 127.0.0.1:$HAPROXY_PORT (pid $HAPROXY_PID, nbthread $HAPROXY_THREADS)"
+			return 0
+		fi
+		sleep 0.1
+	done
+	die "SELECT 1 through haproxy still fails after 30 s: $err"
+}
+
+# endpoint VARIANT: sets EP_PORT and EP_PID (empty for direct) of the variant's endpoint.
+endpoint() {
+	case "$1" in
+	direct) EP_PORT=$DB_PORT EP_PID="" ;;
+	haproxy) EP_PORT=$HAPROXY_PORT EP_PID=$HAPROXY_PID ;;
+	*) EP_PORT=$SLUICE_PORT EP_PID=$SLUICE_PID ;;
+	esac
+}
+
 # admin SQL...: runs statements on the running sluice's admin port.
 admin() { mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$ADMIN_PORT" -uadmin -padmin -N -B -e "$*"; }
 
@@ -255,44 +368,150 @@ sb_args() {
 
 # --- results --------------------------------------------------------------------------
 declare -A QPS P95 CPU # key "workload|threads|variant" -> space-separated values, one per good run
+declare -A SYS SYS_TOTAL SYS_QPS # SYSCALLS=1, key "workload|threads|variant" -> its strace pass's figures
 declare -A WQPS WCPU WSTATE # stats mode, key "workload|threads|window" -> that window's figures
 FAILURES=()
 NOTES=()
 RUN_NO=0
 
-# measure WORKLOAD THREADS VARIANT ROUND: one sysbench run, direct or through the running sluice.
+# measure WORKLOAD THREADS VARIANT ROUND: one sysbench run, direct or through the running
+# sluice or HAProxy.
 measure() {
-	local wl=$1 thr=$2 variant=$3 round=$4 port t0="" t1="" logf rc=0
+	local wl=$1 thr=$2 variant=$3 round=$4 t0="" t1="" logf rc=0 name=sluice
 	RUN_NO=$((RUN_NO + 1))
 	logf=$WORK/run-$(printf %03d "$RUN_NO")-$wl-$thr-$variant-$round.log
-	if [ "$variant" = direct ]; then
-		port=$DB_PORT
-	else
-		port=$SLUICE_PORT
-		t0=$(cpu_ticks "$SLUICE_PID") || t0=""
+	endpoint "$variant"
+	[ "$variant" = haproxy ] && name=haproxy
+	if [ -n "$EP_PID" ]; then
+		t0=$(cpu_ticks "$EP_PID") || t0=""
 	fi
-	sb_args "$wl" "$thr" "$port" "$DURATION"
+	sb_args "$wl" "$thr" "$EP_PORT" "$DURATION"
 	run_bounded $((DURATION + 60)) "$logf" "${SB[@]}" run || rc=$?
 	local what="$wl, $thr threads, $variant, round $round"
-	if [ "$variant" != direct ]; then
+	if [ -n "$EP_PID" ]; then
 		sleep 0.3 # let the proxy finish closing the sessions
-		if ! alive "$SLUICE_PID"; then
-			FAILURES+=("$what: sluice died (see its log)")
-			log "[$RUN_NO/$NRUNS] $what: FAILED, sluice died; last lines of its log:"
-			tail -n 20 "$WORK/sluice.log" >&2
-			stop_sluice
-			start_sluice ${SLUICE_RUNTIME:+--runtime "$SLUICE_RUNTIME"}
+		if ! alive "$EP_PID"; then
+			FAILURES+=("$what: $name died (see its log)")
+			log "[$RUN_NO/$NRUNS] $what: FAILED, $name died; last lines of its log:"
+			tail -n 20 "$WORK/$name.log" >&2
+			if [ "$name" = haproxy ]; then
+				stop_haproxy
+				start_haproxy
+			else
+				stop_sluice
+				start_sluice ${SLUICE_RUNTIME:+--runtime "$SLUICE_RUNTIME"}
+			fi
 			return 0
 		fi
-		t1=$(cpu_ticks "$SLUICE_PID") || t1=""
+		t1=$(cpu_ticks "$EP_PID") || t1=""
 	fi
 	sysbench_figures "$logf" "$rc" "$what" p95 || return 0
 	local key="$wl|$thr|$variant"
 	QPS[$key]+="$SB_QPS "
 	P95[$key]+="$SB_P95 "
-	cpu_per_query "$t0" "$t1" "$SB_Q"
+	cpu_per_query "$t0" "$t1" "$SB_Q" "$name"
 	[ -z "$CPU_US" ] || CPU[$key]+="$CPU_US "
 	log "[$RUN_NO/$NRUNS] $what: $SB_QPS qps, p95 $SB_P95 ms, $SB_Q queries$CPU_TXT"
+}
+
+# start_questions_client: one client session kept open (the QCLIENT coprocess) through which
+# read_questions reads the server's counter: starting a client per reading takes long enough
+# on a loaded machine to blur an strace pass's window.
+start_questions_client() {
+	coproc QCLIENT { exec mariadb --no-defaults -S "$SOCK" -uroot -N -B --unbuffered 2>/dev/null; }
+	QCLIENT_OWN_PID=$QCLIENT_PID
+}
+
+# timed_questions: read_questions, and in QUESTIONS_AT the time of the reading (seconds since
+# the epoch, the midpoint of its round trip), to compare with strace's timestamps.
+timed_questions() {
+	local before after
+	before=$(date +%s.%N)
+	read_questions
+	after=$(date +%s.%N)
+	QUESTIONS_AT=$(awk -v a="$before" -v b="$after" 'BEGIN { printf "%.6f", (a + b) / 2 }')
+}
+
+# read_questions: the private MariaDB's Questions counter (statements it received) into
+# QUESTIONS (empty when it cannot be read). Not in a subshell: the coprocess is this shell's.
+read_questions() {
+	local line=""
+	QUESTIONS=""
+	echo "SHOW GLOBAL STATUS LIKE 'Questions';" >&"${QCLIENT[1]}" || return 0
+	read -r -t 10 line <&"${QCLIENT[0]}" || return 0
+	QUESTIONS=${line##*[[:space:]]}
+}
+
+# syscall_pass WORKLOAD THREADS VARIANT: an untimed sysbench run through the proxy with
+# `strace -f -ttt` attached to every thread of it, once sysbench has connected. The calls made
+# within a window of SYSCALL_DURATION seconds (by strace's timestamps) are divided by the
+# statements the server received in that window (its Questions counter, each reading timed at
+# the midpoint of its round trip, its own statement taken out): connecting, disconnecting and
+# strace's attaching and detaching are left out, and both proxies forward each statement once.
+# Stores "kind=calls/failed ..." per statement (most frequent first) in SYS, the total in
+# SYS_TOTAL and the statements per second under strace in SYS_QPS.
+syscall_pass() {
+	local wl=$1 thr=$2 variant=$3 logf slog serr rc=0 q0 q1 t0 t1 i what="$1, $2 threads, $3, strace pass"
+	RUN_NO=$((RUN_NO + 1))
+	logf=$WORK/strace-$wl-$thr-$variant.log
+	slog=$WORK/strace-$wl-$thr-$variant.trace
+	serr=$WORK/strace-$wl-$thr-$variant.err
+	endpoint "$variant"
+	sb_args "$wl" "$thr" "$EP_PORT" $((SYSCALL_DURATION + 5))
+	timeout --kill-after=10 $((SYSCALL_DURATION + 65)) "${SB[@]}" run </dev/null >"$logf" 2>&1 &
+	RUN_PID=$!
+	sleep 1.5 # sysbench connects
+	strace -f -ttt -s 0 -p "$EP_PID" -o "$slog" 2>"$serr" &
+	STRACE_PID=$!
+	for ((i = 0; i < 500; i++)); do
+		grep -q ' attached' "$serr" 2>/dev/null && break
+		sleep 0.01
+	done
+	sleep 0.3
+	timed_questions
+	q0=$QUESTIONS t0=$QUESTIONS_AT
+	sleep "$SYSCALL_DURATION"
+	timed_questions
+	q1=$QUESTIONS t1=$QUESTIONS_AT
+	stop_strace
+	wait "$RUN_PID" || rc=$?
+	RUN_PID=""
+	sysbench_figures "$logf" "$rc" "$what" || return 0
+	if ! [[ $q0 =~ ^[0-9]+$ && $q1 =~ ^[0-9]+$ && $q1 -gt $((q0 + 1)) ]] || [ ! -s "$slog" ]; then
+		FAILURES+=("$what: no strace output or no statements counted (see $serr)")
+		return 0
+	fi
+	local q=$((q1 - q0 - 1)) key="$wl|$thr|$variant"
+	# Lines: "TID SECONDS name(...) = result", or a call split in "name(... <unfinished ...>"
+	# and "<... name resumed>...) = result" when threads interleave. A call counts at its
+	# start; it failed when its result is -1 (EAGAIN, ETIMEDOUT, ...).
+	SYS[$key]=$(awk -v q="$q" -v a="$t0" -v b="$t1" '
+		$2 < a || $2 > b { next }
+		$3 ~ /^[a-z_0-9]+\(/ { k = substr($3, 1, index($3, "(") - 1); n[k]++ }
+		$3 == "<..." { k = $4 }
+		/ = -1 / && k != "" { e[k]++ }
+		{ k = "" }
+		END { for (k in n) printf "%s %.3f %.3f\n", k, n[k] / q, e[k] / q }' "$slog" |
+		sort -k2,2gr | awk '{ printf "%s=%s/%s ", $1, $2, $3 }')
+	SYS_TOTAL[$key]=$(awk -v q="$q" -v a="$t0" -v b="$t1" '$2 >= a && $2 <= b && $3 ~ /^[a-z_0-9]+\(/ { n++ }
+		END { printf "%.2f", n / q }' "$slog")
+	SYS_QPS[$key]=$(awk -v q="$q" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", q / (b - a) }')
+	log "[$RUN_NO] $what: $q statements, ${SYS_TOTAL[$key]} system calls per statement: ${SYS[$key]}"
+	rm -f "$slog" # tens of MB; the sysbench output and strace's messages stay
+}
+
+# syscall_kinds "kind=calls/errors ...": the kinds of at least 0.005 calls per statement (0.01
+# once rounded), as "kind 2.00, kind 0.50 (0.10 failed)".
+syscall_kinds() {
+	local kv out="" n e
+	for kv in $1; do
+		n=${kv#*=} e=${n#*/} n=${n%/*}
+		n=$(printf %.2f "$n") e=$(printf %.2f "$e")
+		[ "$n" != 0.00 ] || continue
+		out+="${out:+, }${kv%%=*} $n"
+		[ "$e" = 0.00 ] || out+=" ($e failed)"
+	done
+	echo "${out:-none}"
 }
 
 
@@ -355,17 +574,31 @@ if [ "$WARMUP" -gt 0 ]; then
 	run_bounded $((WARMUP + 60)) "$WORK/warmup.log" "${SB[@]}" run || { tail -n 20 "$WORK/warmup.log" >&2; die "warm-up run failed"; }
 fi
 
-if [ "$MODE" = ab ]; then
+if [ "$MODE" = ab ] || [ "$MODE" = haproxy ]; then
 	start_sluice
+	[ "$MODE" = ab ] || start_haproxy
 	for wl in "${WORKLOAD_LIST[@]}"; do
 		for thr in "${THREAD_LIST[@]}"; do
 			for ((r = 1; r <= ROUNDS; r++)); do
-				measure "$wl" "$thr" direct "$r"
-				measure "$wl" "$thr" sluice "$r"
+				for v in "${VARIANTS[@]}"; do
+					measure "$wl" "$thr" "$v" "$r"
+				done
 			done
 		done
 	done
+	if [ "$SYSCALLS" = 1 ]; then
+		log "strace passes (not timed): ${SYSCALL_DURATION}s per proxy and cell"
+		start_questions_client
+		for wl in "${WORKLOAD_LIST[@]}"; do
+			for thr in "${THREAD_LIST[@]}"; do
+				for v in "${VARIANTS[@]:1}"; do
+					syscall_pass "$wl" "$thr" "$v"
+				done
+			done
+		done
+	fi
 	stop_sluice
+	stop_haproxy
 elif [ "$MODE" = stats ]; then
 	start_sluice
 	for wl in "${WORKLOAD_LIST[@]}"; do
@@ -417,6 +650,7 @@ CPU_MODEL=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 [ -n "$CPU_MODEL" ] || CPU_MODEL=$(uname -m)
 PARAMS="MODE=$MODE DURATION=$DURATION THREADS=$(shq "$THREADS") WORKLOADS=$(shq "$WORKLOADS")"
 PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=$WINDOW}${RATE:+ RATE=$RATE} DB_PS_MODE=$DB_PS_MODE WARMUP=$WARMUP"
+[ "$SYSCALLS" = 1 ] && PARAMS+=" SYSCALLS=1 SYSCALL_DURATION=$SYSCALL_DURATION"
 [ -n "$SLUICE_ARGS" ] && PARAMS+=" SLUICE_ARGS=$(shq "$SLUICE_ARGS")"
 [ -n "$SLUICE_BIN" ] && PARAMS+=" SLUICE_BIN=$(shq "$SLUICE_BIN")"
 
@@ -424,6 +658,7 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=
 	echo
 	case "$MODE" in
 	ab) echo "### sluice vs direct, $START_TS" ;;
+	haproxy) echo "### sluice vs HAProxy (mode tcp) vs direct, $START_TS" ;;
 	runtime) echo "### sluice runtimes: steal vs per-core, $START_TS" ;;
 	builds) echo "### sluice builds: before vs after, $START_TS" ;;
 	stats) echo "### statistics overhead: digests on vs off, $START_TS" ;;
@@ -432,6 +667,8 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=
 	echo "- machine: $(nproc) CPUs, $CPU_MODEL, Linux $(uname -r); sysbench, mariadbd and sluice share these CPUs"
 	echo "- mariadbd $DB_VERSION (private instance, buffer pool 256M); $(sysbench --version)"
 	echo "- sluice: $SLUICE_DESC, git $GIT_REV${SLUICE_ARGS:+, args \`$SLUICE_ARGS\`}"
+	[ "$MODE" != haproxy ] || echo "- HAProxy: $("$HAPROXY_BIN" -v 2>/dev/null | head -n 1 | sed 's/ - https.*//'), \`mode tcp\`, \`nbthread $HAPROXY_THREADS\` (= sluice's workers), config: global nbthread/maxconn 4096, defaults mode tcp with 5 s connect and 1 h client/server timeouts, one listen section with the one server"
+	[ "$SYSCALLS" != 1 ] || echo "- system calls: \`strace -f -ttt -s 0 -p <proxy pid>\` attached to an untimed run after the timed rounds; the calls of a ${SYSCALL_DURATION}s window (by strace's timestamps) divided by the statements the server received in it (its Questions counter)"
 	[ "$MODE" != builds ] || echo "- before: \`$SLUICE_BIN_BEFORE\` ($("${BEFORE_CMD[0]}" --version 2>/dev/null || echo '?'))"
 	echo "- command: \`$INVOCATION\`"
 	echo "- parameters: \`$PARAMS bench/compare.sh\`"
@@ -444,7 +681,22 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=
 		"$ROUNDS round(s) alternated, medians shown; sluice CPU = utime+stime (+cutime+cstime) of its process from /proc/PID/stat; total ${ELAPSED}s"
 	fi
 	echo
-	if [ "$MODE" = ab ]; then
+	if [ "$MODE" = haproxy ]; then
+		echo "| workload | threads | direct QPS | sluice QPS | HAProxy QPS | sluice/direct | HAProxy/direct | direct p95 ms | sluice p95 ms | HAProxy p95 ms | sluice CPU µs/query | HAProxy CPU µs/query | sluice ÷ HAProxy CPU |"
+		echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+		for wl in "${WORKLOAD_LIST[@]}"; do
+			for thr in "${THREAD_LIST[@]}"; do
+				d=$(median "${QPS[$wl|$thr|direct]:-}")
+				s=$(median "${QPS[$wl|$thr|sluice]:-}")
+				h=$(median "${QPS[$wl|$thr|haproxy]:-}")
+				cs=$(median "${CPU[$wl|$thr|sluice]:-}" %.1f)
+				ch=$(median "${CPU[$wl|$thr|haproxy]:-}" %.1f)
+				echo "| $wl | $thr | $d | $s | $h | $(ratio "$s" "$d") | $(ratio "$h" "$d")" \
+					"| $(median "${P95[$wl|$thr|direct]:-}" %.2f) | $(median "${P95[$wl|$thr|sluice]:-}" %.2f)" \
+					"| $(median "${P95[$wl|$thr|haproxy]:-}" %.2f) | $cs | $ch | $(ratio "$cs" "$ch") |"
+			done
+		done
+	elif [ "$MODE" = ab ]; then
 		echo "| workload | threads | direct QPS (median) | sluice QPS (median) | ratio sluice/direct | direct p95 ms | sluice p95 ms | sluice CPU µs/query (median) |"
 		echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 		for wl in "${WORKLOAD_LIST[@]}"; do
@@ -514,6 +766,21 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=
 				echo "| $wl | $thr | $d | $s | $p | $(ratio "$s" "$d") | $(ratio "$p" "$d")" \
 					"| $(median "${P95[$wl|$thr|steal]:-}" %.2f) | $(median "${P95[$wl|$thr|per-core]:-}" %.2f)" \
 					"| $(median "${CPU[$wl|$thr|steal]:-}" %.1f) | $(median "${CPU[$wl|$thr|per-core]:-}" %.1f) |"
+			done
+		done
+	fi
+	if [ "$SYSCALLS" = 1 ]; then
+		echo
+		echo "System calls per statement (separate strace pass, not timed; direct makes none in a proxy):"
+		echo
+		echo "| workload | threads | endpoint | QPS under strace | system calls per statement | by kind (≥ 0.005 per statement) |"
+		echo "|---|---:|---|---:|---:|---|"
+		for wl in "${WORKLOAD_LIST[@]}"; do
+			for thr in "${THREAD_LIST[@]}"; do
+				for v in "${VARIANTS[@]:1}"; do
+					k="$wl|$thr|$v"
+					echo "| $wl | $thr | $v | ${SYS_QPS[$k]:-FAIL} | ${SYS_TOTAL[$k]:-FAIL} | $(syscall_kinds "${SYS[$k]:-}") |"
+				done
 			done
 		done
 	fi

@@ -200,13 +200,14 @@ sysbench_figures() {
 	fi
 }
 
-# cpu_per_query T0 T1 QUERIES: sluice's CPU per query (µs) from two cpu_ticks readings into
-# CPU_US, and CPU_TXT for the run's log line; both empty when a reading is missing.
+# cpu_per_query T0 T1 QUERIES [NAME]: the proxy's (NAME, default sluice) CPU per query (µs)
+# from two cpu_ticks readings into CPU_US, and CPU_TXT for the run's log line; both empty when
+# a reading is missing.
 cpu_per_query() {
 	CPU_US="" CPU_TXT=""
 	[ -n "$1" ] && [ -n "$2" ] || return 0
 	CPU_US=$(awk -v d=$(($2 - $1)) -v hz="$CLK_TCK" -v q="$3" 'BEGIN { printf "%.2f", d / hz * 1e6 / q }')
-	CPU_TXT=", sluice CPU $(awk -v d=$(($2 - $1)) -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", d / hz }') s = $CPU_US µs/query"
+	CPU_TXT=", ${4:-sluice} CPU $(awk -v d=$(($2 - $1)) -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", d / hz }') s = $CPU_US µs/query"
 }
 
 # report_problems: the failed runs and notes, as markdown list items (nothing when none).

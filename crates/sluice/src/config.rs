@@ -182,8 +182,10 @@ pub struct PoolSection {
     /// promoted replica moved in by the role monitor or an admin) when none can be used; then
     /// it fails as it would at once (0: no wait).
     pub writer_wait_ms: u64,
-    /// An idle connection is checked for a server-side close before reuse once it has been
-    /// idle this long (0: always).
+    /// An idle connection is checked for a server-side close before reuse (the socket asked,
+    /// one system call) once it has been idle this long (0: always); one idle less long is
+    /// checked only if the reactor saw something arrive on it. The same for a connection a
+    /// session keeps, idle since its previous statement.
     pub check_idle_after_ms: u64,
     /// Prepared statements kept open per backend connection; the least recently used is
     /// closed beyond this.
@@ -201,7 +203,7 @@ impl Default for PoolSection {
             max_lifetime_ms: 3_600_000,
             checkout_timeout_ms: 10_000,
             writer_wait_ms: 10_000,
-            check_idle_after_ms: 0,
+            check_idle_after_ms: 1000,
             max_statements_per_connection: 256,
             max_statements: 20_000,
         }
@@ -225,6 +227,30 @@ pub struct StatsSection {
 impl Default for StatsSection {
     fn default() -> Self {
         StatsSection { digests: true, max_digests_per_worker: 5_000, max_digest_length: 2_048, long_query_time_ms: 1_000 }
+    }
+}
+
+/// The result cache's independent parts (`cache`): each holds `max_memory_bytes / CACHE_SHARDS`.
+pub const CACHE_SHARDS: usize = 16;
+
+/// The smallest `[cache] max_memory_bytes`.
+pub const MIN_CACHE_MEMORY: usize = 1 << 20;
+
+/// The result cache (`cache`): what query rules with `cache_ttl` store is bounded here; a
+/// rule with cache_ttl needs nothing else.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheSection {
+    /// Memory for cached results, in all (entries, their statement texts and bookkeeping);
+    /// the least recently used are evicted beyond it.
+    pub max_memory_bytes: usize,
+    /// A larger result is not stored (its reply still streams to the client).
+    pub max_entry_bytes: usize,
+}
+
+impl Default for CacheSection {
+    fn default() -> Self {
+        CacheSection { max_memory_bytes: 64 << 20, max_entry_bytes: 1 << 20 }
     }
 }
 
@@ -433,6 +459,8 @@ pub struct FileConfig {
     #[serde(default)]
     pub querylog: QueryLogSection,
     #[serde(default)]
+    pub cache: CacheSection,
+    #[serde(default)]
     pub mysql_servers: Vec<ServerRow>,
     #[serde(default)]
     pub mysql_replication_hostgroups: Vec<ReplicationHostgroupRow>,
@@ -541,6 +569,7 @@ pub struct Config {
     pub pool: PoolSection,
     pub stats: StatsSection,
     pub querylog: QueryLogSection,
+    pub cache: CacheSection,
     pub servers: Vec<ServerRow>,
     pub replication_hostgroups: Vec<ReplicationHostgroupRow>,
     pub users: Vec<UserRow>,
@@ -569,6 +598,7 @@ impl Config {
             pool: self.pool.clone(),
             stats: self.stats.clone(),
             querylog: self.querylog.clone(),
+            cache: self.cache.clone(),
             mysql_servers: self.servers.clone(),
             mysql_replication_hostgroups: self.replication_hostgroups.clone(),
             mysql_users: self.users.clone(),
@@ -576,6 +606,11 @@ impl Config {
             shard_databases: self.shard_databases.clone(),
             sharded_tables: self.sharded_tables.clone(),
         }
+    }
+
+    /// Whether an active query rule has a cache_ttl (the result cache is used).
+    pub fn rules_cache(&self) -> bool {
+        self.query_rules.iter().any(|r| r.active && r.cache_ttl.is_some_and(|ms| ms > 0))
     }
 
     /// True when `other` differs from this config in its query rules at most (command-line
@@ -806,6 +841,7 @@ impl FileConfig {
         self.check_pool(&mut out);
         self.check_stats(&mut out);
         self.check_querylog(&mut out);
+        self.check_cache(&mut out);
         self.check_monitor(&mut out);
         self.check_servers(&mut out);
         self.check_replication_hostgroups(&mut out);
@@ -912,6 +948,26 @@ impl FileConfig {
         use PathPart::Key;
         if self.stats.max_digests_per_worker == 0 {
             out.push(problem(vec![Key("stats"), Key("max_digests_per_worker")], "must be at least 1"));
+        }
+    }
+
+    /// `[cache]`: room for at least one entry, and an entry no larger than the whole.
+    fn check_cache(&self, out: &mut Vec<Problem>) {
+        use PathPart::Key;
+        let c = &self.cache;
+        if c.max_memory_bytes < MIN_CACHE_MEMORY {
+            out.push(problem(vec![Key("cache"), Key("max_memory_bytes")], format!("must be at least {MIN_CACHE_MEMORY} (1 MiB)")));
+        }
+        if c.max_entry_bytes == 0 {
+            out.push(problem(vec![Key("cache"), Key("max_entry_bytes")], "must be at least 1"));
+        } else if c.max_entry_bytes > c.max_memory_bytes / CACHE_SHARDS {
+            let most = c.max_memory_bytes / CACHE_SHARDS;
+            out.push(problem(
+                vec![Key("cache"), Key("max_entry_bytes")],
+                format!("must be at most max_memory_bytes / {} ({most}): the cache is kept in that many parts", CACHE_SHARDS),
+            ));
+        } else if c.max_entry_bytes >= proto::frame::MAX_CHUNK {
+            out.push(problem(vec![Key("cache"), Key("max_entry_bytes")], "must be under 16 MiB"));
         }
     }
 
@@ -1170,6 +1226,7 @@ impl FileConfig {
             pool: self.pool,
             stats: self.stats,
             querylog: self.querylog,
+            cache: self.cache,
             servers: self.mysql_servers,
             replication_hostgroups: self.mysql_replication_hostgroups,
             users: self.mysql_users,
@@ -1373,6 +1430,28 @@ default_hostgroup = 0
         assert_eq!(c.servers[0].weight, 1);
         assert!(c.users[0].active);
         assert!(c.workers >= 1);
+    }
+
+    #[test]
+    fn the_cache_section_is_checked_field_by_field() {
+        let c = load(GOOD).unwrap();
+        assert_eq!(c.cache, CacheSection { max_memory_bytes: 64 << 20, max_entry_bytes: 1 << 20 }, "defaults");
+        assert!(!c.rules_cache());
+        let with = |fields: &str| format!("{GOOD}[cache]\n{fields}\n");
+        assert_eq!(load(&with("max_memory_bytes = 2097152\nmax_entry_bytes = 4096")).unwrap().cache.max_memory_bytes, 2 << 20);
+        let cases = [
+            ("max_memory_bytes = 1000", "cache.max_memory_bytes", "at least 1048576"),
+            ("max_entry_bytes = 0", "cache.max_entry_bytes", "at least 1"),
+            ("max_memory_bytes = 1048576\nmax_entry_bytes = 1048576", "cache.max_entry_bytes", "at most max_memory_bytes / 16 (65536)"),
+            ("max_memory_bytes = -1", "[cache] field `max_memory_bytes`", "invalid value"),
+            ("ttl = 5", "[cache] field `ttl`", "unknown field `ttl`"),
+        ];
+        for (fields, field, message) in cases {
+            let e = load(&with(fields)).unwrap_err();
+            assert!(e.field.contains(field) && e.to_string().contains(message), "{fields}: {e}");
+        }
+        let rule = format!("{GOOD}[[mysql_query_rules]]\nrule_id = 1\nactive = 1\nmatch_digest = \"^SELECT\"\ncache_ttl = 500\n");
+        assert!(load(&rule).unwrap().rules_cache(), "a rule with cache_ttl needs no other setting");
     }
 
     #[test]

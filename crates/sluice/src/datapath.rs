@@ -60,6 +60,8 @@ pub struct DataPath {
     pub backend_max_packet: AtomicUsize,
     /// Statistics: per-worker counters merged when read.
     pub stats: Arc<crate::stats::Stats>,
+    /// The result cache (query rules' cache_ttl), kept across reloads.
+    pub cache: Arc<crate::cache::QueryCache>,
     /// What the monitor found (its logs and per-server summaries), for the admin and HTTP sides.
     pub health: Arc<crate::health::Findings>,
     /// The runtime kind, fixed at start (per-core workers take connections only from their
@@ -70,9 +72,13 @@ pub struct DataPath {
 impl DataPath {
     pub fn new(snapshot: Snapshot) -> DataPath {
         let config = &snapshot.config;
+        let stats = Arc::new(crate::stats::Stats::new(&config.stats));
+        let cache = crate::cache::QueryCache::new(&config.cache, stats.clone());
+        cache.apply(&config.cache, config.rules_cache());
         DataPath {
             statements: Arc::new(crate::pool::prepared::Registry::new(config.pool.max_statements)),
-            stats: Arc::new(crate::stats::Stats::new(&config.stats)),
+            cache: Arc::new(cache),
+            stats,
             health: Arc::default(),
             runtime: config.proxy.runtime,
             live: Arc::new(arc_swap::ArcSwap::from_pointee(snapshot)),

@@ -10,6 +10,7 @@
 
 pub mod accounts;
 pub mod admin;
+pub mod cache;
 pub mod config;
 pub mod control;
 pub mod datapath;

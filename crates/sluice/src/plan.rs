@@ -48,6 +48,9 @@ pub struct Facts<'a> {
     pub kept_hostgroup: Option<u32>,
     /// `[[mysql_replication_hostgroups]]` in force.
     pub replication: &'a [crate::config::ReplicationHostgroupRow],
+    /// The server reads the session's backslashes as escapes (NO_BACKSLASH_ESCAPES off, by
+    /// its status flags): `sql::classify::intercept_as`.
+    pub backslash_escapes: bool,
     /// The shard map in force (empty: no sharding).
     pub shards: &'a crate::shard::ShardMap,
 }
@@ -221,9 +224,9 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
             return Plan::answered(command, explain(explained, facts), facts);
         }
     }
-    let dynamic_sql = match sql::classify::intercept(text) {
-        // The session sends an expression's value in its place: it needs the whole text.
-        Some(Intercept::Dynamic(Dynamic::Expression { .. })) if !(stmt.whole && stmt.chunks == 1) => {
+    let dynamic_sql = match sql::classify::intercept_as(text, facts.backslash_escapes) {
+        // The session sends an expression's value, or guards, in the text: it needs all of it.
+        Some(Intercept::Dynamic(Dynamic::Expression { .. } | Dynamic::Guarded { .. })) if !(stmt.whole && stmt.chunks == 1) => {
             scratch.digest_text.clear();
             return Plan::answered(command, Action::Intercept(Intercept::Refuse(sql::classify::refusal::DYNAMIC_UNSEEN)), facts);
         }
@@ -335,14 +338,15 @@ impl Plan {
     }
 }
 
-/// COM_STMT_PREPARE text a rule blocks with error_msg: the message. (Prepared statements
-/// are not routed by rules: they go where the session's other commands go.)
-pub fn prepare_blocked(text: &[u8], who: &Who, rules: &RuleSet, scratch: &mut PlanScratch) -> Option<Box<str>> {
+/// The rules' actions on COM_STMT_PREPARE text: its `error_msg` blocks the prepare, its
+/// `cache_ttl` makes the statement's executes cacheable. (Prepared statements are not routed
+/// by rules: they go where the session's other commands go.)
+pub fn prepare_actions(text: &[u8], who: &Who, rules: &RuleSet, scratch: &mut PlanScratch) -> crate::rules::Actions {
     if rules.is_empty() {
-        return None;
+        return Default::default();
     }
     let digest = scratch.digest(rules, text, false);
-    scratch.decide(rules, who, text, digest).actions.error_msg
+    scratch.decide(rules, who, text, digest).actions
 }
 
 /// `sql` with CONNECTION_ID() answered with the session's id (`sql::classify::rewrite_connection_id`),

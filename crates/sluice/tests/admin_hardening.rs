@@ -202,10 +202,7 @@ fn http_off_loopback_needs_an_admin_login() {
     }
     assert_eq!(request(http, "/healthz", None).status, 200);
     assert_eq!(request(http, "/readyz", None).status, 200);
-    let denied = |proxy: &Proxy| {
-        let rows = proxy.server().data.stats.counters();
-        rows.iter().find(|(n, _)| *n == "Admin_Access_Denied_Wrong_Password").map(|(_, v)| *v).unwrap_or(0)
-    };
+    let denied = |proxy: &Proxy| proxy.counter("Admin_Access_Denied_Wrong_Password");
     let before = denied(&proxy);
     for wrong in [basic("ops:wrong"), basic("nobody:s3cret"), basic("ops"), "Basic !!!".into(), "Bearer abc".into()] {
         assert_eq!(request(http, "/api/config", Some(&wrong)).status, 401, "{wrong}");

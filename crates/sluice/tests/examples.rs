@@ -73,8 +73,9 @@ fn run_example(name: &str) {
 }
 
 /// Every folder under `examples/`, each run by the test of the same name below.
-const EXAMPLES: [&str; 12] = [
+const EXAMPLES: [&str; 13] = [
     "query-rules",
+    "cache",
     "read-write-split",
     "replication-failover",
     "live-reconfig",
@@ -105,6 +106,11 @@ fn every_example_has_a_test() {
 #[test]
 fn query_rules() {
     run_example("query-rules");
+}
+
+#[test]
+fn cache() {
+    run_example("cache");
 }
 
 #[test]

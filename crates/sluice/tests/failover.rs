@@ -118,6 +118,7 @@ async fn an_autocommit_read_lost_before_its_reply_runs_again_and_a_lost_write_do
     let (port, _) = r.expect("the read is run again, with no error").unwrap();
     assert_eq!(port, survivor, "the other server answered it");
     assert_eq!(port_of(&mut c, "SELECT @@port").await, survivor, "the session goes on");
+    assert_eq!(proxy.counter("Reads_run_again"), 1);
 
     // A write lost on its server: error 1927, and it is not run on the other one.
     tokio::task::block_in_place(|| servers[victim].restart().unwrap());
@@ -150,8 +151,14 @@ async fn a_write_waits_for_a_writer_within_the_window() {
     let mut c = connect(proxy.port).await;
     c.query_drop("INSERT INTO test.waits VALUES (1)").await.unwrap();
     t.primary.kill();
-    // A login while there is no writer is proven on a replica.
+    // A login while there is no writer is proven on a replica, and so are the commands that
+    // are not routed statements: a prepare (its reads run on the replica), a ping.
     let mut w = connect(proxy.port).await;
+    let started = Instant::now();
+    let port: Option<u16> = w.exec_first("SELECT @@port", ()).await.expect("prepared on a replica");
+    assert_eq!(port, Some(t.replicas[0].port()));
+    w.ping().await.expect("a ping is answered by a replica");
+    assert!(started.elapsed() < Duration::from_secs(2), "no wait for the writer: {:?}", started.elapsed());
 
     // No writer comes: the write fails after the window, with the error of a lost server.
     let started = Instant::now();
@@ -159,6 +166,7 @@ async fn a_write_waits_for_a_writer_within_the_window() {
     let waited = started.elapsed();
     assert_eq!(server_code(&err), Some(1927), "{err}");
     assert!(waited >= Duration::from_millis(2800) && waited < Duration::from_secs(8), "waited {waited:?} for a 3 s window");
+    assert_eq!((proxy.counter("Writer_waits"), proxy.counter("Writer_wait_timeouts")), (1, 1));
     // Reads go on on the replica meanwhile.
     assert_eq!(port_of(&mut c, "SELECT @@port").await, t.replicas[0].port());
 
@@ -173,6 +181,7 @@ async fn a_write_waits_for_a_writer_within_the_window() {
     let (r, waited) = write.await.unwrap();
     r.expect("the write ran on the promoted replica");
     assert!(waited >= Duration::from_millis(600) && waited < Duration::from_secs(4), "waited {waited:?}");
+    assert_eq!((proxy.counter("Writer_waits"), proxy.counter("Writer_wait_timeouts")), (2, 1));
     let rows = t.replicas[0].sql("SELECT id FROM test.waits ORDER BY id").unwrap();
     assert_eq!(rows, "1\n3\n", "row 2 failed, row 3 is on the new primary once");
 }
@@ -223,6 +232,7 @@ async fn a_transaction_of_reads_is_replayed_on_the_new_writer_and_one_that_wrote
     assert_eq!(t.replicas[0].sql("SELECT COUNT(*) FROM test.replay WHERE id >= 100").unwrap().trim(), "0", "its rows are absent");
     wrote.query_drop("INSERT INTO test.replay VALUES (102, 1)").await.unwrap();
     assert_eq!(t.replicas[0].sql("SELECT id FROM test.replay WHERE id >= 100").unwrap(), "102\n", "the session goes on in autocommit");
+    assert_eq!((proxy.counter("Transactions_replayed"), proxy.counter("Transaction_replays_failed")), (2, 1));
 }
 
 /// What one load client did.

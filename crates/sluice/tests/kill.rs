@@ -124,6 +124,10 @@ async fn kill_never_reaches_a_backend_thread_of_another_client() {
         let e = killer.query_drop("KILL QUERY ID user 'foo'").await.unwrap_err();
         assert_eq!(server_code(&e), Some(1054), "the server's error for the expression");
         assert!(e.to_string().contains("Unknown column 'user' in 'KILL'"), "{e}");
+        // KILL takes one expression: a list is the server's syntax error, not EXECUTE's 1210.
+        let e = killer.query_drop(format!("KILL QUERY {thread}, 2")).await.unwrap_err();
+        assert_eq!(server_code(&e), Some(1064), "{e}");
+        assert!(e.to_string().contains("near ' 2' at line 1"), "{e}");
     }
     // Forms sluice cannot resolve are refused, never passed on.
     let refused = [
@@ -536,9 +540,21 @@ async fn dynamic_sql_expressions_run_once_and_are_checked() {
         "EXECUTE s",
         "PREPARE s FROM nocol",
         "PREPARE s FROM (SELECT 1)",
+        "PREPARE s FROM ",
+        // Backslashes: the session reads them as escapes (its status flags say so), so the
+        // text has one reading.
+        r"PREPARE s FROM 'SELECT ''a'' LIKE \'a\\%\' ESCAPE ?'",
+        "EXECUTE s USING '|'",
+        // mysqldump's help tables: KILL, `;` and `"` inside escaped strings, one statement.
+        r#"SELECT 'Kill a thread; say \"KILL 5\" or \'KILL QUERY 5\';' AS t"#,
     ] {
         assert_eq!(outcome(&mut c, sql).await, outcome(&mut direct, sql).await, "{sql}");
     }
+    // Under NO_BACKSLASH_ESCAPES the same text reads another way: sluice cannot tell which.
+    c.query_drop("SET sql_mode = 'NO_BACKSLASH_ESCAPES'").await.unwrap();
+    let e = c.query_drop(r"PREPARE s FROM 'SELECT ''a'' LIKE \'a\\%\' ESCAPE ?'").await.unwrap_err();
+    assert_eq!(server_code(&e), Some(proto::errors::ER_NOT_SUPPORTED_YET), "{e}");
+    c.query_drop("SET sql_mode = DEFAULT").await.unwrap();
     // Once: its side effects happen once.
     c.query_drop("SET @n = 0").await.unwrap();
     let one: Option<i64> = c.query_first("EXECUTE IMMEDIATE CONCAT('SELECT ', @n := @n + 1)").await.unwrap();
@@ -554,6 +570,50 @@ async fn dynamic_sql_expressions_run_once_and_are_checked() {
     // sluice's variable is not left with a value.
     let left: Option<Option<String>> = c.query_first("SELECT @`sluice dynamic sql`").await.unwrap();
     assert_eq!(left, Some(None));
+}
+
+/// A compound statement's dynamic SQL takes its text from values only the server has as it
+/// runs: sluice puts a guard before each such statement, which the server evaluates. Harmless
+/// text runs as directly; a KILL never runs, and the client gets 1235.
+#[tokio::test]
+async fn compound_statements_run_dynamic_sql_behind_a_guard() {
+    let db = shared();
+    let s = Setup::start(db);
+    let mut c = s.connect("root").await;
+    let mut direct = connect(db.port()).await;
+    for sql in [
+        "BEGIN NOT ATOMIC DECLARE q TEXT DEFAULT 'SELECT 42'; PREPARE st FROM q; EXECUTE st; DEALLOCATE PREPARE st; END",
+        "FOR r IN (SELECT 'SELECT 7' AS q UNION SELECT 'SELECT 8') DO EXECUTE IMMEDIATE r.q; END FOR",
+        "FOR r IN (SELECT 'latin1' AS c) DO EXECUTE IMMEDIATE CONCAT('SET NAMES ', r.c); END FOR",
+        "SELECT @@character_set_client",
+        "BEGIN NOT ATOMIC DECLARE q TEXT DEFAULT 'SELECT nocol'; EXECUTE IMMEDIATE q; END",
+        "BEGIN NOT ATOMIC SET @q = 'SELECT ''skills'''; EXECUTE IMMEDIATE @q; END",
+    ] {
+        assert_eq!(outcome(&mut c, sql).await, outcome(&mut direct, sql).await, "{sql}");
+    }
+    // A KILL built inside the compound statement is stopped by the guard; its target lives.
+    let victim = s.connect("bob").await;
+    let marker = unique("guarded");
+    let sleeper = sleep_in_background(victim, format!("SELECT SLEEP(3) /* {marker} */"));
+    let thread = backend_thread_running(db, &marker).await;
+    for sql in [
+        format!("BEGIN NOT ATOMIC SET @k = CONCAT('KILL QUERY ', {thread}); EXECUTE IMMEDIATE @k; END"),
+        format!("BEGIN NOT ATOMIC DECLARE k TEXT DEFAULT CONCAT('/*!50000kill*/ query ', {thread}); PREPARE st FROM k; EXECUTE st; END"),
+        "FOR r IN (SELECT 'SHOW PROCESSLIST' AS q) DO EXECUTE IMMEDIATE r.q; END FOR".to_string(),
+    ] {
+        let e = c.query_drop(&sql).await.unwrap_err();
+        assert_eq!(server_code(&e), Some(proto::errors::ER_NOT_SUPPORTED_YET), "{sql}: {e}");
+        assert!(e.to_string().contains("sluice refused dynamic SQL"), "{e}");
+    }
+    // Prepared (COM_STMT_PREPARE takes a compound statement): the same guard.
+    let sql = format!("BEGIN NOT ATOMIC SET @k = CONCAT('KILL QUERY ', {thread}); EXECUTE IMMEDIATE @k; END");
+    let e = c.exec_drop(&sql, ()).await.unwrap_err();
+    assert_eq!(server_code(&e), Some(proto::errors::ER_NOT_SUPPORTED_YET), "{sql}: {e}");
+    let sql = "BEGIN NOT ATOMIC DECLARE q TEXT DEFAULT 'SELECT 42'; EXECUTE IMMEDIATE q; END";
+    assert_eq!(c.exec_first::<i64, _, _>(sql, ()).await.unwrap(), Some(42));
+    let (_, r, took) = sleeper.await.unwrap();
+    assert_eq!(r.unwrap(), Some(0), "the victim's statement ran to its end");
+    assert!(took >= Duration::from_secs(3), "{took:?}");
 }
 
 /// A select item that calls CONNECTION_ID() or reads @@pseudo_thread_id keeps the name the

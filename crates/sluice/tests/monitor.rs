@@ -256,3 +256,39 @@ async fn bad_monitor_settings_are_refused_naming_the_field() {
         admin(&proxy, "SELECT variable_value FROM runtime_global_variables WHERE variable_name = 'mysql-monitor_ping_max_failures'");
     assert_eq!(running.trim(), "3");
 }
+
+/// A hostgroup whose every server the monitor shunned for failed checks is not closed to
+/// clients: its servers are tried all the same (as ProxySQL's last attempt), so a server back
+/// before the monitor's next check serves at once, and one still down answers as a dead server
+/// does (1927), not "no ONLINE server" (9001). A reader hostgroup of a replication pair keeps
+/// its fallback instead (the writer answers its reads: tests/split.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostgroup_whose_servers_are_all_shunned_still_tries_them() {
+    let mut db = testkit::MariaDb::start().unwrap();
+    let mut c = quick_config(&db);
+    // One check at start, then none during the test: the shun is the test's.
+    let monitor = c.monitor.as_mut().expect("the quick start has a monitor login");
+    (monitor.connect_interval_ms, monitor.ping_interval_ms) = (600_000, 600_000);
+    captured_logs();
+    let proxy = Proxy::start(c);
+    // The monitor's first checks (at start) end before the test shuns the server.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let server = || proxy.server().data.live.load().hostgroups.servers()[0].clone();
+    let shun =
+        || assert!(server().pool.set_health(sluice::pool::Health::Shunned) || server().pool.health() == sluice::pool::Health::Shunned);
+
+    shun();
+    let mut client = connect(proxy.port).await;
+    assert_eq!(client.query_first::<i64, _>("SELECT 1").await.unwrap(), Some(1));
+    assert_eq!(server().pool.status_name(), "ONLINE", "a client's connection that worked ends the shun");
+    assert!(captured_logs().contains("is ONLINE again: a client's connection to it succeeded"));
+    drop(client);
+
+    tokio::task::block_in_place(|| db.kill());
+    shun();
+    let e = mysql_async::Conn::new(opts(proxy.port, "root", "")).await.expect_err("the server is down");
+    assert_eq!(server_code(&e), Some(1927), "the answer of a dead server, not 9001: {e}");
+    tokio::task::block_in_place(|| db.restart().unwrap());
+    let mut client = connect(proxy.port).await;
+    assert_eq!(client.query_first::<i64, _>("SELECT 2").await.unwrap(), Some(2), "back before the monitor's next check");
+}

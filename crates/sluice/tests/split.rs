@@ -139,6 +139,9 @@ async fn causal_reads_see_the_sessions_own_writes() {
     let started = std::time::Instant::now();
     assert_eq!(stale_reads(&local, "causal_on").await, 0, "with causal reads on, no read misses its write");
     assert!(started.elapsed() < std::time::Duration::from_secs(30), "bounded by the causal wait: {:?}", started.elapsed());
+    assert_eq!(local.counter("Causal_reads_on_writer"), 50, "each read timed out on a replica and went to the writer");
+    assert!(local.counter("Causal_read_waits") >= 50);
+    assert_eq!(off.counter("Causal_read_waits"), 0);
 
     // Replicas that catch up serve the reads again, after a write too.
     for r in &t.replicas {

@@ -83,6 +83,19 @@ pub enum Dynamic {
     /// text is `head` + the expression + `tail` (`USING …`, a `;`); `prepare`: PREPARE … FROM
     /// (else EXECUTE IMMEDIATE).
     Expression { head: Vec<u8>, expression: Vec<u8>, tail: Vec<u8>, prepare: bool },
+    /// A compound statement (`BEGIN NOT ATOMIC …`, `FOR … DO … END FOR`…) whose dynamic SQL
+    /// takes its text from values only the server has while it runs: `sql` is the client's
+    /// text with each such statement behind a guard (`guard_dynamic_sql`) that stops it when
+    /// its text could run KILL or SHOW PROCESSLIST. `sites` are where the guards go.
+    Guarded { sql: Vec<u8>, sites: Vec<GuardSite> },
+}
+
+/// A dynamic SQL statement of a compound statement, guarded: the statement (`PREPARE …` or
+/// `EXECUTE IMMEDIATE …`, up to its `;`) and the source of its text, as ranges of the text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuardSite {
+    pub statement: (usize, usize),
+    pub source: (usize, usize),
 }
 
 /// Why a text is refused (the client's error message).
@@ -101,6 +114,9 @@ pub mod refusal {
          read differently under NO_BACKSLASH_ESCAPES, ANSI_QUOTES or multi-byte character sets";
     pub const PROCESSLIST_IN_TEXT: &str = "SHOW PROCESSLIST must be a statement of its own through sluice, which answers it \
          from its own sessions";
+    /// What a guarded dynamic SQL statement fails with (SIGNAL's MESSAGE_TEXT: at most 128
+    /// characters, no quote).
+    pub const GUARDED_DYNAMIC: &str = "sluice refused dynamic SQL whose text holds KILL or PROCESSLIST: send that statement on its own";
 }
 
 /// The tokens the server acts on (comments dropped), cloneable for look-ahead.
@@ -211,21 +227,60 @@ impl KeywordWatch {
 /// refused when the readings disagree; except a single SELECT, INSERT… (where a KILL could
 /// only be a syntax error), which carry most quoted data.
 pub fn intercept(sql: &[u8]) -> Option<Intercept> {
+    intercept_as(sql, false)
+}
+
+/// `intercept`, for a session the server is known to read with backslash escapes (`escapes`:
+/// its status flags say NO_BACKSLASH_ESCAPES is off, and its client character set has no
+/// character ending in a backslash byte, as sjis or gbk have). Then a text that is one
+/// statement in that reading (no mode can change within it) has one reading, the server's,
+/// unless a double-quoted token holds a backslash (ANSI_QUOTES, which the flags do not show,
+/// makes that an identifier, where a backslash escapes nothing).
+pub fn intercept_as(sql: &[u8], escapes: bool) -> Option<Intercept> {
     if !mentions_keywords(sql) {
         return None;
     }
     let several = memchr::memchr(b';', sql).is_some();
     let found = scan(sql, 0);
-    if memchr::memchr(b'\\', sql).is_some() && (several || !plain_dml(sql)) {
+    let one_reading = escapes && (!several || one_statement(sql)) && !backslash_in_double_quotes(sql);
+    if !one_reading && memchr::memchr(b'\\', sql).is_some() && (several || !plain_dml(sql)) {
         // Also read with backslashes as plain characters: a KILL or quote boundary that only
         // one reading sees must not slip through.
         let plain: Vec<u8> = sql.iter().map(|&b| if b == b'\\' { b' ' } else { b }).collect();
         let other = scan(&plain, 0);
-        if other.is_some() && other != found {
+        if other.is_some() && !same_reading(&other, &found) {
             return Some(Intercept::Refuse(refusal::AMBIGUOUS));
         }
     }
     found
+}
+
+/// One statement, with an optional `;` at its end, as the server reads it with escapes.
+fn one_statement(sql: &[u8]) -> bool {
+    let mut toks = code(sql);
+    while let Some(t) = toks.next() {
+        if t.text(sql) == b";" {
+            return toks.next().is_none();
+        }
+    }
+    true
+}
+
+/// A `"…"` token holding a backslash.
+fn backslash_in_double_quotes(sql: &[u8]) -> bool {
+    memchr::memchr(b'"', sql).is_some()
+        && code(sql).any(|t| t.kind == Kind::String && t.text(sql).first() == Some(&b'"') && memchr::memchr(b'\\', t.text(sql)).is_some())
+}
+
+/// Whether two readings of a text (`intercept`) agree; guarded texts agree when their guards
+/// go in the same places (their texts differ by the backslashes).
+fn same_reading(a: &Option<Intercept>, b: &Option<Intercept>) -> bool {
+    match (a, b) {
+        (Some(Intercept::Dynamic(Dynamic::Guarded { sites: x, .. })), Some(Intercept::Dynamic(Dynamic::Guarded { sites: y, .. }))) => {
+            x == y
+        }
+        _ => a == b,
+    }
 }
 
 /// A single statement of a kind that cannot carry a KILL (a KILL inside it would be a syntax
@@ -240,8 +295,8 @@ pub fn plain_dml(sql: &[u8]) -> bool {
 enum Source {
     /// String literals (adjacent ones concatenate), unescaped, and nothing else.
     Literal(Vec<u8>),
-    /// A user variable (name unquoted), and nothing else.
-    Variable(String),
+    /// A user variable (name unquoted), and nothing else; `at`: its token's range.
+    Variable(String, (usize, usize)),
     /// Any other expression, `start..end` in the text (up to `USING` or the statement's end);
     /// `single`: one expression (no `,` outside parentheses), the only form the server takes.
     Expression { start: usize, end: usize, single: bool },
@@ -254,6 +309,9 @@ const STATEMENT_AFTER: [&str; 8] = ["BEGIN", "ATOMIC", "THEN", "ELSE", "DO", "LO
 fn scan(sql: &[u8], depth: u8) -> Option<Intercept> {
     use refusal::*;
     let definition = defines_program(sql);
+    // Its dynamic SQL can only be guarded (`GuardSite`), not read first.
+    let compound = depth == 0 && !definition && is_compound(sql);
+    let mut guards: Vec<GuardSite> = Vec::new();
     let mut toks = code(sql);
     let mut first: Option<Token> = None;
     let mut prev: Option<Token> = None;
@@ -294,7 +352,15 @@ fn scan(sql: &[u8], depth: u8) -> Option<Intercept> {
             let statement_start = starts || definition || before.is_some_and(|b| STATEMENT_AFTER.iter().any(|k| is_word(&b, sql, k)));
             let mut ahead = toks.clone();
             let named = ahead.next().is_some_and(|n| matches!(n.kind, Kind::Word | Kind::QuotedIdent));
-            if !(statement_start && named && ahead.next().is_some_and(|n| is_word(&n, sql, "FROM"))) {
+            if !(named && ahead.next().is_some_and(|n| is_word(&n, sql, "FROM"))) {
+                continue;
+            }
+            if !statement_start {
+                // `SELECT prepare x FROM t`, or a handler's statement (`DECLARE … HANDLER FOR
+                // SQLEXCEPTION PREPARE s FROM …`), which a compound statement may hold.
+                if compound {
+                    return Some(Intercept::Refuse(DYNAMIC_UNSEEN));
+                }
                 continue;
             }
             source(sql, ahead)
@@ -310,7 +376,23 @@ fn scan(sql: &[u8], depth: u8) -> Option<Intercept> {
                     return Some(Intercept::Refuse(inner));
                 }
             }
-            Source::Variable(name) if !definition => {
+            // Read only by the server, as the compound statement runs: guarded.
+            Source::Variable(_, at) if compound => match guard_site(sql, t.start, at, toks.clone()) {
+                Some(site) => guards.push(site),
+                None => return Some(Intercept::Refuse(DYNAMIC_UNSEEN)),
+            },
+            Source::Expression { start, end, single } if compound => {
+                // Guarded by evaluating it twice (once in the guard, once to run): only an
+                // expression whose two values cannot differ.
+                if !single || !pure_expression(sql, start, end) {
+                    return Some(Intercept::Refuse(DYNAMIC_UNSEEN));
+                }
+                match guard_site(sql, t.start, (start, end), toks.clone()) {
+                    Some(site) => guards.push(site),
+                    None => return Some(Intercept::Refuse(DYNAMIC_UNSEEN)),
+                }
+            }
+            Source::Variable(name, _) if !definition => {
                 if dynamic.is_some() {
                     return Some(Intercept::Refuse(DYNAMIC_UNSEEN));
                 }
@@ -325,7 +407,7 @@ fn scan(sql: &[u8], depth: u8) -> Option<Intercept> {
                 dynamic = Some(Dynamic::Expression { head, expression, tail, prepare });
             }
             // Run later by a stored program, with values sluice cannot see.
-            Source::Variable(_) | Source::Expression { .. } => {}
+            Source::Variable(..) | Source::Expression { .. } => {}
         }
     }
     let first = first?;
@@ -342,7 +424,140 @@ fn scan(sql: &[u8], depth: u8) -> Option<Intercept> {
     if processlist {
         return if statements == 1 { parse_processlist(sql) } else { Some(Intercept::Refuse(PROCESSLIST_IN_TEXT)) };
     }
+    if !guards.is_empty() {
+        return Some(Intercept::Dynamic(Dynamic::Guarded { sql: guard_dynamic_sql(sql, &guards), sites: guards }));
+    }
     None
+}
+
+/// Does the text start a compound statement run now (`BEGIN NOT ATOMIC`, or `IF`, `CASE`,
+/// `LOOP`, `WHILE`, `REPEAT`, `FOR`, optionally after a label)? A top-level `BEGIN` alone
+/// starts a transaction.
+fn is_compound(sql: &[u8]) -> bool {
+    let mut toks = code(sql);
+    let Some(mut first) = toks.next() else { return false };
+    let mut next = toks.next();
+    if next.is_some_and(|n| n.text(sql) == b":") {
+        let Some(after) = toks.next() else { return false };
+        first = after;
+        next = toks.next();
+    }
+    if is_word(&first, sql, "BEGIN") {
+        return next.is_some_and(|n| is_word(&n, sql, "NOT"));
+    }
+    ["IF", "CASE", "LOOP", "WHILE", "REPEAT", "FOR"].iter().any(|k| is_word(&first, sql, k))
+}
+
+/// Where the guard of a dynamic SQL statement starting at `start`, taking its text from
+/// `source`, goes: the statement runs up to the next `;` outside parentheses (every statement
+/// of a compound statement ends with one). `None` when there is none.
+fn guard_site(sql: &[u8], start: usize, source: (usize, usize), rest: Code) -> Option<GuardSite> {
+    let (mut depth, mut last) = (0usize, source.1);
+    for t in rest.skip_while(|t| t.start < source.1) {
+        match t.text(sql) {
+            b"(" => depth += 1,
+            b")" => depth = depth.saturating_sub(1),
+            b";" if depth == 0 => return Some(GuardSite { statement: (start, last), source }),
+            _ => {}
+        }
+        last = t.end;
+    }
+    None
+}
+
+/// Functions whose value depends only on their arguments and the session's settings, and
+/// that change nothing: an expression of these evaluates the same twice in a row.
+const PURE_FUNCTIONS: [&str; 44] = [
+    "CONCAT",
+    "CONCAT_WS",
+    "REPLACE",
+    "CONV",
+    "HEX",
+    "UNHEX",
+    "LOWER",
+    "UPPER",
+    "LCASE",
+    "UCASE",
+    "SUBSTRING",
+    "SUBSTR",
+    "MID",
+    "LEFT",
+    "RIGHT",
+    "TRIM",
+    "LTRIM",
+    "RTRIM",
+    "LPAD",
+    "RPAD",
+    "REPEAT",
+    "REVERSE",
+    "CAST",
+    "CONVERT",
+    "CHAR",
+    "IF",
+    "IFNULL",
+    "COALESCE",
+    "NULLIF",
+    "LENGTH",
+    "CHAR_LENGTH",
+    "QUOTE",
+    "INSERT",
+    "LOCATE",
+    "INSTR",
+    "ELT",
+    "FIELD",
+    "ASCII",
+    "ORD",
+    "BIN",
+    "OCT",
+    "SPACE",
+    "DATABASE",
+    "SCHEMA",
+];
+
+/// An expression of literals, variables, names (a FOR loop's record fields, a compound
+/// statement's variables) and `PURE_FUNCTIONS`: no subquery, no assignment, no other call.
+fn pure_expression(sql: &[u8], start: usize, end: usize) -> bool {
+    let toks: Vec<Token> = code(sql).skip_while(|t| t.start < start).take_while(|t| t.end <= end).collect();
+    toks.iter().enumerate().all(|(i, t)| {
+        let called = toks.get(i + 1).is_some_and(|n| n.text(sql) == b"(");
+        match t.kind {
+            Kind::Word if called => PURE_FUNCTIONS.iter().any(|f| is_word(t, sql, f)),
+            Kind::Word => !["SELECT", "WITH", "VALUES", "TABLE"].iter().any(|k| is_word(t, sql, k)),
+            Kind::QuotedIdent => !called,
+            Kind::Placeholder => false,
+            Kind::Punct => t.text(sql) != b":",
+            _ => true,
+        }
+    })
+}
+
+/// The guard's condition: the text could hold the word KILL or PROCESSLIST (the server's
+/// own regular expressions, case-insensitive, on the text in its own character set; a digit
+/// before it counts as a boundary, for `/*!50000KILL*/`). No backslash, so it reads the
+/// same under NO_BACKSLASH_ESCAPES.
+const GUARD_PATTERN: &str = "(?i)(^|[^a-z_$])(kill|processlist)([^a-z_$]|$)";
+
+/// `sql` with each dynamic SQL statement at `sites` (in order) run inside a block that first
+/// stops it with 1235 if its text matches `GUARD_PATTERN`.
+fn guard_dynamic_sql(sql: &[u8], sites: &[GuardSite]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(sql.len() + sites.len() * 256);
+    let mut at = 0;
+    for site in sites {
+        let (start, end) = site.statement;
+        out.extend_from_slice(&sql[at..start]);
+        out.extend_from_slice(b"BEGIN IF (");
+        out.extend_from_slice(&sql[site.source.0..site.source.1]);
+        out.extend_from_slice(b") RLIKE '");
+        out.extend_from_slice(GUARD_PATTERN.as_bytes());
+        out.extend_from_slice(b"' THEN SIGNAL SQLSTATE '0A000' SET MYSQL_ERRNO = 1235, MESSAGE_TEXT = '");
+        out.extend_from_slice(refusal::GUARDED_DYNAMIC.as_bytes());
+        out.extend_from_slice(b"'; END IF; ");
+        out.extend_from_slice(&sql[start..end]);
+        out.extend_from_slice(b"; END");
+        at = end;
+    }
+    out.extend_from_slice(&sql[at..]);
+    out
 }
 
 /// The refusal for dynamic SQL whose text is `sql` (read both ways, as `intercept` does), if
@@ -393,7 +608,7 @@ fn source(sql: &[u8], mut ahead: Code) -> Source {
         }
         Some(v) if v.kind == Kind::Variable && !v.text(sql).starts_with(b"@@") && ends(ahead.clone().next()) => {
             match variable_name(v.text(sql)) {
-                Some(name) => Source::Variable(name),
+                Some(name) => Source::Variable(name, (v.start, v.end)),
                 None => dynamic_expression(sql, rest),
             }
         }
@@ -421,7 +636,8 @@ fn dynamic_expression(sql: &[u8], toks: Code) -> Source {
     }
     match start {
         Some(start) => Source::Expression { start, end, single },
-        None => Source::Expression { start: end, end, single: false },
+        // `PREPARE s FROM` with nothing after it: the server's syntax error, nothing runs.
+        None => Source::Literal(Vec::new()),
     }
 }
 
@@ -1009,7 +1225,9 @@ mod tests {
         assert_eq!(i("EXECUTE IMMEDIATE X'4B494C4C2035'"), expression("EXECUTE IMMEDIATE ", "X'4B494C4C2035'", "", false));
         assert_eq!(i("EXECUTE IMMEDIATE CONCAT('SELECT ', KILL)"), REFUSE_TEXT, "a KILL anywhere is seen");
         assert_eq!(i("EXECUTE IMMEDIATE 'SELECT 1', 'x'"), REFUSE_UNSEEN, "not one expression");
-        assert_eq!(i("EXECUTE IMMEDIATE"), REFUSE_UNSEEN);
+        assert_eq!(i("EXECUTE IMMEDIATE"), None, "the server's syntax error");
+        assert_eq!(i("prepare stmt1 from "), None, "the server's syntax error");
+        assert_eq!(i("EXECUTE IMMEDIATE USING 1"), None, "the server's syntax error");
         assert_eq!(i("EXECUTE IMMEDIATE 'EXECUTE IMMEDIATE CONCAT(1)'"), REFUSE_UNSEEN, "nested: not evaluated");
         assert_eq!(i("EXECUTE IMMEDIATE CONCAT('SELECT 1'); EXECUTE IMMEDIATE 'SELECT 2'"), REFUSE_UNSEEN);
         assert_eq!(i("PREPARE s FROM @a; EXECUTE s"), REFUSE_UNSEEN, "the variable may change within the text");
@@ -1019,7 +1237,52 @@ mod tests {
         assert_eq!(i("EXECUTE IMMEDIATE @`my var` USING 1"), variable("my var"));
         assert_eq!(i("EXECUTE IMMEDIATE 'SELECT ?' USING 1"), None);
         assert_eq!(i("PREPARE s FROM 'SELECT 1'; EXECUTE s; DEALLOCATE PREPARE s"), None);
-        assert_eq!(i("BEGIN NOT ATOMIC PREPARE s FROM CONCAT('KI','LL 5'); EXECUTE s; END"), REFUSE_UNSEEN);
+        // A compound statement's dynamic SQL runs behind a guard the server evaluates.
+        let guarded = |sql: &str| match i(sql) {
+            Some(Intercept::Dynamic(Dynamic::Guarded { sql, .. })) => String::from_utf8(sql).unwrap(),
+            other => panic!("not guarded: {other:?}"),
+        };
+        let guard = |source: &str, statement: &str| {
+            format!(
+                "BEGIN IF ({source}) RLIKE '{GUARD_PATTERN}' THEN SIGNAL SQLSTATE '0A000' SET MYSQL_ERRNO = 1235, \
+                 MESSAGE_TEXT = '{}'; END IF; {statement}; END",
+                refusal::GUARDED_DYNAMIC
+            )
+        };
+        assert_eq!(
+            guarded("BEGIN NOT ATOMIC PREPARE s FROM CONCAT('KI','LL 5'); EXECUTE s; END"),
+            format!("BEGIN NOT ATOMIC {}; EXECUTE s; END", guard("CONCAT('KI','LL 5')", "PREPARE s FROM CONCAT('KI','LL 5')"))
+        );
+        assert_eq!(
+            guarded("FOR r IN (SELECT 1 AS c) DO EXECUTE IMMEDIATE CONCAT('SET NAMES ', r.c) ; SELECT r.c; END FOR"),
+            format!(
+                "FOR r IN (SELECT 1 AS c) DO {} ; SELECT r.c; END FOR",
+                guard("CONCAT('SET NAMES ', r.c)", "EXECUTE IMMEDIATE CONCAT('SET NAMES ', r.c)")
+            )
+        );
+        assert_eq!(
+            guarded("lbl: BEGIN NOT ATOMIC IF 1 THEN EXECUTE IMMEDIATE @q USING 1, (2); END IF; PREPARE s FROM @`a b`; END"),
+            format!(
+                "lbl: BEGIN NOT ATOMIC IF 1 THEN {}; END IF; {}; END",
+                guard("@q", "EXECUTE IMMEDIATE @q USING 1, (2)"),
+                guard("@`a b`", "PREPARE s FROM @`a b`")
+            )
+        );
+        // Backslashes: both readings put the guards in the same places.
+        assert!(guarded(r"BEGIN NOT ATOMIC SELECT 'a'; EXECUTE IMMEDIATE @q; END").contains("RLIKE"));
+        // Evaluated twice (the guard, then the statement): only expressions that cannot differ.
+        assert_eq!(i("BEGIN NOT ATOMIC EXECUTE IMMEDIATE CONCAT('SELECT ', RAND()); END"), REFUSE_UNSEEN);
+        assert_eq!(i("BEGIN NOT ATOMIC EXECUTE IMMEDIATE (SELECT q FROM t); END"), REFUSE_UNSEEN);
+        assert_eq!(i("BEGIN NOT ATOMIC EXECUTE IMMEDIATE @q := 'SELECT 1'; END"), REFUSE_UNSEEN);
+        assert_eq!(i("BEGIN NOT ATOMIC EXECUTE IMMEDIATE f('x'); END"), REFUSE_UNSEEN);
+        // A handler's statement does not start after a word sluice knows: refused, not missed.
+        assert_eq!(i("BEGIN NOT ATOMIC DECLARE CONTINUE HANDLER FOR SQLEXCEPTION PREPARE s FROM @q; SELECT 1; END"), REFUSE_UNSEEN);
+        assert_eq!(i("BEGIN NOT ATOMIC EXECUTE IMMEDIATE @q END"), REFUSE_UNSEEN, "no `;`: no statement end to guard up to");
+        // A literal is read, and a KILL in it refused as before; a KILL in the text too.
+        assert_eq!(i("BEGIN NOT ATOMIC EXECUTE IMMEDIATE 'KILL 5'; END"), REFUSE_DYNAMIC);
+        assert_eq!(i("BEGIN NOT ATOMIC EXECUTE IMMEDIATE @q; KILL 5; END"), REFUSE_TEXT);
+        // Not a compound statement: `BEGIN` starts a transaction, and other texts are refused.
+        assert_eq!(i("BEGIN; EXECUTE IMMEDIATE @q"), REFUSE_UNSEEN);
         // A stored program's dynamic SQL runs later: literals are checked, the rest cannot be.
         assert_eq!(i("CREATE PROCEDURE p(q TEXT) BEGIN PREPARE s FROM q; EXECUTE s; END"), None);
         assert_eq!(i("CREATE PROCEDURE p() BEGIN EXECUTE IMMEDIATE 'KILL 5'; END"), REFUSE_DYNAMIC);
@@ -1054,6 +1317,20 @@ mod tests {
         assert_eq!(intercept(br"CREATE PROCEDURE p() COMMENT 'a\' KILL 5 -- '"), ambiguous);
         assert_eq!(intercept(br"SELECT 'a\' KILL 5 '"), None, "a KILL cannot hide in a single SELECT");
         assert_eq!(intercept(br"INSERT INTO t VALUES ('don\'t kill')"), None);
+        // A session that reads backslashes as escapes: one statement of ASCII with no `"` has
+        // the server's reading only.
+        let prepare = br"prepare s from 'select * from t1 where a like \'a\\%\' escape ?'";
+        assert_eq!(intercept(prepare), ambiguous);
+        assert_eq!(intercept_as(prepare, true), None);
+        assert_eq!(intercept_as(br"SELECT 'a\'; KILL 5; -- '", true), None, "with escapes, one statement: a string");
+        assert_eq!(intercept_as(br#"DESCRIBE "a\" KILL 5 ""#, true), ambiguous, "ANSI_QUOTES may be on");
+        assert_eq!(intercept_as(br"DESCRIBE 'a\' KILL 5 '", true), None, "the server reads one string");
+        // mysqldump's INSERTs: `;`, `"` and KILL inside escaped strings, one statement.
+        let dump = br#"INSERT INTO `help_topic` VALUES (1,'KILL','Kill a thread; say \"KILL 5\" or \'KILL QUERY 5\';'),(2,'x','y');"#;
+        assert_eq!(intercept_as(dump, true), None);
+        assert_eq!(intercept(dump), ambiguous);
+        // Several statements: one may change the mode the next is read in.
+        assert_eq!(intercept_as(br"SET sql_mode = 'NO_BACKSLASH_ESCAPES'; SELECT 'a\'; KILL 5; -- '", true), ambiguous);
         assert_eq!(intercept(br"DESCRIBE 'it\'s'"), None);
     }
 

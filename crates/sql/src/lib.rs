@@ -12,3 +12,4 @@ mod keywords;
 pub mod lexer;
 pub mod memo;
 pub mod rw;
+pub mod tables;

@@ -178,6 +178,8 @@ pub fn global(data: &DataPath) -> Vec<(&'static str, u64)> {
         ("Server_Connections_connected", servers.iter().map(|s| u64::from(s.pool.open())).sum()),
         ("Server_Connections_free", servers.iter().map(|s| s.pool.idle() as u64).sum()),
         ("Stmt_Cached", data.statements.len() as u64),
+        ("Query_Cache_Entries", data.cache.entries() as u64),
+        ("Query_Cache_Memory_bytes", data.cache.memory_bytes() as u64),
     ]);
     if let Some(log) = &snapshot.query_log {
         out.extend([("Query_Log_written", log.written()), ("Query_Log_dropped", log.dropped())]);

@@ -16,7 +16,7 @@
 //! where the disk layer is, so it is fixed at start-up.
 
 use super::{quoted, Module, RowError};
-use crate::config::{FileConfig, MonitorSection, PoolSection, ProxySection, QueryLogSection, StatsSection, TlsSection};
+use crate::config::{CacheSection, FileConfig, MonitorSection, PoolSection, ProxySection, QueryLogSection, StatsSection, TlsSection};
 use serde::de::{self, Deserializer, Visitor};
 use std::sync::OnceLock;
 use toml::{Table, Value};
@@ -78,6 +78,7 @@ const SECTIONS: &[(&str, Fields)] = &[
     ("pool", field_names::<PoolSection>),
     ("stats", field_names::<StatsSection>),
     ("querylog", field_names::<QueryLogSection>),
+    ("cache", field_names::<CacheSection>),
 ];
 
 /// One global variable and the config field it stands for.
@@ -190,6 +191,7 @@ pub fn apply(rows: &[(String, String)], module: Module, into: &mut FileConfig) -
     into.pool = new.pool;
     into.stats = new.stats;
     into.querylog = new.querylog;
+    into.cache = new.cache;
     if module == Module::MysqlVariables {
         // An empty monitor login is the same as no [monitor] section.
         into.monitor = new.monitor.filter(|m| *m != MonitorSection::default());

@@ -184,13 +184,32 @@ impl ReplyChecksum {
     }
 }
 
-/// Sends `request` and streams the reply; with a `checksum`, the reply is fed to it too.
+/// What else a reply's bytes are fed to as they stream: the replay journal's checksum, the
+/// result cache's capture.
+#[derive(Default)]
+pub struct Tap<'a> {
+    pub checksum: Option<&'a mut ReplyChecksum>,
+    pub capture: Option<&'a mut crate::cache::Capture>,
+}
+
+impl Tap<'_> {
+    fn feed(&mut self, bytes: &[u8]) {
+        if let Some(sum) = self.checksum.as_deref_mut() {
+            sum.feed(bytes);
+        }
+        if let Some(capture) = self.capture.as_deref_mut() {
+            capture.feed(bytes);
+        }
+    }
+}
+
+/// Sends `request` and streams the reply, feeding it to `tap` too.
 pub async fn forward(
     client: &mut Conn,
     backend: &mut Conn,
     request: Request<'_>,
     limits: &Limits,
-    mut checksum: Option<&mut ReplyChecksum>,
+    mut tap: Tap<'_>,
 ) -> Result<Outcome, ExecError> {
     let Request { packets, reply, format, tail, watch_tail } = request;
     // The reply continues the sequence from the request's last chunk.
@@ -210,7 +229,7 @@ pub async fn forward(
     let mut scanner = Scanner::new(reply, format.deprecate_eof).with_mariadb_capabilities(format.mariadb_caps);
     let mut reply_bytes = 0;
     loop {
-        let step = match stream_reply(client, backend, &mut scanner, limits, request_seq, &mut reply_bytes, checksum.as_deref_mut()).await {
+        let step = match stream_reply(client, backend, &mut scanner, limits, request_seq, &mut reply_bytes, &mut tap).await {
             Err(ExecError::BackendLost { reply_seq, .. }) => {
                 return Err(ExecError::BackendLost { reply_seq, before_reply: reply_bytes == 0 })
             }
@@ -345,7 +364,7 @@ async fn stream_reply(
     limits: &Limits,
     request_seq: u8,
     reply_bytes: &mut u64,
-    mut checksum: Option<&mut ReplyChecksum>,
+    tap: &mut Tap<'_>,
 ) -> Result<Event, ExecError> {
     let Conn { stream: bstream, rbuf: buf } = backend;
     let wm = limits.watermarks;
@@ -368,9 +387,7 @@ async fn stream_reply(
                 if event == Event::More && scanned < buf.len() {
                     match scanner.feed(&buf[scanned..]) {
                         Ok((used, ev)) => {
-                            if let Some(sum) = checksum.as_deref_mut() {
-                                sum.feed(&buf[scanned..scanned + used]);
-                            }
+                            tap.feed(&buf[scanned..scanned + used]);
                             scanned += used;
                             *reply_bytes += used as u64;
                             event = ev;

@@ -24,6 +24,12 @@ pub fn render(data: &DataPath) -> String {
         &[],
         data.statements.len() as f64,
     );
+    e.family("sluice_query_cache_entries", "Results in the result cache", Kind::Gauge).sample("", &[], data.cache.entries() as f64);
+    e.family("sluice_query_cache_memory_bytes", "Bytes the result cache holds", Kind::Gauge).sample(
+        "",
+        &[],
+        data.cache.memory_bytes() as f64,
+    );
     e.family("sluice_config_servers", "Backend servers in the running config", Kind::Gauge).sample("", &[], servers.len() as f64);
 
     let commands = data.stats.commands();

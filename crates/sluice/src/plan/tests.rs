@@ -23,6 +23,7 @@ fn facts() -> Facts<'static> {
         in_transaction: false,
         kept_hostgroup: None,
         replication: &[],
+        backslash_escapes: true,
         shards: &NO_SHARDS,
     }
 }

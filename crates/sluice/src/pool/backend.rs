@@ -203,6 +203,21 @@ impl Backend {
     }
 
     /// False when the server has closed this (idle) connection or said something unasked.
+    /// Whether the reactor saw anything arrive on this idle connection (a close, or the
+    /// server's error before it closes), asking the socket only then: no system call for a
+    /// connection nothing happened to. Readiness a read left set (one that filled its buffer)
+    /// also leads to the socket. A close the reactor has not seen yet is not noticed here:
+    /// `live_idle` asks the socket itself once a connection has been idle a while.
+    pub fn looks_closed(&mut self) -> bool {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        // Pending registers the no-op waker: nothing waits on an idle connection, and the
+        // next read registers its own.
+        match self.conn.stream.tcp().poll_read_ready(&mut cx) {
+            std::task::Poll::Pending => false,
+            std::task::Poll::Ready(_) => !self.is_alive(),
+        }
+    }
+
     pub fn is_alive(&mut self) -> bool {
         // The socket itself is asked (a non-blocking peek): tokio's cached readiness may not
         // have seen a close that arrived while the worker was busy.

@@ -9,7 +9,7 @@
 
 use crate::config::{Config, ServerStatus};
 
-use super::{Generations, ServerPool, Waiters};
+use super::{Generations, Health, ServerPool, Waiters};
 use std::cell::Cell;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -119,6 +119,10 @@ pub struct Server {
     running: Arc<Running>,
     /// The only server of its hostgroup: nothing compares its running count, so none is kept.
     alone: bool,
+    /// Its hostgroup is no replication pair's reader hostgroup (whose reads the writer takes
+    /// when no replica can serve): when the monitor has shunned every server of it, clients
+    /// still try them (`Hostgroups::group`), as ProxySQL does.
+    last_resort: bool,
     pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
@@ -137,6 +141,14 @@ impl Server {
     /// SHUNNED let pinned sessions finish).
     pub fn accepts_new(&self) -> bool {
         self.pool.accepts_new()
+    }
+
+    /// ONLINE but shunned by the monitor for failed connects or pings (not for replication
+    /// lag), in a hostgroup whose clients have nowhere else to go: worth a try when no server
+    /// of the hostgroup accepts new statements. The monitor may not have seen it come back yet
+    /// (it checks every few seconds; a restart takes less).
+    pub fn last_resort(&self) -> bool {
+        self.last_resort && self.pool.status() == ServerStatus::Online && self.pool.health() == Health::Shunned
     }
 }
 
@@ -196,6 +208,7 @@ impl Hostgroups {
                 pool,
                 running,
                 alone: false,
+                last_resort: !config.replication_hostgroups.iter().any(|r| r.reader_hostgroup == s.hostgroup_id),
                 tls,
             });
         }
@@ -244,17 +257,25 @@ impl Hostgroups {
         if group.is_empty() {
             return Err(NoServer::NoSuchHostgroup(hostgroup));
         }
-        if !group.iter().any(Server::accepts_new) {
+        if !group.iter().any(|s| s.accepts_new() || s.last_resort()) {
             return Err(NoServer::NoneOnline(hostgroup));
         }
         Ok(group)
+    }
+
+    /// Whether a checkout in `group` (from `group`) must use its `last_resort` servers: none
+    /// accepts new statements.
+    pub fn only_last_resort(group: &[Server]) -> bool {
+        !group.iter().any(Server::accepts_new)
     }
 
     /// An ONLINE server of `hostgroup`, by weight, for sluice's own connections (not pooled,
     /// and carrying no client statement: running counts do not concern them).
     pub fn pick(&self, hostgroup: u32) -> Result<&Server, NoServer> {
         let group = self.group(hostgroup)?;
-        by_weight(group.iter().filter(|s| s.accepts_new())).ok_or(NoServer::NoneOnline(hostgroup))
+        let last_resort = Hostgroups::only_last_resort(group);
+        by_weight(group.iter().filter(|s| if last_resort { s.last_resort() } else { s.accepts_new() }))
+            .ok_or(NoServer::NoneOnline(hostgroup))
     }
 
     /// Reserves room for a new pooled connection on a `usable` server of `group` that has
@@ -308,6 +329,7 @@ mod tests {
             pool: Arc::new(pool),
             running: Arc::default(),
             alone: false,
+            last_resort: false,
             tls: None,
         }
     }

@@ -536,7 +536,10 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
             Ok(s) => s,
             Err(e) => break Err(e.into()),
         };
-        let usable = |s: &Server| s.accepts_new() && !failed.contains(&s.pool.id);
+        // Every server shunned for failed checks: they are tried all the same (a connect that
+        // works ends the shun at once; one that fails is the client's answer).
+        let last_resort = Hostgroups::only_last_resort(servers);
+        let usable = |s: &Server| (if last_resort { s.last_resort() } else { s.accepts_new() }) && !failed.contains(&s.pool.id);
         // 1. A server by weight: its idle connection, else a new one if it has room.
         let preferred = hostgroups::pick_usable(servers, usable);
         let mut found = preferred.and_then(|s| live_idle(s, req, has_schema, check_after));
@@ -609,7 +612,10 @@ pub fn connect_failed(e: &BackendError) -> bool {
 /// enough (dead ones are closed on the way).
 fn live_idle(server: &Server, req: &Request<'_>, has_schema: bool, check_after: Duration) -> Option<Backend> {
     while let Some(mut b) = server.pool.take_idle(req, has_schema) {
-        if b.idle_for() < check_after || b.is_alive() {
+        // Recently used: the reactor's readiness tells of a close (one syscall less per
+        // statement); idle longer, the socket is asked.
+        let alive = if b.idle_for() < check_after { !b.looks_closed() } else { b.is_alive() };
+        if alive {
             return Some(b);
         }
         tracing::debug!(server = %server.name, thread = b.thread_id, "idle pooled connection was closed by the server; dropped");
@@ -637,6 +643,10 @@ async fn open(server: &Server, req: &Request<'_>) -> Result<Backend, BackendErro
     match connect(&params).await {
         Ok(mut b) => {
             req.stats.add(Counter::ServerConnectionsCreated, 1);
+            if server.last_resort() && server.pool.set_health(Health::Healthy) {
+                // Tried as the last resort, and it answers: back before the monitor's next check.
+                tracing::warn!("{} (hostgroup {}) is ONLINE again: a client's connection to it succeeded", server.name, server.hostgroup);
+            }
             server.pool.connects_ok.fetch_add(1, Ordering::Relaxed);
             server.pool.max_used.fetch_max(server.pool.open(), Ordering::Relaxed);
             server.pool.remember(login);

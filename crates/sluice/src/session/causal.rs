@@ -20,6 +20,7 @@ use super::Session;
 use crate::config::{CausalReads, ReplicationHostgroupRow};
 use crate::exec::Outcome;
 use crate::pool::Backend;
+use crate::stats::Counter;
 use proto::StatusFlags;
 
 /// The last write the session must see, and the servers (pool ids) known to have applied it.
@@ -102,6 +103,7 @@ impl Session {
         };
         // The wait is a read waiting there: counted, so other reads go to a replica that keeps up.
         let _running = held.backend.server.run_statement();
+        self.data.stats.add(Counter::CausalReadWaits, 1);
         // Both answer 0 once the position is applied (MariaDB -1, MySQL 1 on a timeout).
         if read_position(&mut held.backend, &sql).await.as_deref() != Some("0") {
             return false;

@@ -126,12 +126,31 @@ impl Session {
         let checked = match dynamic {
             Dynamic::Variable(name) => self.variable_runs(name).await.map(|why| (why, None)),
             Dynamic::Expression { head, expression, tail, prepare } => self.expression_runs(head, expression, tail, *prepare).await,
+            // Checked by the server as it runs, behind guards sluice put in the text.
+            Dynamic::Guarded { sql, .. } => Ok((None, Some(sql.clone()))),
         };
         match checked {
             Ok((None, sql)) => Ok(sql),
             Ok((Some(why), _)) => Err(self.refuse(seq, why).await),
             Err(e) => Err(self.reply_backend_error(seq, &e).await),
         }
+    }
+
+    /// The server reads this session's backslashes as escapes: its status flags say
+    /// NO_BACKSLASH_ESCAPES is off, and its client character set is one where a backslash
+    /// byte is always a backslash (not sjis, cp932, gbk, big5 or gb18030, whose characters
+    /// may end in one).
+    pub(super) fn backslash_escapes(&self) -> bool {
+        const TRAIL_BACKSLASH: [&str; 5] = ["sjis", "cp932", "gbk", "big5", "gb18030"];
+        // Login collations (handshake ids) of latin1, utf8mb3, utf8mb4, binary and ascii.
+        fn plain_collation(id: u16) -> bool {
+            matches!(id, 5 | 8 | 11 | 15 | 31 | 33 | 45..=49 | 63 | 65 | 83 | 94 | 192..=215 | 223..=247)
+        }
+        let charset_ok = match self.state.var("character_set_client") {
+            Some(set) => !TRAIL_BACKSLASH.iter().any(|c| set.to_ascii_lowercase().contains(c)),
+            None => plain_collation(self.state.collation),
+        };
+        charset_ok && self.status & proto::StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES.bits() == 0
     }
 
     /// The session set `@@pseudo_thread_id` itself (SUPER or BINLOG REPLAY): reads of it are
@@ -161,7 +180,13 @@ impl Session {
             // `?` outside a prepared statement: a syntax error on the server too.
             KillTarget::Parameter { .. } => self.refuse(seq, refusal::KILL_FORM).await,
             KillTarget::Expression { text, query_id } => {
-                let id = match self.evaluate_kill_id(&text).await {
+                let scope = match (k.scope, query_id) {
+                    (_, true) => "QUERY ID ",
+                    (KillScope::Query, false) => "QUERY ",
+                    (KillScope::Connection, false) => "",
+                };
+                let statement = format!("KILL {}{scope}{text}", kill_modifier(k.hard));
+                let id = match self.evaluate_kill_id(&statement, &text).await {
                     Ok(id) => id,
                     Err(e) => return self.reply_backend_error(seq, &e).await,
                 };
@@ -472,10 +497,28 @@ impl Session {
     /// parameter, which the server refuses as it refuses KILL's (a subquery or a stored
     /// function, before anything is evaluated); its errors are the server's, named as the
     /// KILL's.
-    async fn evaluate_kill_id(&mut self, expression: &str) -> Result<u64, BackendError> {
+    async fn evaluate_kill_id(&mut self, statement: &str, expression: &str) -> Result<u64, BackendError> {
+        self.check_kill_syntax(statement).await?;
         let sql = self.with_session_ids(format!("EXECUTE IMMEDIATE 'SELECT ?' USING {expression}").into_bytes());
         let rows = self.query_on_session(&sql).await.map_err(|e| named_as(e, "KILL"))?;
         Ok(rows.first().and_then(|r| r.first().cloned().flatten()).map_or(0, |v| thread_id_from_text(v.as_bytes())))
+    }
+
+    /// The server's syntax check of a KILL, without running it: prepared on the session's
+    /// connection (a prepare evaluates nothing) and closed. `EXECUTE … USING` takes a list
+    /// where KILL takes one expression, so `KILL 1, 2` must get the server's 1064 here.
+    async fn check_kill_syntax(&mut self, sql: &str) -> Result<(), BackendError> {
+        let mut held = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await?;
+        let mut reply = Vec::new();
+        let checked = match held.backend.prepare_for_client(sql.as_bytes(), &mut reply).await {
+            Ok(ok) => held.backend.close_statements(&[ok.id]).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = &checked {
+            held.backend.note_failure(e);
+        }
+        self.settle(held);
+        checked
     }
 
     /// A user variable's value as text (its bytes, whatever its character set), from the

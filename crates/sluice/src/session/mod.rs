@@ -4,6 +4,7 @@
 //! Backend connections come from the pool per statement (`multiplex`) unless pinned.
 
 mod auth;
+mod cached;
 mod causal;
 mod kill;
 mod multiplex;
@@ -19,7 +20,7 @@ use crate::pool::{self, state, Backend, BackendError, Credential};
 use crate::registry::SessionHandle;
 use crate::stats::Counter;
 use crate::users::User;
-use multiplex::{Held, Needs};
+use multiplex::Held;
 use proto::command::*;
 use proto::errors::*;
 use proto::response::Reply;
@@ -85,6 +86,9 @@ struct Session {
     _counted: ClientCount,
     /// Failed COM_CHANGE_USERs on this connection (the server refuses a fourth).
     failed_change_user: u8,
+    /// The tables the session's writes hold for the result cache until their transaction
+    /// ends (`cached`).
+    write_marks: crate::cache::WriteMarks,
 }
 
 /// One logged-in client in `DataPath::clients`; released on drop.
@@ -246,11 +250,12 @@ async fn start(
         client_broken: false,
         _counted: counted,
         failed_change_user: 0,
+        write_marks: crate::cache::WriteMarks::new(data.cache.generations.clone()),
     };
     // A connection in the user's default hostgroup, in the requested schema, proves the login
     // and the schema to the backend before the client hears OK (waiting for a writer, as a
     // statement does, while a replication pair has none).
-    match session.acquire_login().await {
+    match session.acquire_unrouted(0).await {
         Ok(mut held) => {
             if session.snap.config.proxy.max_allowed_packet.is_none() {
                 session.learn_max_packet(&mut held.backend).await;
@@ -554,7 +559,7 @@ impl Session {
                     }
                 }
                 Route::Forward(reply) => {
-                    let mut held = match self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await {
+                    let mut held = match self.acquire_unrouted(1).await {
                         Ok(h) => h,
                         Err(e) => {
                             self.client.consume(frame.wire_len);
@@ -565,12 +570,16 @@ impl Session {
                         }
                     };
                     let request = self.client.rbuf.split_to(frame.wire_len).freeze();
+                    if cmd == COM_DROP_DB {
+                        self.mark_all_written();
+                    }
                     let Some(outcome) = self.forward(&mut held.backend, &request, Some(reply), None).await else { return };
                     if !outcome.error {
                         self.after_command(cmd, init_db, &mut held);
                     }
                     held.pins.follow_status(outcome.status);
                     self.settle(held);
+                    self.settle_writes();
                 }
                 Route::Quit => return,
                 Route::ProcessInfo => {
@@ -683,7 +692,7 @@ impl Session {
     /// kill_backend_connection_when_disconnect). `None` when the session must end; the backend
     /// connection is then marked broken, so it is never pooled again.
     async fn forward(&mut self, backend: &mut Backend, request: &[u8], reply: Option<Reply>, timeout: Option<Duration>) -> Option<Outcome> {
-        match self.exchange(backend, request, reply, timeout, false, None).await {
+        match self.exchange(backend, request, reply, timeout, false, exec::Tap::default()).await {
             Forwarded::Done(o) => Some(o),
             Forwarded::LostBeforeReply { .. } | Forwarded::Ended => None,
         }
@@ -699,7 +708,7 @@ impl Session {
         reply: Option<Reply>,
         timeout: Option<Duration>,
         may_retry: bool,
-        checksum: Option<&mut exec::ReplyChecksum>,
+        tap: exec::Tap<'_>,
     ) -> Forwarded {
         // Counted while it runs: the pool sends new statements to the least busy server.
         let _running = backend.server.run_statement();
@@ -725,7 +734,7 @@ impl Session {
                 &mut backend.conn,
                 exec::Request { packets: request, reply, format, tail, watch_tail },
                 &limits,
-                checksum,
+                tap,
             );
             tokio::pin!(exchange);
             loop {
@@ -950,7 +959,7 @@ impl Session {
         self.user = user;
         self.handle.set_user(&self.user.name);
         self.negotiated = negotiated;
-        match self.acquire(self.unrouted_hostgroup(), 0, Needs::default()).await {
+        match self.acquire_unrouted(0).await {
             Ok(held) => {
                 self.status = held.backend.status;
                 self.settle(held);

@@ -15,6 +15,7 @@ use proto::StatusFlags;
 use sql::effects::{self, Effects};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tracing::debug;
 
 /// The server's refusals of a login whose account changed: expired password, locked.
@@ -301,7 +302,12 @@ impl Session {
         let mut held = match kept {
             Some(i) => {
                 let mut h = self.held.swap_remove(i);
-                if !h.backend.is_alive() {
+                // As for a pooled connection (`pool::live_idle`): kept since a recent statement,
+                // the reactor's readiness tells of a close (no system call per statement in a
+                // transaction); kept idle longer, the socket is asked.
+                let check_after = Duration::from_millis(self.snap.config.pool.check_idle_after_ms);
+                let alive = if h.backend.idle_for() < check_after { !h.backend.looks_closed() } else { h.backend.is_alive() };
+                if !alive {
                     // Its server closed it while the session kept it: what lived there is gone,
                     // as on a direct connection, which would have been closed too. Its
                     // transaction too: the session is out of it.
@@ -499,6 +505,8 @@ impl Session {
                 }
                 let mut held = held;
                 held.kept = true;
+                // Idle from here until the session's next statement (`acquire` checks it).
+                held.backend.idle_since = Instant::now();
                 self.held.push(held);
             }
             None => self.release(held),

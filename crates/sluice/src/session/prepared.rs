@@ -17,6 +17,7 @@
 //! sluice answers the prepare itself and carries the statement out at each execute (a `?` in
 //! KILL is bound then), as it does their text (`kill.rs`).
 
+use super::cached::Lookup;
 use super::multiplex::{Held, Needs};
 use super::{Flow, Session};
 use crate::pool::prepared::{Entry, Registry};
@@ -49,6 +50,8 @@ struct ClientStatement {
     long_data: bool,
     /// The hostgroup of the connection holding its cursor or long data (while it has them).
     held_in: u32,
+    /// A rule's cache_ttl at its prepare: its executes' results are cached (`cached`).
+    cache_ttl: Option<u32>,
 }
 
 impl ClientStatement {
@@ -96,9 +99,9 @@ impl ClientStatements {
         }
     }
 
-    fn add(&mut self, entry: Arc<Entry>) -> u32 {
+    fn add(&mut self, entry: Arc<Entry>, cache_ttl: Option<u32>) -> u32 {
         let id = self.next_id();
-        self.by_id.insert(id, ClientStatement { entry, types: None, cursor: false, long_data: false, held_in: 0 });
+        self.by_id.insert(id, ClientStatement { entry, types: None, cursor: false, long_data: false, held_in: 0, cache_ttl });
         id
     }
 
@@ -135,6 +138,20 @@ impl Drop for ClientStatements {
     fn drop(&mut self) {
         self.clear();
     }
+}
+
+/// What a cached execute's result is keyed by beside the session's settings: the statement's
+/// text, the parameter types in force (the client's last sent ones) and the execute's flags,
+/// null bitmap and values (`payload` after its command byte and statement id).
+fn execute_key_text(sql: &[u8], types: Option<&[u8]>, payload: &[u8]) -> Vec<u8> {
+    let types = types.unwrap_or_default();
+    let params = payload.get(5..).unwrap_or_default();
+    let mut keyed = Vec::with_capacity(8 + sql.len() + types.len() + params.len() + 16);
+    for part in [&b"EXECUTE"[..], sql, types, params] {
+        keyed.extend_from_slice(&(part.len() as u64).to_le_bytes());
+        keyed.extend_from_slice(part);
+    }
+    keyed
 }
 
 /// The statement id a COM_STMT_* packet names (payload bytes 1..5).
@@ -237,11 +254,14 @@ impl Session {
     async fn prepare(&mut self, frame: Frame, seq: u8) -> Flow {
         let text = frame.payload(&self.client.rbuf).get(1..).unwrap_or_default().to_vec();
         self.client.consume(frame.wire_len);
+        let mut cache_ttl = None;
         if !self.snap.config.rules.is_empty() {
-            if let Some(msg) = self.blocked(&text) {
+            let actions = self.prepare_actions(&text);
+            if let Some(msg) = actions.error_msg {
                 self.reply_err(seq, ER_NOT_ALLOWED_COMMAND, SQLSTATE_NOT_SUPPORTED, &msg).await;
                 return Flow::Continue;
             }
+            cache_ttl = actions.cache_ttl.filter(|&ms| ms > 0);
         }
         if self.snap.shards.mentions(&text) {
             // Not routed at EXECUTE yet: at the default hostgroup it would read whatever table of
@@ -251,15 +271,17 @@ impl Session {
             self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, msg).await;
             return Flow::Continue;
         }
-        match sql::classify::intercept(&text) {
+        let text = match sql::classify::intercept_as(&text, self.backslash_escapes()) {
             Some(Intercept::Kill(k)) => return self.prepare_answered(Answered::Kill(k), text, seq).await,
             Some(Intercept::Processlist { full }) => return self.prepare_answered(Answered::Processlist { full }, text, seq).await,
             Some(Intercept::Refuse(why)) => return self.refuse(seq, why).await,
-            // Dynamic SQL cannot be prepared at all: the server says so itself.
-            Some(Intercept::Dynamic(_)) | None => {}
-        }
+            // A compound statement can be prepared: its dynamic SQL stays behind its guards.
+            Some(Intercept::Dynamic(sql::classify::Dynamic::Guarded { sql, .. })) => sql,
+            // Other dynamic SQL cannot be prepared at all: the server says so itself.
+            Some(Intercept::Dynamic(_)) | None => text,
+        };
         let sql = self.with_session_ids(text);
-        let mut held = match self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await {
+        let mut held = match self.acquire_unrouted(1).await {
             Ok(h) => h,
             Err(e) => return self.reply_backend_error(seq, &e).await,
         };
@@ -281,7 +303,7 @@ impl Session {
                         if let Err(e) = held.backend.remember_statement(entry.id, ok.id, cap).await {
                             held.backend.note_failure(&e);
                         }
-                        set_statement_id(&mut out, self.statements.add(entry));
+                        set_statement_id(&mut out, self.statements.add(entry, cache_ttl));
                     }
                     Err(full) => {
                         if let Err(e) = held.backend.close_statements(&[ok.id]).await {
@@ -331,10 +353,34 @@ impl Session {
         }
         let client_types = stmt.types.clone();
         let cursor = cmd == COM_STMT_EXECUTE && payload.get(5).is_some_and(|f| f & CURSOR_TYPE_READ_ONLY != 0);
+        // The result cache: an execute of a statement a rule gave a cache_ttl, its parameters
+        // all in this packet (no cursor, no long data), keyed by its text, types and values.
+        let cached_execute = match stmt.cache_ttl {
+            Some(ttl) if cmd == COM_STMT_EXECUTE && !cursor && !stmt.long_data && self.tail.is_none() && frame.chunks == 1 => {
+                Some((ttl, execute_key_text(&entry.sql, client_types.as_deref(), payload)))
+            }
+            _ => None,
+        };
         let needs = Needs { last_insert_id: entry.effects.flags & sql::effects::USES_LAST_INSERT_ID != 0 };
         let digest = if self.digests_on() { entry.digest } else { 0 };
         let routed = self.route_execute(&entry);
         let watch = self.watch(&entry.sql, crate::stats::Command::from_sql(&entry.sql), digest, routed.target.hostgroup(), None);
+        let lookup = match &cached_execute {
+            Some((ttl, keyed)) => self.cache_lookup_as(&entry.sql, keyed, *ttl, routed.target.hostgroup()),
+            None => Lookup::Bypass,
+        };
+        let (miss, mut capture) = match lookup {
+            Lookup::Bypass => (None, None),
+            Lookup::Miss(miss, capture) => (Some(miss), Some(capture)),
+            Lookup::Hit(reply) => {
+                let outcome = crate::exec::Outcome { rows: reply.rows, status: self.status, ..Default::default() };
+                self.observed(&watch, None, &outcome, 0, &entry.digest_text, &entry.sql);
+                self.client.consume(frame.wire_len);
+                // Executing closes the statement's cursor, if it had one.
+                self.statements.update(id, |s| s.cursor = false);
+                return Flow::written(self.serve_cached(&reply, frame.last_seq).await);
+            }
+        };
         let mut held = match self.acquire_routed(routed, 1, needs).await {
             Ok(h) => h,
             Err(e) => {
@@ -410,7 +456,19 @@ impl Session {
         // Executing closes the statement's cursor, if it had one.
         self.statements.update(id, |s| s.cursor = false);
         let reply = if cmd == COM_STMT_EXECUTE { Reply::Execute { cursor } } else { Reply::Execute { cursor: false } };
-        let Some(outcome) = self.forward(&mut held.backend, &request, Some(reply), None).await else { return Flow::End };
+        if entry.route.class != sql::rw::Class::Read {
+            self.mark_writes(&entry.sql, true);
+        }
+        let tap = crate::exec::Tap { checksum: None, capture: capture.as_mut() };
+        let outcome = match self.exchange(&mut held.backend, &request, Some(reply), None, false, tap).await {
+            super::Forwarded::Done(o) => o,
+            super::Forwarded::LostBeforeReply { .. } | super::Forwarded::Ended => return Flow::End,
+        };
+        if let (Some(miss), Some(capture), Some((_, keyed))) = (miss, capture, &cached_execute) {
+            if !outcome.error {
+                self.cache_store(miss, capture, keyed, &held);
+            }
+        }
         self.observed(&watch, Some(&held.backend.server), &outcome, request.len(), &entry.digest_text, &entry.sql);
         if let Some(slot) = held.backend.statements.get(entry.id) {
             if outcome.error {
@@ -429,6 +487,7 @@ impl Session {
         self.after_statement(&mut held, &entry.effects, &outcome, None).await;
         self.note_write(&mut held, || entry.route.class == sql::rw::Class::Write, &outcome).await;
         self.settle_statement(held);
+        self.settle_writes();
         Flow::Continue
     }
 

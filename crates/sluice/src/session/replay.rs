@@ -11,6 +11,7 @@ use super::multiplex::{Held, Needs};
 use super::Session;
 use crate::exec::ReplyChecksum;
 use crate::pool::{Backend, BackendError};
+use crate::stats::Counter;
 use bytes::Buf;
 use proto::response::{Event, Reply, Scanner};
 use proto::StatusFlags;
@@ -142,6 +143,8 @@ impl Session {
             Some(why) => Err(why.to_string()),
             None => self.rerun_all(&journal, needs).await,
         };
+        let counter = if outcome.is_ok() { Counter::TransactionsReplayed } else { Counter::TransactionReplaysFailed };
+        self.data.stats.add(counter, 1);
         match outcome {
             Ok(held) => {
                 tracing::info!(

@@ -2,12 +2,14 @@
 //! synchronous) → ⑤ acquire (a pooled connection in line with the session's state) → ⑥ exec
 //! → settle (keep it if pinned, else back to the pool).
 
+use super::cached::Lookup;
 use super::multiplex::{Held, Needs};
 use super::{Flow, Forwarded, Session};
-use crate::exec::ReplyChecksum;
+use crate::exec::{ReplyChecksum, Tap};
 use crate::plan::{self, Action, Plan};
 use crate::pool::BackendError;
 use crate::rules::Who;
+use crate::stats::Counter;
 use proto::errors::*;
 use proto::frame::Frame;
 use proto::response::Reply;
@@ -72,6 +74,7 @@ impl Session {
             in_transaction: self.may_be_in_transaction(),
             kept_hostgroup: self.kept_hostgroup(),
             replication: &self.snap.config.replication_hostgroups,
+            backslash_escapes: self.backslash_escapes(),
             shards: &self.snap.shards,
         };
         plan::plan(&stmt, &facts, &self.snap.config.rules, &mut self.plan_scratch)
@@ -136,6 +139,27 @@ impl Session {
             }
         }
         let watch = self.watch_query(&frame, &plan);
+        // The result cache, only when a rule gave the statement a cache_ttl.
+        let mut lookup = Lookup::Bypass;
+        if let Some(ttl) = plan.decision.actions.cache_ttl.filter(|&ms| ms > 0) {
+            if self.tail.is_none() && frame.chunks == 1 {
+                let text = match &plan.rewrite {
+                    Some(packet) => packet.get(5..).unwrap_or_default(),
+                    None => frame.first_chunk(&self.client.rbuf).get(1..).unwrap_or_default(),
+                };
+                lookup = self.cache_lookup(text, ttl, plan.hostgroup());
+            }
+        }
+        let (miss, mut capture) = match lookup {
+            Lookup::Bypass => (None, None),
+            Lookup::Miss(miss, capture) => (Some(miss), Some(capture)),
+            Lookup::Hit(reply) => {
+                let outcome = crate::exec::Outcome { rows: reply.rows, status: self.status, ..Default::default() };
+                self.observe_unsent(&watch, &outcome, &frame);
+                self.client.consume(frame.wire_len);
+                return Flow::written(self.serve_cached(&reply, frame.last_seq).await);
+            }
+        };
         let needs = Needs { last_insert_id: plan.reads_last_insert_id() };
         let mut held = match self.acquire_routed(plan.routed, plan.retries(), needs).await {
             Ok(h) => h,
@@ -165,10 +189,16 @@ impl Session {
         let whole = self.tail.is_none();
         let mut journaling = self.journaling(&held.backend);
         let mut checksum = journaling.unwrap_or(false).then(ReplyChecksum::default);
-        let outcome = match self.exchange(&mut held.backend, &request, Some(Reply::Query), timeout, whole, checksum.as_mut()).await {
+        // The text as sent (its first chunk): what the cache keys and a write marks.
+        let sent = request.get(5..request.len().min(4 + proto::frame::MAX_CHUNK)).unwrap_or_default();
+        self.mark_writes(sent, whole && frame.chunks == 1);
+        let tap = Tap { checksum: checksum.as_mut(), capture: capture.as_mut() };
+        let outcome = match self.exchange(&mut held.backend, &request, Some(Reply::Query), timeout, whole, tap).await {
             Forwarded::Done(o) => o,
             Forwarded::Ended => return Flow::End,
             Forwarded::LostBeforeReply { seq } => {
+                // Run again elsewhere, uncached.
+                capture = None;
                 let lost_on = held.backend.server.name.clone();
                 let again = self.run_again(&held, &request);
                 self.release(held);
@@ -184,6 +214,9 @@ impl Session {
                     RunAgain::AfterReplay => self.replay(&lost_on, needs).await,
                 };
                 debug!(id = self.id, server = %lost_on, "backend lost before the reply to a read; running it again");
+                if again == RunAgain::Elsewhere {
+                    self.data.stats.add(Counter::ReadsRunAgain, 1);
+                }
                 held = match reacquired {
                     Ok(h) => h,
                     Err(e) => {
@@ -201,7 +234,8 @@ impl Session {
                 held.pins.rule = plan.pins_connection();
                 journaling = self.journaling(&held.backend);
                 checksum = journaling.unwrap_or(false).then(ReplyChecksum::default);
-                match self.exchange(&mut held.backend, &request, Some(Reply::Query), timeout, false, checksum.as_mut()).await {
+                let tap = Tap { checksum: checksum.as_mut(), capture: None };
+                match self.exchange(&mut held.backend, &request, Some(Reply::Query), timeout, false, tap).await {
                     Forwarded::Done(o) => o,
                     Forwarded::LostBeforeReply { .. } | Forwarded::Ended => return Flow::End,
                 }
@@ -210,11 +244,16 @@ impl Session {
         if journaling.is_some() {
             self.journal.note(&held.backend, &request, checksum.map(|c| c.finish()), outcome.status);
         }
-        let sent = request.get(5..request.len().min(4 + proto::frame::MAX_CHUNK)).unwrap_or_default();
+        if let (Some(miss), Some(capture)) = (miss, capture) {
+            if !outcome.error {
+                self.cache_store(miss, capture, sent, &held);
+            }
+        }
         self.observed(&watch, Some(&held.backend.server), &outcome, request.len(), &self.plan_scratch.digest_text, sent);
         self.after_statement(&mut held, &plan.effects, &outcome, plan.use_db).await;
         self.note_write(&mut held, || sql::rw::class(sent) == sql::rw::Class::Write, &outcome).await;
         self.settle(held);
+        self.settle_writes();
         Flow::Continue
     }
 
@@ -234,6 +273,7 @@ impl Session {
                 if self.caught_up(&mut held, writer).await {
                     return Ok(held);
                 }
+                self.data.stats.add(Counter::CausalReadsOnWriter, 1);
                 self.settle(held);
                 self.acquire_writer(writer, retries, needs).await
             }
@@ -273,6 +313,7 @@ impl Session {
         }
         let deadline = tokio::time::Instant::now() + wait;
         debug!(id = self.id, hostgroup, "no usable writer ({first}); waiting up to {wait:?} for one");
+        self.data.stats.add(Counter::WriterWaits, 1);
         let mut last = first;
         while tokio::time::Instant::now() < deadline {
             tokio::select! {
@@ -285,23 +326,25 @@ impl Session {
                 other => return other,
             }
         }
+        self.data.stats.add(Counter::WriterWaitTimeouts, 1);
         Err(last)
     }
 
-    /// The connection that proves a login: in the user's default hostgroup; while that is a
-    /// replication pair's writer hostgroup with no usable writer, a replica of the pair (reads
-    /// go on during a failover), else the writer waited for.
-    pub(super) async fn acquire_login(&mut self) -> Result<Held, BackendError> {
+    /// A connection for what is not a routed statement (the login's proof, COM_STMT_PREPARE,
+    /// COM_PING, COM_INIT_DB, COM_CHANGE_USER…): in the user's default hostgroup; while that
+    /// is a replication pair's writer hostgroup with no usable writer, a replica of the pair
+    /// (reads go on during a failover), else the writer waited for.
+    pub(super) async fn acquire_unrouted(&mut self, retries: u32) -> Result<Held, BackendError> {
         let hostgroup = self.unrouted_hostgroup();
-        let first = match self.acquire(hostgroup, 0, Needs::default()).await {
+        let first = match self.acquire(hostgroup, retries, Needs::default()).await {
             Err(e) if no_writer(&e) => e,
             other => return other,
         };
         let pair = self.snap.config.replication_hostgroups.iter().find(|r| r.writer_hostgroup == hostgroup);
         let Some(reader) = pair.map(|p| p.reader_hostgroup) else { return Err(first) };
-        match self.acquire(reader, 0, Needs::default()).await {
+        match self.acquire(reader, retries, Needs::default()).await {
             Ok(held) => Ok(held),
-            Err(_) => self.wait_for_writer(hostgroup, 0, Needs::default()).await,
+            Err(_) => self.wait_for_writer(hostgroup, retries, Needs::default()).await,
         }
     }
 
@@ -342,9 +385,9 @@ impl Session {
         self.observed(watch, None, outcome, 0, &self.plan_scratch.digest_text, text.get(1..).unwrap_or_default());
     }
 
-    /// COM_STMT_PREPARE text a rule blocks with error_msg: the message.
-    pub(super) fn blocked(&mut self, text: &[u8]) -> Option<Box<str>> {
+    /// The rules' actions on COM_STMT_PREPARE text (error_msg, cache_ttl).
+    pub(super) fn prepare_actions(&mut self, text: &[u8]) -> crate::rules::Actions {
         let who = self.origin.who(&self.user.name, self.state.schema.as_deref());
-        plan::prepare_blocked(text, &who, &self.snap.config.rules, &mut self.plan_scratch)
+        plan::prepare_actions(text, &who, &self.snap.config.rules, &mut self.plan_scratch)
     }
 }

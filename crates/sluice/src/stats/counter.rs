@@ -30,11 +30,41 @@ pub enum Counter {
     /// Failed logins on the admin port and the HTTP port (not in Access_Denied_Wrong_Password,
     /// which counts clients').
     AdminAccessDenied,
+    /// Statements that found no usable writer and waited for one (`[pool] writer_wait_ms`).
+    WriterWaits,
+    /// Of those, the ones that gave up: no writer came within the wait.
+    WriterWaitTimeouts,
+    /// Autocommit reads run again after their backend connection was lost before the reply.
+    ReadsRunAgain,
+    /// Transactions replayed on a new writer connection after theirs was lost.
+    TransactionsReplayed,
+    /// Transactions whose connection was lost and that could not be replayed (the client got
+    /// an error and the transaction was rolled back).
+    TransactionReplaysFailed,
+    /// Reads that waited on a replica for the session's causal position (MASTER_GTID_WAIT).
+    CausalReadWaits,
+    /// Reads the writer answered because no replica had applied the causal position in time.
+    CausalReadsOnWriter,
+    /// Result cache (`cache`): lookups of statements a rule's cache_ttl made cacheable…
+    QueryCacheGet,
+    /// …of those, the ones served from the cache.
+    QueryCacheGetOk,
+    /// Results stored.
+    QueryCacheSet,
+    /// Reply bytes stored, and served from the cache.
+    QueryCacheBytesIn,
+    QueryCacheBytesOut,
+    /// Entries dropped because they expired or a write invalidated them.
+    QueryCachePurged,
+    /// Entries evicted (least recently used) to stay within `[cache] max_memory_bytes`.
+    QueryCacheEvicted,
+    /// Writes through sluice that invalidated cached results (of their tables, or all).
+    QueryCacheInvalidations,
 }
 
 impl Counter {
     /// Every counter, in declaration order; `Counter as usize` indexes it.
-    pub const ALL: [Counter; 21] = [
+    pub const ALL: [Counter; 36] = [
         Counter::Questions,
         Counter::SlowQueries,
         Counter::ClientConnectionsCreated,
@@ -56,6 +86,21 @@ impl Counter {
         Counter::GeneratedErrorPackets,
         Counter::DigestEvictions,
         Counter::AdminAccessDenied,
+        Counter::WriterWaits,
+        Counter::WriterWaitTimeouts,
+        Counter::ReadsRunAgain,
+        Counter::TransactionsReplayed,
+        Counter::TransactionReplaysFailed,
+        Counter::CausalReadWaits,
+        Counter::CausalReadsOnWriter,
+        Counter::QueryCacheGet,
+        Counter::QueryCacheGetOk,
+        Counter::QueryCacheSet,
+        Counter::QueryCacheBytesIn,
+        Counter::QueryCacheBytesOut,
+        Counter::QueryCachePurged,
+        Counter::QueryCacheEvicted,
+        Counter::QueryCacheInvalidations,
     ];
     pub const COUNT: usize = Counter::ALL.len();
 
@@ -83,6 +128,21 @@ impl Counter {
             Counter::GeneratedErrorPackets => "generated_error_packets",
             Counter::DigestEvictions => "Query_digest_evictions",
             Counter::AdminAccessDenied => "Admin_Access_Denied_Wrong_Password",
+            Counter::WriterWaits => "Writer_waits",
+            Counter::WriterWaitTimeouts => "Writer_wait_timeouts",
+            Counter::ReadsRunAgain => "Reads_run_again",
+            Counter::TransactionsReplayed => "Transactions_replayed",
+            Counter::TransactionReplaysFailed => "Transaction_replays_failed",
+            Counter::CausalReadWaits => "Causal_read_waits",
+            Counter::CausalReadsOnWriter => "Causal_reads_on_writer",
+            Counter::QueryCacheGet => "Query_Cache_count_GET",
+            Counter::QueryCacheGetOk => "Query_Cache_count_GET_OK",
+            Counter::QueryCacheSet => "Query_Cache_count_SET",
+            Counter::QueryCacheBytesIn => "Query_Cache_bytes_IN",
+            Counter::QueryCacheBytesOut => "Query_Cache_bytes_OUT",
+            Counter::QueryCachePurged => "Query_Cache_Purged",
+            Counter::QueryCacheEvicted => "Query_Cache_Evicted",
+            Counter::QueryCacheInvalidations => "Query_Cache_Invalidations",
         }
     }
 }

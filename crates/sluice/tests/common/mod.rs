@@ -46,6 +46,12 @@ impl Proxy {
     pub fn server(&self) -> &sluice::Server {
         self.server.as_ref().expect("running")
     }
+
+    /// A global counter by its stats_mysql_global name (0 when unknown).
+    #[allow(dead_code)]
+    pub fn counter(&self, name: &str) -> u64 {
+        self.server().data.stats.counters().into_iter().find(|(n, _)| *n == name).map_or(0, |(_, v)| v)
+    }
 }
 
 impl Drop for Proxy {
