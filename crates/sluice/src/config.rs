@@ -468,6 +468,85 @@ pub struct FileConfig {
     pub mysql_users: Vec<UserRow>,
     #[serde(default)]
     pub mysql_query_rules: Vec<QueryRuleRow>,
+    /// Sharding (docs/sharding.md): logical databases and their data nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shard_databases: Vec<ShardDatabaseRow>,
+    /// Sharding: the tables of a logical database split over its data nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sharded_tables: Vec<ShardedTableRow>,
+}
+
+/// A `[[shard_databases]]` row: a logical database whose sharded tables live on data nodes,
+/// each a database on a hostgroup (node `i` is `ds_i` in the docs).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShardDatabaseRow {
+    /// The database clients name (their schema, or `name.table`).
+    pub name: String,
+    /// The data nodes, in shard order.
+    pub nodes: Vec<ShardNode>,
+    /// Tables with a whole copy on every node: reads go to the first node, writes to all.
+    #[serde(default)]
+    pub broadcast_tables: Vec<String>,
+    /// The most backend connections one statement may use at once (the per-query
+    /// connection budget): a statement that needs more shards is refused.
+    #[serde(default = "default_max_connections_per_query")]
+    pub max_connections_per_query: u32,
+    /// This sluice's worker id in the keys it generates (0–1023): sluice instances writing the
+    /// same tables need different ones.
+    #[serde(default)]
+    pub key_worker_id: u16,
+    /// The per-query memory budget of a merge that must hold rows (merged groups sorted by an
+    /// aggregate): past it the statement ends with an error.
+    #[serde(default = "default_max_merge_buffer_bytes")]
+    pub max_merge_buffer_bytes: u64,
+}
+
+fn default_max_merge_buffer_bytes() -> u64 {
+    64 << 20
+}
+
+fn default_max_connections_per_query() -> u32 {
+    16
+}
+
+/// One data node: a database on a hostgroup.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShardNode {
+    pub hostgroup: u32,
+    pub database: String,
+}
+
+/// A `[[sharded_tables]]` row: a table of a logical database split by one column.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShardedTableRow {
+    /// The `[[shard_databases]]` name it belongs to.
+    pub database: String,
+    pub table: String,
+    pub sharding_column: String,
+    /// `mod`, `hash_mod`, `range` or `list` (docs/sharding.md).
+    pub algorithm: String,
+    /// Physical tables per node: 1 keeps the table's own name; more are `table_0`…`table_{n-1}`
+    /// on each node. Shards = nodes × tables_per_node.
+    #[serde(default = "one")]
+    pub tables_per_node: u32,
+    /// `range`: ascending boundaries; shard `i` holds keys from boundary `i-1` (inclusive) to
+    /// boundary `i` (exclusive). One fewer than the shards.
+    #[serde(default)]
+    pub boundaries: Vec<i64>,
+    /// `list`: the keys of each shard, one list per shard.
+    #[serde(default)]
+    pub lists: Vec<Vec<i64>>,
+    /// Tables of one binding group have the same shards for the same key, so their joins on
+    /// the key stay on one shard.
+    #[serde(default)]
+    pub binding_group: Option<String>,
+    /// A BIGINT column sluice fills with a Snowflake-style key (time, worker id, sequence) when
+    /// an INSERT leaves it out; as the sharding column, the key also picks the shard.
+    #[serde(default)]
+    pub generated_key: Option<String>,
 }
 
 fn default_port() -> u16 {
@@ -497,6 +576,9 @@ pub struct Config {
     pub query_rules: Vec<QueryRuleRow>,
     /// `query_rules` compiled and indexed.
     pub rules: std::sync::Arc<crate::rules::RuleSet>,
+    /// Sharding, compiled into `snapshot::Snapshot::shards`.
+    pub shard_databases: Vec<ShardDatabaseRow>,
+    pub sharded_tables: Vec<ShardedTableRow>,
 }
 
 impl Config {
@@ -521,6 +603,8 @@ impl Config {
             mysql_replication_hostgroups: self.replication_hostgroups.clone(),
             mysql_users: self.users.clone(),
             mysql_query_rules: self.query_rules.clone(),
+            shard_databases: self.shard_databases.clone(),
+            sharded_tables: self.sharded_tables.clone(),
         }
     }
 
@@ -541,6 +625,8 @@ impl Config {
             && self.pool == other.pool
             && self.servers == other.servers
             && self.users == other.users
+            && self.shard_databases == other.shard_databases
+            && self.sharded_tables == other.sharded_tables
     }
 }
 
@@ -760,6 +846,7 @@ impl FileConfig {
         self.check_servers(&mut out);
         self.check_replication_hostgroups(&mut out);
         self.check_users(&mut out);
+        self.check_sharding(&mut out);
         out
     }
 
@@ -1008,6 +1095,108 @@ impl FileConfig {
         }
     }
 
+    /// `[[shard_databases]]` and `[[sharded_tables]]`: names unique, nodes on hostgroups that
+    /// exist, algorithms with what they need, binding groups alike.
+    fn check_sharding(&self, out: &mut Vec<Problem>) {
+        use PathPart::{Index, Key};
+        for (i, d) in self.shard_databases.iter().enumerate() {
+            let at = |k| vec![Key("shard_databases"), Index(i), Key(k)];
+            if d.name.is_empty() {
+                out.push(problem(at("name"), "must not be empty"));
+            }
+            if self.shard_databases[..i].iter().any(|o| o.name.eq_ignore_ascii_case(&d.name)) {
+                out.push(problem(at("name"), format!("logical database `{}` is defined twice", d.name)));
+            }
+            if d.nodes.is_empty() {
+                out.push(problem(at("nodes"), "at least one node is needed"));
+            }
+            for (j, n) in d.nodes.iter().enumerate() {
+                let at = |k| vec![Key("shard_databases"), Index(i), Key("nodes"), Index(j), Key(k)];
+                if n.database.is_empty() {
+                    out.push(problem(at("database"), "must not be empty"));
+                }
+                if !self.hostgroup_exists(n.hostgroup) && !self.mysql_servers.is_empty() {
+                    out.push(problem(at("hostgroup"), format!("hostgroup {} has no [[mysql_servers]] row", n.hostgroup)));
+                }
+                if d.nodes[..j].iter().any(|o| o.hostgroup == n.hostgroup && o.database == n.database) {
+                    out.push(problem(at("database"), format!("node {}.{} is listed twice", n.hostgroup, n.database)));
+                }
+            }
+            if d.max_connections_per_query == 0 {
+                out.push(problem(at("max_connections_per_query"), "must be at least 1"));
+            }
+            if d.key_worker_id > 1023 {
+                out.push(problem(at("key_worker_id"), "must be from 0 to 1023"));
+            }
+        }
+        for (i, t) in self.sharded_tables.iter().enumerate() {
+            let at = |k| vec![Key("sharded_tables"), Index(i), Key(k)];
+            let Some(db) = self.shard_databases.iter().find(|d| d.name.eq_ignore_ascii_case(&t.database)) else {
+                out.push(problem(at("database"), format!("`{}` has no [[shard_databases]] row", t.database)));
+                continue;
+            };
+            if t.table.is_empty() {
+                out.push(problem(at("table"), "must not be empty"));
+            }
+            if t.sharding_column.is_empty() {
+                out.push(problem(at("sharding_column"), "must not be empty"));
+            }
+            let same = |o: &ShardedTableRow| o.database.eq_ignore_ascii_case(&t.database) && o.table.eq_ignore_ascii_case(&t.table);
+            if self.sharded_tables[..i].iter().any(same) {
+                out.push(problem(at("table"), format!("`{}.{}` is sharded twice", t.database, t.table)));
+            }
+            if db.broadcast_tables.iter().any(|b| b.eq_ignore_ascii_case(&t.table)) {
+                out.push(problem(at("table"), format!("`{}` is also a broadcast table of `{}`", t.table, t.database)));
+            }
+            if t.tables_per_node == 0 {
+                out.push(problem(at("tables_per_node"), "must be at least 1"));
+            }
+            if t.generated_key.as_deref() == Some("") {
+                out.push(problem(at("generated_key"), "must name a column"));
+            }
+            let shards = db.nodes.len() * t.tables_per_node.max(1) as usize;
+            match t.algorithm.as_str() {
+                "mod" | "hash_mod" => {}
+                "range" => {
+                    if t.boundaries.len() + 1 != shards {
+                        let message =
+                            format!("range needs {} boundaries for {shards} shards, not {}", shards.saturating_sub(1), t.boundaries.len());
+                        out.push(problem(at("boundaries"), message));
+                    } else if t.boundaries.windows(2).any(|w| w[0] >= w[1]) {
+                        out.push(problem(at("boundaries"), "must be strictly ascending"));
+                    }
+                }
+                "list" => {
+                    if t.lists.len() != shards {
+                        out.push(problem(at("lists"), format!("list needs one list per shard ({shards}), not {}", t.lists.len())));
+                    }
+                    let mut seen = std::collections::HashSet::new();
+                    if let Some(v) = t.lists.iter().flatten().find(|v| !seen.insert(**v)) {
+                        out.push(problem(at("lists"), format!("key {v} is in two lists")));
+                    }
+                }
+                other => out.push(problem(at("algorithm"), format!("`{other}` is not one of mod, hash_mod, range, list"))),
+            }
+            if let Some(group) = &t.binding_group {
+                let first = self.sharded_tables[..i].iter().find(|o| o.binding_group.as_ref() == Some(group));
+                if let Some(o) = first {
+                    let alike = o.database.eq_ignore_ascii_case(&t.database)
+                        && o.algorithm == t.algorithm
+                        && o.tables_per_node == t.tables_per_node
+                        && o.boundaries == t.boundaries
+                        && o.lists == t.lists;
+                    if !alike {
+                        let message = format!(
+                            "`{}` must shard like `{}` (same database, algorithm, tables_per_node, boundaries and lists) to be in binding group `{group}`",
+                            t.table, o.table
+                        );
+                        out.push(problem(at("binding_group"), message));
+                    }
+                }
+            }
+        }
+    }
+
     /// Validates and resolves into a `Config`. `src` (the file text) is used to locate problems.
     pub fn validate(self, file: Option<&Path>, src: Option<&str>) -> Result<Config, ConfigError> {
         self.validate_after(None, file, src)
@@ -1043,6 +1232,8 @@ impl FileConfig {
             users: self.mysql_users,
             query_rules: self.mysql_query_rules,
             rules,
+            shard_databases: self.shard_databases,
+            sharded_tables: self.sharded_tables,
             proxy: self.proxy,
         })
     }

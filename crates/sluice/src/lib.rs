@@ -29,6 +29,7 @@ pub mod route;
 pub mod rules;
 pub mod server;
 pub mod session;
+pub mod shard;
 pub mod snapshot;
 pub mod stats;
 pub mod throttle;

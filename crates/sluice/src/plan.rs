@@ -7,6 +7,7 @@
 
 use crate::route::{self, Routed};
 use crate::rules::{Decision, Query, RuleSet, Scratch, Who};
+use crate::shard::plan::Sharding;
 use crate::stats::Command;
 use proto::command::COM_QUERY;
 use proto::errors::*;
@@ -50,6 +51,8 @@ pub struct Facts<'a> {
     /// The server reads the session's backslashes as escapes (NO_BACKSLASH_ESCAPES off, by
     /// its status flags): `sql::classify::intercept_as`.
     pub backslash_escapes: bool,
+    /// The shard map in force (empty: no sharding).
+    pub shards: &'a crate::shard::ShardMap,
 }
 
 /// What sluice does with a statement.
@@ -64,6 +67,47 @@ pub enum Action {
     Answer { error: bool, message: Box<str> },
     /// sluice refuses it with this error.
     Refuse { code: u16, message: String },
+    /// `EXPLAIN SHARDING statement`: where the statement would go, answered by sluice.
+    ExplainSharding(Vec<ExplainRow>),
+}
+
+/// One row of `EXPLAIN SHARDING`: a shard, its hostgroup, its statement, the merge.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ExplainRow {
+    pub shard: String,
+    pub hostgroup: u32,
+    pub statement: String,
+    pub merge: String,
+}
+
+/// `EXPLAIN SHARDING stmt`: `stmt`, when `text` is that.
+fn explain_sharding(text: &[u8]) -> Option<&[u8]> {
+    let mut words = sql::lexer::code_tokens(text);
+    let (a, b) = (words.next()?, words.next()?);
+    let is = |t: sql::lexer::Token, w: &str| t.kind == sql::lexer::Kind::Word && t.text(text).eq_ignore_ascii_case(w.as_bytes());
+    (is(a, "EXPLAIN") && is(b, "SHARDING")).then(|| text.get(b.end..).unwrap_or_default())
+}
+
+/// What `EXPLAIN SHARDING` answers for `stmt`.
+fn explain(stmt: &[u8], facts: &Facts) -> Action {
+    let row = |shard: &str, hostgroup, statement: &str, merge: &str| ExplainRow {
+        shard: shard.into(),
+        hostgroup,
+        statement: statement.into(),
+        merge: merge.into(),
+    };
+    let trimmed = String::from_utf8_lossy(stmt).trim().to_string();
+    match crate::shard::plan::plan(facts.shards, facts.who.schema, trimmed.as_bytes(), false) {
+        Sharding::NotSharded => {
+            Action::ExplainSharding(vec![row("", facts.default_hostgroup, &trimmed, "not sharded: routed as without sharding")])
+        }
+        Sharding::Single(s) => Action::ExplainSharding(vec![row(&s.database, s.hostgroup, &s.sql, "one shard: forwarded")]),
+        Sharding::Fanout(p) => {
+            let merge = p.merge.describe();
+            Action::ExplainSharding(p.targets.iter().map(|t| row(&t.database, t.hostgroup, &t.sql, &merge)).collect())
+        }
+        Sharding::Refused(message) => Action::Refuse { code: ER_NOT_SUPPORTED_YET, message },
+    }
 }
 
 /// One statement's plan.
@@ -93,6 +137,9 @@ pub struct Plan {
     /// sluice must see (a KILL after `;`, or inside anything but a plain SELECT, INSERT…):
     /// exec watches the rest for those words and refuses the statement if one comes.
     pub watch_tail: bool,
+    /// A statement the shard map sends to several shards: their statements and the merge
+    /// (`routed` then names the first shard's hostgroup).
+    pub sharded: Option<Box<crate::shard::plan::ShardPlan>>,
 }
 
 impl Plan {
@@ -171,6 +218,12 @@ impl PlanScratch {
 pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut PlanScratch) -> Plan {
     let text = stmt.text;
     let command = Command::from_sql(text);
+    if !facts.shards.is_empty() {
+        if let Some(explained) = explain_sharding(text) {
+            scratch.digest_text.clear();
+            return Plan::answered(command, explain(explained, facts), facts);
+        }
+    }
     let dynamic_sql = match sql::classify::intercept_as(text, facts.backslash_escapes) {
         // The session sends an expression's value, or guards, in the text: it needs all of it.
         Some(Intercept::Dynamic(Dynamic::Expression { .. } | Dynamic::Guarded { .. })) if !(stmt.whole && stmt.chunks == 1) => {
@@ -190,17 +243,49 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
     let rewritten = decision.rewritten.is_some();
     let use_db = sql::classify::parse_use(sent);
     let effects = sql::effects::effects(sent);
-    let routed = route::route(&route::Facts {
+    let route_facts = route::Facts {
         decision: &decision,
         default_hostgroup: facts.default_hostgroup,
         statement: route::Statement::Text(sent),
         in_transaction: facts.in_transaction,
         kept_hostgroup: facts.kept_hostgroup,
         replication: facts.replication,
-    });
+    };
+    // Router 4, the shard map, between the split and the default.
+    let mut shard_text = None;
+    let mut sharded = None;
+    let mut shard_refusal = None;
+    let routed = match route::claimed(&route_facts) {
+        Some(r) => r,
+        None => match route::by_shard(facts.shards, facts.who.schema, sent, facts.in_transaction) {
+            // Routers 1–3 were asked already: not again.
+            None | Some(Sharding::NotSharded) => Routed::default_hostgroup(facts.default_hostgroup),
+            Some(Sharding::Single(s)) => {
+                shard_text = Some(s.sql);
+                Routed::shard(s.hostgroup)
+            }
+            Some(Sharding::Fanout(p)) => {
+                let first = p.targets.first().map_or(facts.default_hostgroup, |t| t.hostgroup);
+                sharded = Some(Box::new(p));
+                Routed::shard(first)
+            }
+            Some(Sharding::Refused(why)) => {
+                shard_refusal = Some(why);
+                Routed::default_hostgroup(facts.default_hostgroup)
+            }
+        },
+    };
+    let is_sharded = shard_text.is_some() || sharded.is_some() || shard_refusal.is_some();
     // The reply's sequence ids follow the request's last chunk, and replies stream through
     // unchanged: a rewrite must not change the number of 16 MiB chunks.
-    let action = if rewritten && !stmt.whole {
+    let action = if let Some(why) = shard_refusal {
+        Action::Refuse { code: ER_NOT_SUPPORTED_YET, message: why }
+    } else if is_sharded && (!stmt.whole || stmt.chunks != 1) {
+        Action::Refuse {
+            code: ER_NOT_SUPPORTED_YET,
+            message: "sluice cannot shard a statement larger than max_buffered_packet or 16 MiB".into(),
+        }
+    } else if rewritten && !stmt.whole {
         let rule = decision.last_rule.map_or(String::new(), |r| format!(" (rule_id {r})"));
         let message =
             format!("sluice cannot apply a rewrite to a statement larger than max_buffered_packet, which it streams unread{rule}");
@@ -219,6 +304,8 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
     // The text the backend gets: the rules' rewrite, and sluice's id for CONNECTION_ID().
     let rewrite = if action != Action::Forward {
         None
+    } else if let Some(text) = shard_text {
+        Some(query_packet(text.as_bytes(), stmt.first_seq))
     } else if let Some(with_id) =
         (stmt.whole && stmt.chunks == 1).then(|| rewrite_connection_id(sent, facts.session_id, !facts.pseudo_thread_id_set)).flatten()
     {
@@ -229,7 +316,7 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
         None
     };
     let watch_tail = !stmt.whole && (facts.multi_statements || !sql::classify::plain_dml(text));
-    Plan { command, digest, decision, action, rewrite, effects, use_db, routed, dynamic_sql, watch_tail }
+    Plan { command, digest, decision, action, rewrite, effects, use_db, routed, dynamic_sql, watch_tail, sharded }
 }
 
 impl Plan {
@@ -246,6 +333,7 @@ impl Plan {
             routed: route::route(&route::Facts::plain(&Decision::default(), facts.default_hostgroup)),
             dynamic_sql: None,
             watch_tail: false,
+            sharded: None,
         }
     }
 }

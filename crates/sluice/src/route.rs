@@ -9,7 +9,9 @@
 //!    everything else to the writer; a session in a transaction (or with autocommit off), or
 //!    holding state on a connection of either hostgroup, stays where that is (on a reader's,
 //!    only reads and what reads that state: a write goes to the writer);
-//! 4. *(to come)* the shard map: the shards a sharded table's key selects (several targets);
+//! 4. **shards**: a statement on a sharded or broadcast table (`crate::shard`): the shards its
+//!    sharding key selects, each with the statement rewritten to its physical tables; one shard
+//!    goes as a plain forward, several through exec's merge (`exec::merge`);
 //! 5. **default**: the user's `default_hostgroup`.
 //!
 //! The result is a `Target`; which server of a hostgroup serves it is the pool's choice (⑤:
@@ -49,6 +51,7 @@ pub enum Router {
     Rules,
     Hint,
     Split,
+    Shard,
     Default,
 }
 
@@ -153,7 +156,38 @@ impl Statement<'_> {
 
 /// The target of a statement: the first router, in precedence order, that claims it.
 pub fn route(facts: &Facts) -> Routed {
-    by_rules(facts).or_else(|| by_hint(facts)).or_else(|| by_split(facts)).unwrap_or(Routed::to(facts.default_hostgroup, Router::Default))
+    claimed(facts).unwrap_or(Routed::to(facts.default_hostgroup, Router::Default))
+}
+
+/// Routers 1–3 (rules, hints, split): the plan asks the shard map (router 4) only when none
+/// claims the statement, and falls back to the default (router 5).
+pub fn claimed(facts: &Facts) -> Option<Routed> {
+    by_rules(facts).or_else(|| by_hint(facts)).or_else(|| by_split(facts))
+}
+
+/// Router 4: the shard map. `None` when the statement names no sharded or broadcast table
+/// (a lexer scan decides, so other statements are never parsed; with no sharding configured
+/// nothing is scanned).
+pub fn by_shard(map: &crate::shard::ShardMap, schema: &str, text: &[u8], in_transaction: bool) -> Option<crate::shard::plan::Sharding> {
+    if !map.mentions(text) {
+        return None;
+    }
+    match crate::shard::plan::plan(map, schema, text, in_transaction) {
+        crate::shard::plan::Sharding::NotSharded => None,
+        sharding => Some(sharding),
+    }
+}
+
+impl Routed {
+    /// A statement the shard map sends to `hostgroup`.
+    pub fn shard(hostgroup: u32) -> Routed {
+        Routed::to(hostgroup, Router::Shard)
+    }
+
+    /// A statement no router claimed: the user's default hostgroup (router 5).
+    pub fn default_hostgroup(hostgroup: u32) -> Routed {
+        Routed::to(hostgroup, Router::Default)
+    }
 }
 
 /// Where a command that is not a routed statement goes (COM_PING, COM_INIT_DB,

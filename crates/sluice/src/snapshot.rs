@@ -20,6 +20,8 @@ pub struct Snapshot {
     /// The query log when `[querylog]` names a file; kept (and its settings changed in place)
     /// across reloads.
     pub query_log: Option<Arc<QueryLog>>,
+    /// `[[shard_databases]]` and `[[sharded_tables]]` compiled for routing.
+    pub shards: crate::shard::ShardMap,
 }
 
 impl Snapshot {
@@ -45,6 +47,7 @@ impl Snapshot {
                 Some(Arc::new(QueryLog::start(settings).map_err(|e| anyhow::anyhow!("querylog.path {}: {e}", path.display()))?))
             }
         };
-        Ok(Snapshot { config, hostgroups, users, tls, query_log })
+        let shards = crate::shard::ShardMap::build(&config.shard_databases, &config.sharded_tables);
+        Ok(Snapshot { config, hostgroups, users, tls, query_log, shards })
     }
 }

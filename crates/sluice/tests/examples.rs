@@ -73,7 +73,7 @@ fn run_example(name: &str) {
 }
 
 /// Every folder under `examples/`, each run by the test of the same name below.
-const EXAMPLES: [&str; 12] = [
+const EXAMPLES: [&str; 13] = [
     "query-rules",
     "cache",
     "read-write-split",
@@ -86,6 +86,7 @@ const EXAMPLES: [&str; 12] = [
     "observability",
     "tls",
     "graceful-shutdown",
+    "sharding",
 ];
 
 #[test]
@@ -160,4 +161,9 @@ fn tls() {
 #[test]
 fn graceful_shutdown() {
     run_example("graceful-shutdown");
+}
+
+#[test]
+fn sharding() {
+    run_example("sharding");
 }

@@ -12,6 +12,8 @@
 //! freed; and a client that accepts nothing for `Limits::stall` is given up, as the server gives
 //! up on it after `net_write_timeout`.
 
+pub mod merge;
+
 use crate::net::{Conn, Stream, READ_CHUNK};
 use bytes::Buf;
 use proto::frame::Tail;

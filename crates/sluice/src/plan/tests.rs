@@ -24,8 +24,11 @@ fn facts() -> Facts<'static> {
         kept_hostgroup: None,
         replication: &[],
         backslash_escapes: true,
+        shards: &NO_SHARDS,
     }
 }
+
+static NO_SHARDS: std::sync::LazyLock<crate::shard::ShardMap> = std::sync::LazyLock::new(crate::shard::ShardMap::default);
 
 fn plan_of(text: &str, rules: &RuleSet) -> Plan {
     plan(&Statement { text: text.as_bytes(), whole: true, chunks: 1, first_seq: 0 }, &facts(), rules, &mut PlanScratch::default())

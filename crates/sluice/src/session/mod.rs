@@ -11,6 +11,7 @@ mod multiplex;
 mod observe;
 mod prepared;
 mod replay;
+mod sharded;
 mod statement;
 
 use crate::datapath::DataPath;

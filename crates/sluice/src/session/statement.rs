@@ -75,6 +75,7 @@ impl Session {
             kept_hostgroup: self.kept_hostgroup(),
             replication: &self.snap.config.replication_hostgroups,
             backslash_escapes: self.backslash_escapes(),
+            shards: &self.snap.shards,
         };
         plan::plan(&stmt, &facts, &self.snap.config.rules, &mut self.plan_scratch)
     }
@@ -84,6 +85,13 @@ impl Session {
         let plan = self.plan(&frame);
         let hostgroup = plan.hostgroup();
         match plan.action {
+            Action::Forward if plan.sharded.is_some() => {
+                let mut plan = plan;
+                match plan.sharded.take() {
+                    Some(sharded) => self.forward_sharded(plan, sharded, frame, seq).await,
+                    None => Flow::Continue,
+                }
+            }
             Action::Forward => self.forward_query(plan, frame, seq).await,
             Action::Intercept(intercept) => {
                 if matches!(intercept, sql::classify::Intercept::Processlist { .. }) {
@@ -93,6 +101,10 @@ impl Session {
                 }
                 self.client.consume(frame.wire_len);
                 self.intercepted(intercept, seq).await
+            }
+            Action::ExplainSharding(ref rows) => {
+                self.client.consume(frame.wire_len);
+                self.explain_sharding(rows, seq).await
             }
             Action::Refuse { code, ref message } => {
                 self.client.consume(frame.wire_len);
@@ -361,7 +373,7 @@ impl Session {
     }
 
     /// Starts watching a planned statement (its first chunk is what SHOW PROCESSLIST shows).
-    fn watch_query(&self, frame: &Frame, plan: &Plan) -> super::observe::Watch {
+    pub(super) fn watch_query(&self, frame: &Frame, plan: &Plan) -> super::observe::Watch {
         let text = frame.first_chunk(&self.client.rbuf);
         self.watch(text.get(1..).unwrap_or_default(), plan.command, plan.digest, plan.hostgroup(), plan.log_rule())
     }

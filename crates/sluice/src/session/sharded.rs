@@ -1,0 +1,176 @@
+//! ② session, a statement the shard map sends to several shards: one connection per shard
+//! (each from the pool, in line with the session's state, as `acquire` gives them), the
+//! shards' statements sent and their replies merged by `exec::merge`, then every connection
+//! handed back (or closed, when its reply was not read to its end).
+
+use super::multiplex::{Held, Needs};
+use super::{Flow, Session};
+use crate::exec::merge::{self, Shard};
+use crate::plan::{self, Plan};
+use crate::shard::plan::ShardPlan;
+use proto::frame::Frame;
+
+/// Query execution was interrupted (KILL QUERY, a timeout).
+const ER_QUERY_INTERRUPTED: u16 = 1317;
+
+async fn sleep_or_never(d: Option<std::time::Duration>) {
+    match d {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// MariaDB's extended column metadata: one more string in each column definition.
+const MARIADB_CLIENT_EXTENDED_METADATA: u32 = 1 << 3;
+
+impl Session {
+    /// Answers `EXPLAIN SHARDING`: one row per shard (its database, hostgroup, statement) and
+    /// the merge.
+    pub(super) async fn explain_sharding(&mut self, rows: &[crate::plan::ExplainRow], seq: u8) -> Flow {
+        use proto::codec::{write_lenenc, write_lenenc_str};
+        use proto::frame::PacketBuilder;
+        use proto::resultset::{write_text_row, CHARSET_UTF8, TYPE_VAR_STRING};
+        let deprecate_eof = self.negotiated.capabilities.contains(proto::CapabilityFlags::CLIENT_DEPRECATE_EOF);
+        let extended = self.negotiated.mariadb_caps & MARIADB_CLIENT_EXTENDED_METADATA != 0;
+        let mut out = Vec::new();
+        let mut seq = seq;
+        let names = ["shard", "hostgroup", "statement", "merge"];
+        let b = PacketBuilder::begin(&mut out);
+        write_lenenc(&mut out, names.len() as u64);
+        b.finish(&mut out, &mut seq);
+        for name in names {
+            let b = PacketBuilder::begin(&mut out);
+            for field in [&b"def"[..], b"", b"", b"", name.as_bytes(), name.as_bytes()] {
+                write_lenenc_str(&mut out, field);
+            }
+            if extended {
+                write_lenenc_str(&mut out, b"");
+            }
+            out.push(0x0C);
+            out.extend_from_slice(&CHARSET_UTF8.to_le_bytes());
+            out.extend_from_slice(&4096u32.to_le_bytes());
+            out.push(TYPE_VAR_STRING);
+            out.extend_from_slice(&[0, 0, 0, 0, 0]);
+            b.finish(&mut out, &mut seq);
+        }
+        let status = self.status;
+        if !deprecate_eof {
+            proto::packet::write_eof(&mut out, &mut seq, 0, status);
+        }
+        for r in rows {
+            let hostgroup = r.hostgroup.to_string();
+            let values = [r.shard.as_bytes(), hostgroup.as_bytes(), r.statement.as_bytes(), r.merge.as_bytes()];
+            write_text_row(&mut out, &mut seq, values.map(Some));
+        }
+        if deprecate_eof {
+            let ok = proto::packet::Ok { status, ..Default::default() };
+            proto::packet::write_ok(&mut out, &mut seq, proto::packet::EOF_HEADER, &ok, b"");
+        } else {
+            proto::packet::write_eof(&mut out, &mut seq, 0, status);
+        }
+        Flow::written(self.client.write_all(&out).await.is_ok())
+    }
+
+    /// Carries out a plan whose statement runs on several shards.
+    pub(super) async fn forward_sharded(&mut self, plan: Plan, sharded: Box<ShardPlan>, frame: Frame, seq: u8) -> Flow {
+        let watch = self.watch_query(&frame, &plan);
+        self.client.consume(frame.wire_len);
+        let mut held: Vec<Held> = Vec::with_capacity(sharded.targets.len());
+        for target in &sharded.targets {
+            match self.acquire(target.hostgroup, plan.retries(), Needs::default()).await {
+                Ok(h) => held.push(h),
+                Err(e) => {
+                    for h in held {
+                        self.settle(h);
+                    }
+                    let outcome = crate::exec::Outcome { error: true, error_code: super::backend_error_code(&e), ..Default::default() };
+                    self.observed(&watch, None, &outcome, 0, &self.plan_scratch.digest_text, b"");
+                    return self.reply_backend_error(seq, &e).await;
+                }
+            }
+        }
+        let requests: Vec<Vec<u8>> = sharded.targets.iter().map(|t| plan::query_packet(t.sql.as_bytes(), 0).to_vec()).collect();
+        let mut ends: Vec<(u16, bool)> = Vec::with_capacity(held.len());
+        let sent_seq = std::sync::atomic::AtomicU8::new(seq);
+        let timeout = plan.timeout();
+        self.handle.clear_kill_query();
+        let result = {
+            let mut shards: Vec<Shard> = held
+                .iter_mut()
+                .zip(&sharded.targets)
+                .map(|(h, t)| Shard {
+                    format: h.backend.format(),
+                    status: h.backend.status,
+                    finished: false,
+                    label: format!("`{}` (hostgroup {})", t.database, t.hostgroup),
+                    conn: &mut h.backend.conn,
+                })
+                .collect();
+            // Boxed, so that it can be dropped (and its borrows end) when the merge is abandoned.
+            let mut merging = Box::pin(merge::run(&mut self.client, &mut shards, &requests, &sharded.merge, seq, &sent_seq));
+            let result = tokio::select! {
+                biased;
+                r = &mut merging => Some(r),
+                _ = self.handle.kill_query_requested() => None,
+                _ = sleep_or_never(timeout) => None,
+            };
+            drop(merging);
+            ends.extend(shards.iter().map(|s| (s.status, s.finished)));
+            result
+        };
+        let Some(result) = result else {
+            // KILL QUERY (or the rule's timeout): the shards' statements are killed, their
+            // connections closed, and the client's reply ends with an error.
+            self.data.stats.add(crate::stats::Counter::KilledBackendQueries, held.len() as u64);
+            let connect_timeout = self.snap.config.connect_timeout();
+            let monitor = self.snap.config.monitor.as_ref();
+            let kills: Vec<_> = held
+                .iter()
+                .map(|h| super::kill::kill_query(&h.backend.server, h.backend.thread_id, &self.login, monitor, None, connect_timeout))
+                .collect();
+            for k in kills {
+                let _ = tokio::time::timeout(connect_timeout * 3, k).await;
+            }
+            for mut h in held {
+                h.backend.broken = true;
+                self.release(h);
+            }
+            let outcome = crate::exec::Outcome { error: true, error_code: ER_QUERY_INTERRUPTED, ..Default::default() };
+            self.observed(&watch, None, &outcome, 0, &self.plan_scratch.digest_text, b"");
+            let mut out = Vec::new();
+            let mut seq = sent_seq.load(std::sync::atomic::Ordering::Relaxed);
+            proto::packet::write_err(&mut out, &mut seq, ER_QUERY_INTERRUPTED, b"70100", "Query execution was interrupted");
+            return Flow::written(self.client.write_all(&out).await.is_ok());
+        };
+        // A reply not read to its end leaves its connection mid-stream: closed, never pooled.
+        for (h, (status, finished)) in held.iter_mut().zip(&ends) {
+            h.backend.status = *status;
+            h.backend.broken |= !finished;
+        }
+        let outcome = match result {
+            Ok(o) => o,
+            Err(merge::ClientGone) => {
+                for mut h in held {
+                    h.backend.broken = true;
+                    self.release(h);
+                }
+                return Flow::End;
+            }
+        };
+        // An error carries no status flags: the session's stay as they were.
+        if !outcome.error {
+            self.status = outcome.status;
+        }
+        let server = held.first().map(|h| h.backend.server.clone());
+        let sent = sharded.targets.first().map_or(&b""[..], |t| t.sql.as_bytes());
+        self.observed(&watch, server.as_ref(), &outcome, requests.iter().map(Vec::len).sum(), &self.plan_scratch.digest_text, sent);
+        for h in held {
+            if h.backend.broken {
+                self.release(h);
+            } else {
+                self.settle(h);
+            }
+        }
+        Flow::Continue
+    }
+}

@@ -1,0 +1,361 @@
+//! Sharding (docs/sharding.md): the shard map compiled from `[[shard_databases]]` and
+//! `[[sharded_tables]]`, and which shard a key belongs to. `plan` turns a statement on sharded
+//! tables into per-shard statements and the merge `exec::merge` applies to their replies.
+//!
+//! The data path asks the map first whether a statement's text names a sharded or broadcast
+//! table at all (`ShardMap::mentions`, a lexer scan, no allocation): only those statements are
+//! parsed. With no sharding configured nothing is scanned.
+
+pub mod plan;
+
+use crate::config::{ShardDatabaseRow, ShardNode, ShardedTableRow};
+use sql::lexer::{code_tokens, Kind};
+
+/// A logical database: its data nodes and broadcast tables.
+#[derive(Debug)]
+pub struct LogicalDatabase {
+    pub name: String,
+    pub nodes: Vec<ShardNode>,
+    pub broadcast_tables: Vec<String>,
+    pub max_connections_per_query: usize,
+    pub key_worker_id: u16,
+    pub max_merge_buffer_bytes: usize,
+}
+
+/// How a key picks its shard.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Algorithm {
+    /// `key mod shards` (an integer key; negative keys by the Euclidean remainder).
+    Mod,
+    /// `xxh3_64(canonical key) mod shards`: integers as their decimal text, strings with ASCII
+    /// letters lower-cased and trailing spaces dropped (how `_ci` PAD SPACE collations compare).
+    HashMod,
+    /// Shard `i` holds keys in `[boundaries[i-1], boundaries[i])`.
+    Range(Vec<i64>),
+    /// Shard `i` holds the keys of `lists[i]`.
+    List(Vec<Vec<i64>>),
+}
+
+/// A sharded table.
+#[derive(Debug)]
+pub struct ShardedTable {
+    /// Index into `ShardMap::databases`.
+    pub database: usize,
+    pub table: String,
+    pub column: String,
+    pub algorithm: Algorithm,
+    pub tables_per_node: usize,
+    /// Its binding group, or its own name: tables of one group may be joined.
+    pub group: String,
+    /// The column sluice generates a key for when an INSERT leaves it out.
+    pub generated_key: Option<String>,
+}
+
+/// A key value as written in a statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Key {
+    Int(i128),
+    Text(String),
+}
+
+impl Key {
+    /// A string literal that is an integer's canonical text is that integer: the server
+    /// compares it with an integer column as a number.
+    pub fn text(s: &str) -> Key {
+        match s.parse::<i128>() {
+            Ok(n) if n.to_string() == s => Key::Int(n),
+            _ => Key::Text(s.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Key::Int(n) => write!(f, "{n}"),
+            Key::Text(s) => write!(f, "'{s}'"),
+        }
+    }
+}
+
+impl ShardedTable {
+    /// The number of shards: nodes × tables per node.
+    pub fn shards(&self, map: &ShardMap) -> usize {
+        map.databases[self.database].nodes.len() * self.tables_per_node
+    }
+
+    /// The shard holding `key`: `Ok(None)` when no shard does (a `list` key in no list).
+    pub fn shard_of(&self, key: &Key, shards: usize) -> Result<Option<usize>, String> {
+        if shards == 0 {
+            return Err(format!("`{}` has no shards", self.table));
+        }
+        let int = |what: &str| match key {
+            Key::Int(n) => Ok(*n),
+            Key::Text(_) => Err(format!("{what} sharding of `{}` needs an integer key, not {key}", self.table)),
+        };
+        let shards_i = shards as i128;
+        Ok(match &self.algorithm {
+            Algorithm::Mod => Some(int("mod")?.rem_euclid(shards_i) as usize),
+            Algorithm::HashMod => {
+                let canonical = match key {
+                    Key::Int(n) => n.to_string(),
+                    Key::Text(s) => s.trim_end_matches(' ').to_ascii_lowercase(),
+                };
+                Some((xxhash_rust::xxh3::xxh3_64(canonical.as_bytes()) % shards as u64) as usize)
+            }
+            Algorithm::Range(bounds) => {
+                let n = int("range")?;
+                Some(bounds.iter().take_while(|&&b| i128::from(b) <= n).count())
+            }
+            Algorithm::List(lists) => {
+                let n = int("list")?;
+                lists.iter().position(|l| l.iter().any(|&v| i128::from(v) == n))
+            }
+        })
+    }
+
+    /// The shards a key range `[low, high]` (either end open) can be in: `None` when the
+    /// algorithm does not keep ranges together (all shards).
+    pub fn shards_in_range(&self, low: Option<i128>, high: Option<i128>) -> Option<Vec<usize>> {
+        let Algorithm::Range(bounds) = &self.algorithm else { return None };
+        let shard = |n: i128| bounds.iter().take_while(|&&b| i128::from(b) <= n).count();
+        let first = low.map_or(0, shard);
+        let last = high.map_or(bounds.len(), shard);
+        Some((first..=last).collect())
+    }
+
+    /// Where shard `s` lives: its node's index and the physical table name.
+    pub fn physical(&self, s: usize) -> (usize, String) {
+        let node = s / self.tables_per_node;
+        let name = if self.tables_per_node == 1 { self.table.clone() } else { format!("{}_{}", self.table, s % self.tables_per_node) };
+        (node, name)
+    }
+}
+
+/// sluice's epoch for generated keys: 2024-01-01T00:00:00Z, in ms since the Unix epoch.
+const KEY_EPOCH_MS: u64 = 1_704_067_200_000;
+
+/// The last (milliseconds since `KEY_EPOCH_MS` << 12 | sequence) handed out, process-wide.
+static KEY_STATE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A Snowflake-style key: 41 bits of milliseconds since 2024-01-01, 10 bits of worker id, 12
+/// bits of sequence. Unique and increasing within a process whatever the clock does: a clock
+/// that goes back, or more than 4096 keys in a millisecond, borrow from the next millisecond.
+pub fn generate_key(worker_id: u16) -> i64 {
+    use std::sync::atomic::Ordering::Relaxed;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    let ms = now.saturating_sub(KEY_EPOCH_MS) & ((1 << 41) - 1);
+    let mut last = KEY_STATE.load(Relaxed);
+    let next = loop {
+        let next = if ms > last >> 12 { ms << 12 } else { last + 1 };
+        match KEY_STATE.compare_exchange_weak(last, next, Relaxed, Relaxed) {
+            Ok(_) => break next,
+            Err(seen) => last = seen,
+        }
+    };
+    let key = ((next >> 12) << 22) | (u64::from(worker_id & 0x3FF) << 12) | (next & 0xFFF);
+    (key & (i64::MAX as u64)) as i64
+}
+
+/// The compiled shard map.
+#[derive(Debug, Default)]
+pub struct ShardMap {
+    pub databases: Vec<LogicalDatabase>,
+    pub tables: Vec<ShardedTable>,
+    /// Lower-cased names of every sharded and broadcast table, for `mentions`.
+    names: Vec<Box<[u8]>>,
+}
+
+/// What a table name resolves to.
+#[derive(Debug, Clone, Copy)]
+pub enum Relation<'a> {
+    Sharded(&'a ShardedTable),
+    /// A broadcast table of this database (index into `databases`).
+    Broadcast(usize),
+}
+
+impl ShardMap {
+    /// Compiles validated rows (`FileConfig::check_sharding` ran).
+    pub fn build(databases: &[ShardDatabaseRow], tables: &[ShardedTableRow]) -> ShardMap {
+        let databases: Vec<LogicalDatabase> = databases
+            .iter()
+            .map(|d| LogicalDatabase {
+                name: d.name.clone(),
+                nodes: d.nodes.clone(),
+                broadcast_tables: d.broadcast_tables.clone(),
+                max_connections_per_query: d.max_connections_per_query as usize,
+                key_worker_id: d.key_worker_id,
+                max_merge_buffer_bytes: d.max_merge_buffer_bytes as usize,
+            })
+            .collect();
+        let tables: Vec<ShardedTable> = tables
+            .iter()
+            .filter_map(|t| {
+                let database = databases.iter().position(|d| d.name.eq_ignore_ascii_case(&t.database))?;
+                let algorithm = match t.algorithm.as_str() {
+                    "mod" => Algorithm::Mod,
+                    "hash_mod" => Algorithm::HashMod,
+                    "range" => Algorithm::Range(t.boundaries.clone()),
+                    _ => Algorithm::List(t.lists.clone()),
+                };
+                Some(ShardedTable {
+                    database,
+                    table: t.table.clone(),
+                    column: t.sharding_column.clone(),
+                    algorithm,
+                    tables_per_node: (t.tables_per_node as usize).max(1),
+                    group: t.binding_group.clone().unwrap_or_else(|| format!("{}.{}", t.database, t.table)),
+                    generated_key: t.generated_key.clone(),
+                })
+            })
+            .collect();
+        let mut names: Vec<Box<[u8]>> = tables
+            .iter()
+            .map(|t| t.table.as_str())
+            .chain(databases.iter().flat_map(|d| d.broadcast_tables.iter().map(String::as_str)))
+            .map(|n| n.to_ascii_lowercase().into_bytes().into_boxed_slice())
+            .collect();
+        names.sort();
+        names.dedup();
+        ShardMap { databases, tables, names }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// Whether `sql` names a sharded or broadcast table anywhere in its code (a word or a
+    /// backquoted identifier): the cheap test that keeps every other statement off the parser.
+    pub fn mentions(&self, sql: &[u8]) -> bool {
+        if self.names.is_empty() {
+            return false;
+        }
+        code_tokens(sql).any(|t| {
+            let word = match t.kind {
+                Kind::Word => t.text(sql),
+                Kind::QuotedIdent => t.text(sql).get(1..t.end - t.start - 1).unwrap_or_default(),
+                _ => return false,
+            };
+            self.names.iter().any(|n| n.eq_ignore_ascii_case(word))
+        })
+    }
+
+    /// What `database.table` is (`database` as written, or the session's schema).
+    pub fn resolve(&self, database: &str, table: &str) -> Option<Relation<'_>> {
+        let db = self.databases.iter().position(|d| d.name.eq_ignore_ascii_case(database))?;
+        if let Some(t) = self.tables.iter().find(|t| t.database == db && t.table.eq_ignore_ascii_case(table)) {
+            return Some(Relation::Sharded(t));
+        }
+        self.databases[db].broadcast_tables.iter().any(|b| b.eq_ignore_ascii_case(table)).then_some(Relation::Broadcast(db))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(algorithm: Algorithm, tables_per_node: usize) -> ShardedTable {
+        ShardedTable {
+            database: 0,
+            table: "t_order".into(),
+            column: "user_id".into(),
+            algorithm,
+            tables_per_node,
+            group: "g".into(),
+            generated_key: None,
+        }
+    }
+
+    #[test]
+    fn keys_pick_their_shards() {
+        let m = table(Algorithm::Mod, 1);
+        assert_eq!(m.shard_of(&Key::Int(7), 4), Ok(Some(3)));
+        assert_eq!(m.shard_of(&Key::Int(-1), 4), Ok(Some(3)), "Euclidean remainder");
+        assert_eq!(m.shard_of(&Key::text("8"), 4), Ok(Some(0)), "a quoted integer is the integer");
+        assert!(m.shard_of(&Key::text("x"), 4).is_err());
+        let r = table(Algorithm::Range(vec![100, 200, 300]), 1);
+        assert_eq!(r.shard_of(&Key::Int(-5), 4), Ok(Some(0)));
+        assert_eq!(r.shard_of(&Key::Int(100), 4), Ok(Some(1)));
+        assert_eq!(r.shard_of(&Key::Int(299), 4), Ok(Some(2)));
+        assert_eq!(r.shard_of(&Key::Int(1000), 4), Ok(Some(3)));
+        assert_eq!(r.shards_in_range(Some(150), Some(250)), Some(vec![1, 2]));
+        assert_eq!(r.shards_in_range(None, Some(99)), Some(vec![0]));
+        let l = table(Algorithm::List(vec![vec![1, 2], vec![3]]), 1);
+        assert_eq!(l.shard_of(&Key::Int(3), 2), Ok(Some(1)));
+        assert_eq!(l.shard_of(&Key::Int(9), 2), Ok(None));
+        let h = table(Algorithm::HashMod, 1);
+        assert_eq!(h.shard_of(&Key::text("Ab  "), 4), h.shard_of(&Key::text("ab"), 4), "as a _ci collation compares");
+        assert_eq!(h.shard_of(&Key::Int(42), 4), h.shard_of(&Key::text("42"), 4));
+    }
+
+    #[test]
+    fn generated_keys_are_unique_and_increasing() {
+        let keys: Vec<i64> = (0..10_000).map(|_| generate_key(5)).collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]));
+        assert!(keys.iter().all(|k| (k >> 12) & 0x3FF == 5), "the worker id is in bits 12–21");
+    }
+
+    #[test]
+    fn physical_names_follow_tables_per_node() {
+        assert_eq!(table(Algorithm::Mod, 1).physical(3), (3, "t_order".to_string()));
+        assert_eq!(table(Algorithm::Mod, 2).physical(3), (1, "t_order_1".to_string()));
+    }
+
+    /// A config with `shards` appended, validated: the error's field and message.
+    fn config_error(shards: &str) -> Option<String> {
+        let text = format!(
+            "[proxy]\nlisten = [\"127.0.0.1:0\"]\n[[mysql_servers]]\nhostgroup_id = 1\nhostname = \"h\"\n\
+             [[mysql_users]]\nusername = \"u\"\ndefault_hostgroup = 1\n{shards}"
+        );
+        let fc = crate::config::FileConfig::parse(&text).map_err(|e| e.to_string()).ok()?;
+        fc.validate(None, Some(&text)).err().map(|e| e.to_string())
+    }
+
+    #[test]
+    fn bad_rows_are_named_by_their_field() {
+        let db = "[[shard_databases]]\nname = \"shop\"\nnodes = [{ hostgroup = 1, database = \"ds_0\" }, { hostgroup = 1, database = \"ds_1\" }]\n";
+        let table = |fields: &str| format!("{db}[[sharded_tables]]\ndatabase = \"shop\"\ntable = \"t\"\nsharding_column = \"k\"\n{fields}");
+        assert_eq!(config_error(&table("algorithm = \"mod\"")), None);
+        let e = config_error(&table("algorithm = \"range\"\nboundaries = [5, 1, 7]")).unwrap();
+        assert!(e.contains("sharded_tables[0].boundaries") && e.contains("1 boundaries for 2 shards, not 3"), "{e}");
+        let e = config_error(&table("algorithm = \"crc\"")).unwrap();
+        assert!(e.contains("sharded_tables[0].algorithm") && e.contains("`crc`"), "{e}");
+        let e = config_error(&table("algorithm = \"list\"\nlists = [[1, 2], [2]]")).unwrap();
+        assert!(e.contains("key 2 is in two lists"), "{e}");
+        let e = config_error(&db.replace("hostgroup = 1, database = \"ds_1\"", "hostgroup = 9, database = \"ds_1\"")).unwrap();
+        assert!(e.contains("shard_databases[0].nodes[1].hostgroup") && e.contains("hostgroup 9"), "{e}");
+        let e =
+            config_error("[[sharded_tables]]\ndatabase = \"nope\"\ntable = \"t\"\nsharding_column = \"k\"\nalgorithm = \"mod\"").unwrap();
+        assert!(e.contains("sharded_tables[0].database") && e.contains("no [[shard_databases]] row"), "{e}");
+    }
+
+    #[test]
+    fn mentions_reads_code_only() {
+        let map = ShardMap::build(
+            &[ShardDatabaseRow {
+                name: "shop".into(),
+                nodes: vec![ShardNode { hostgroup: 1, database: "ds_0".into() }],
+                broadcast_tables: vec!["region".into()],
+                max_connections_per_query: 4,
+                key_worker_id: 0,
+                max_merge_buffer_bytes: 1 << 20,
+            }],
+            &[ShardedTableRow {
+                database: "shop".into(),
+                table: "t_order".into(),
+                sharding_column: "user_id".into(),
+                algorithm: "mod".into(),
+                tables_per_node: 1,
+                boundaries: vec![],
+                lists: vec![],
+                binding_group: None,
+                generated_key: None,
+            }],
+        );
+        assert!(map.mentions(b"SELECT * FROM T_ORDER WHERE user_id = 1"));
+        assert!(map.mentions(b"SELECT * FROM `t_order`"));
+        assert!(map.mentions(b"SELECT * FROM region"));
+        assert!(!map.mentions(b"SELECT 't_order' /* t_order */ FROM other"));
+        assert!(!ShardMap::default().mentions(b"SELECT * FROM t_order"));
+    }
+}

@@ -1,0 +1,254 @@
+use super::*;
+use crate::config::{ShardDatabaseRow, ShardNode, ShardedTableRow};
+
+/// 4 shards: hostgroup 1 holds ds_0 and ds_1, hostgroup 2 ds_2 and ds_3.
+fn map() -> ShardMap {
+    let nodes = (0..4).map(|i| ShardNode { hostgroup: 1 + i / 2, database: format!("ds_{i}") }).collect();
+    let table = |name: &str, column: &str, algorithm: &str, group: Option<&str>| ShardedTableRow {
+        database: "shop".into(),
+        table: name.into(),
+        sharding_column: column.into(),
+        algorithm: algorithm.into(),
+        tables_per_node: 1,
+        boundaries: vec![],
+        lists: vec![],
+        binding_group: group.map(Into::into),
+        generated_key: None,
+    };
+    let mut ranged = table("t_log", "id", "range", None);
+    ranged.boundaries = vec![100, 200, 300];
+    let mut split = table("t_split", "id", "mod", None);
+    split.tables_per_node = 2;
+    split.generated_key = Some("id".into());
+    ShardMap::build(
+        &[ShardDatabaseRow {
+            name: "shop".into(),
+            nodes,
+            broadcast_tables: vec!["region".into()],
+            max_connections_per_query: 16,
+            key_worker_id: 3,
+            max_merge_buffer_bytes: 1 << 20,
+        }],
+        &[
+            table("t_order", "user_id", "mod", Some("order")),
+            table("t_item", "user_id", "mod", Some("order")),
+            table("t_user", "id", "hash_mod", None),
+            ranged,
+            split,
+        ],
+    )
+}
+
+fn plan_of(sql: &str) -> Sharding {
+    plan(&map(), "shop", sql.as_bytes(), false)
+}
+
+fn single(sql: &str) -> ShardStatement {
+    match plan_of(sql) {
+        Sharding::Single(s) => s,
+        other => panic!("{sql}: {other:?}"),
+    }
+}
+
+fn fanout(sql: &str) -> ShardPlan {
+    match plan_of(sql) {
+        Sharding::Fanout(p) => p,
+        other => panic!("{sql}: {other:?}"),
+    }
+}
+
+fn refused(sql: &str) -> String {
+    match plan_of(sql) {
+        Sharding::Refused(why) => why,
+        other => panic!("{sql}: {other:?}"),
+    }
+}
+
+#[test]
+fn other_tables_are_not_sharded() {
+    assert_eq!(plan_of("SELECT * FROM customers WHERE id = 1"), Sharding::NotSharded);
+    assert_eq!(plan(&map(), "other", b"SELECT * FROM t_order", false), Sharding::NotSharded, "another schema's t_order");
+    assert!(matches!(plan(&map(), "other", b"SELECT * FROM shop.t_order WHERE user_id = 1", false), Sharding::Single(_)));
+}
+
+#[test]
+fn key_equality_and_in_pick_shards() {
+    let s = single("SELECT id, amount FROM t_order WHERE user_id = 6 ORDER BY id");
+    assert_eq!((s.hostgroup, s.database.as_str()), (2, "ds_2"));
+    assert_eq!(s.sql, "SELECT id, amount FROM `ds_2`.`t_order` WHERE user_id = 6 ORDER BY id");
+    let p = fanout("SELECT id FROM t_order WHERE user_id IN (1, 5, 2) ORDER BY id DESC LIMIT 2, 3");
+    assert_eq!(p.targets.iter().map(|t| t.database.as_str()).collect::<Vec<_>>(), ["ds_1", "ds_2"]);
+    assert_eq!(p.targets[0].sql, "SELECT id FROM `ds_1`.`t_order` WHERE user_id IN (1, 5, 2) ORDER BY id DESC LIMIT 5");
+    assert_eq!(
+        p.merge,
+        Merge::Rows {
+            then_order: vec![],
+            max_buffered: 1 << 20,
+            order: vec![SortKey { column: SortColumn::Position(0), descending: true }],
+            offset: 2,
+            limit: Some(3),
+            aggregates: None,
+            grouped: false,
+            having: vec![],
+            hidden: 0
+        }
+    );
+    assert_eq!(fanout("SELECT * FROM t_order WHERE user_id = 1 OR amount > 3").targets.len(), 4);
+    assert_eq!(single("SELECT * FROM t_order WHERE user_id = 1 AND amount > 3").database, "ds_1");
+}
+
+#[test]
+fn ranges_on_range_keys_pick_covering_shards() {
+    let p = fanout("SELECT * FROM t_log WHERE id BETWEEN 150 AND 250");
+    assert_eq!(p.targets.iter().map(|t| t.database.as_str()).collect::<Vec<_>>(), ["ds_1", "ds_2"]);
+    assert_eq!(single("SELECT * FROM t_log WHERE id < 100").database, "ds_0");
+    assert_eq!(fanout("SELECT * FROM t_log WHERE id >= 200").targets.len(), 2);
+}
+
+#[test]
+fn physical_tables_keep_the_logical_name_as_alias() {
+    let s = single("SELECT t_split.id FROM t_split WHERE id = 3");
+    assert_eq!(s.sql, "SELECT t_split.id FROM `ds_1`.`t_split_1` AS `t_split` WHERE id = 3");
+    assert_eq!(
+        single("DELETE FROM t_split WHERE id = 3").sql,
+        "DELETE FROM `ds_1`.`t_split_1` WHERE id = 3",
+        "no alias: MariaDB takes none"
+    );
+}
+
+#[test]
+fn binding_and_broadcast_joins_stay_on_a_shard() {
+    let s = single("SELECT o.id, i.sku, r.name FROM t_order o JOIN t_item i ON o.user_id = i.user_id JOIN region r ON r.id = o.region WHERE o.user_id = 3");
+    assert_eq!(
+        s.sql,
+        "SELECT o.id, i.sku, r.name FROM `ds_3`.`t_order` o JOIN `ds_3`.`t_item` i ON o.user_id = i.user_id JOIN `ds_3`.`region` r ON r.id = o.region WHERE o.user_id = 3"
+    );
+    assert!(refused("SELECT * FROM t_order o JOIN t_user u ON u.id = o.user_id").contains("binding group"));
+    // Binding tables (and a table with itself) join on their keys only.
+    assert!(refused("SELECT * FROM t_order o JOIN t_item i ON i.id = o.id WHERE o.user_id = 3").contains("sharding keys"));
+    assert!(refused("SELECT * FROM t_order a, t_order b WHERE a.id = b.id").contains("sharding keys"));
+    assert!(matches!(plan_of("SELECT * FROM t_order a, t_item b WHERE b.user_id = a.user_id AND a.id = 1"), Sharding::Fanout(_)));
+    assert!(refused("SELECT * FROM t_order o JOIN customers c ON c.id = o.user_id").contains("not on the shards"));
+    assert!(refused("SELECT * FROM t_order WHERE user_id = 1 AND id IN (SELECT id FROM customers)").contains("`customers`"));
+    assert!(refused("DELETE FROM t_order WHERE id IN (SELECT id FROM customers)").contains("`customers`"));
+    assert_eq!(single("SELECT * FROM region").database, "ds_0", "a broadcast read: one node");
+    assert_eq!(fanout("UPDATE region SET name = 'x' WHERE id = 1").merge, Merge::Ok { sum: false });
+}
+
+#[test]
+fn aggregates_merge_and_unsupported_shapes_are_refused() {
+    let p = fanout("SELECT COUNT(*), SUM(amount) AS s, MIN(id), MAX(id) FROM t_order");
+    assert_eq!(
+        p.merge,
+        Merge::Rows {
+            then_order: vec![],
+            max_buffered: 1 << 20,
+            order: vec![],
+            offset: 0,
+            limit: None,
+            aggregates: Some(vec![Aggregate::Count, Aggregate::Sum, Aggregate::Min, Aggregate::Max]),
+            grouped: false,
+            having: vec![],
+            hidden: 0
+        }
+    );
+    // AVG: SUM and COUNT added per shard; GROUP BY: each shard's groups sorted by the key.
+    let p = fanout("SELECT status, COUNT(*), AVG(amount) FROM t_order GROUP BY status");
+    assert_eq!(
+        p.targets[0].sql,
+        "SELECT status, COUNT(*), AVG(amount), SUM(amount), COUNT(amount) FROM `ds_0`.`t_order` GROUP BY status ORDER BY status ASC"
+    );
+    let Merge::Rows { aggregates, grouped, hidden, .. } = p.merge else { panic!() };
+    assert_eq!(aggregates, Some(vec![Aggregate::Value, Aggregate::Count, Aggregate::Avg { sum: 0, count: 1 }]));
+    assert!(grouped);
+    assert_eq!(hidden, 2);
+    // ORDER BY an aggregate: the merged groups sorted again, in a bounded buffer.
+    let p = fanout("SELECT status, COUNT(*) AS n FROM t_order GROUP BY status ORDER BY n DESC, 1 LIMIT 3");
+    let Merge::Rows { order, then_order, .. } = p.merge else { panic!() };
+    assert_eq!(order, vec![SortKey { column: SortColumn::Position(0), descending: false }]);
+    assert_eq!(
+        then_order,
+        vec![SortKey { column: SortColumn::Position(1), descending: true }, SortKey { column: SortColumn::Position(0), descending: false }]
+    );
+    assert!(refused("SELECT status, COUNT(*) FROM t_order GROUP BY status ORDER BY SUM(qty)").contains("select"));
+    assert!(refused("SELECT user_id, COUNT(*) FROM t_order GROUP BY status").contains("GROUP BY"));
+    // HAVING: tested on the merged groups, not per shard.
+    let p = fanout("SELECT status, COUNT(*) AS n FROM t_order GROUP BY status HAVING n > 1 AND 5 >= COUNT(*)");
+    assert!(!p.targets[0].sql.contains("HAVING"), "{}", p.targets[0].sql);
+    let Merge::Rows { having, .. } = p.merge else { panic!() };
+    use std::cmp::Ordering::*;
+    assert_eq!(
+        having,
+        vec![
+            HavingTest { column: 1, passes: vec![Greater], value: "1".into() },
+            HavingTest { column: 1, passes: vec![Less, Equal], value: "5".into() }
+        ]
+    );
+    assert!(refused("SELECT status, COUNT(*) FROM t_order GROUP BY status HAVING SUM(qty) > 1").contains("HAVING"));
+    let p = fanout("SELECT DISTINCT status, qty FROM t_order");
+    assert_eq!(p.targets[0].sql, "SELECT DISTINCT status, qty FROM `ds_0`.`t_order` ORDER BY status ASC, qty ASC");
+    assert!(refused("SELECT DISTINCT * FROM t_order").contains("DISTINCT"));
+    let p = fanout("SELECT COUNT(DISTINCT qty) AS n FROM t_order WHERE amount > 1");
+    assert_eq!(
+        p.targets[0].sql,
+        "SELECT COUNT(DISTINCT qty) AS n, qty FROM `ds_0`.`t_order` WHERE amount > 1 GROUP BY qty ORDER BY qty ASC"
+    );
+    assert!(refused("SELECT COUNT(DISTINCT user_id), COUNT(*) FROM t_order").contains("DISTINCT"));
+    // ORDER BY a column or expression not selected: added, and hidden from the client.
+    let p = fanout("SELECT id FROM t_order ORDER BY amount * 2 DESC, id");
+    assert_eq!(p.targets[0].sql, "SELECT id, amount * 2 FROM `ds_0`.`t_order` ORDER BY amount * 2 DESC, id");
+    let Merge::Rows { order, hidden, .. } = p.merge else { panic!() };
+    assert_eq!((order[0].column.clone(), order[1].column.clone(), hidden), (SortColumn::Hidden(0), SortColumn::Position(0), 1));
+    assert!(refused("SELECT * FROM customers WHERE id IN (SELECT user_id FROM t_order)").contains("not on the shards"));
+    assert!(refused("SELECT * FROM t_order WHERE id IN (SELECT id FROM t_item)").contains("subquery"));
+    assert!(refused("SELECT * FROM t_order WHERE user_id = 1; SELECT 1").contains("multi-statement"));
+    assert!(plan(&map(), "shop", b"SELECT * FROM t_order WHERE user_id = 1", true) != Sharding::NotSharded);
+    assert!(matches!(plan(&map(), "shop", b"SELECT * FROM t_order", true), Sharding::Refused(_)));
+    assert!(refused("SELECT * FROM t_order WHERE").contains("parse"));
+    // Single shard: anything goes.
+    assert!(matches!(plan_of("SELECT user_id, AVG(amount) FROM t_order WHERE user_id = 2 GROUP BY user_id"), Sharding::Single(_)));
+    // SELECT * with ORDER BY: the column is found in the reply.
+    let p = fanout("SELECT * FROM t_order ORDER BY amount, id");
+    let Merge::Rows { order, .. } = p.merge else { panic!() };
+    assert_eq!(order[0].column, SortColumn::Name("amount".into()));
+}
+
+#[test]
+fn inserts_split_by_shard() {
+    let p = fanout("INSERT INTO t_order (id, user_id, amount) VALUES (1, 1, 10), (2, 2, 20), (3, 5, 30)");
+    assert_eq!(p.merge, Merge::Ok { sum: true });
+    assert_eq!(p.targets[0].sql, "INSERT INTO `ds_1`.`t_order` (id, user_id, amount) VALUES (1, 1, 10), (3, 5, 30)");
+    assert_eq!(p.targets[1].sql, "INSERT INTO `ds_2`.`t_order` (id, user_id, amount) VALUES (2, 2, 20)");
+    assert_eq!(single("INSERT INTO t_order (id, user_id) VALUES (9, 4)").database, "ds_0");
+    assert!(refused("INSERT INTO t_order VALUES (1, 2, 3)").contains("sharding column"));
+    // A generated key: added to the columns, and (as the sharding column) picking the shard.
+    let p = fanout("INSERT INTO t_split (v) VALUES (1), (2), (3), (4), (5), (6), (7), (8)");
+    assert!(p.targets.iter().all(|t| t.sql.contains("(v, id) VALUES")), "{:?}", p.targets);
+    assert!(refused("INSERT INTO t_order (id, user_id) VALUES (1, 1 + 1)").contains("literal"));
+    assert!(refused("INSERT INTO t_order (id, user_id) SELECT id, user_id FROM t_item").contains("SELECT"));
+}
+
+#[test]
+fn writes_route_by_key_and_refuse_key_updates() {
+    assert_eq!(single("UPDATE t_order SET amount = 1 WHERE user_id = 7").database, "ds_3");
+    assert_eq!(fanout("DELETE FROM t_order WHERE amount > 5").merge, Merge::Ok { sum: true });
+    assert!(refused("UPDATE t_order SET user_id = 2 WHERE id = 1").contains("sharding column `user_id`"));
+    assert!(refused("DELETE FROM t_order ORDER BY id LIMIT 1").contains("ORDER BY/LIMIT"));
+}
+
+#[test]
+fn describe_and_show_create_ask_the_first_shard() {
+    assert_eq!(single("DESCRIBE t_split").sql, "DESCRIBE `ds_0`.`t_split_0`");
+    assert_eq!(single("SHOW CREATE TABLE t_order").sql, "SHOW CREATE TABLE `ds_0`.`t_order`");
+    assert_eq!(single("SHOW CREATE TABLE region").database, "ds_0");
+    assert_eq!(plan_of("SHOW CREATE TABLE customers"), Sharding::NotSharded);
+}
+
+#[test]
+fn ddl_reaches_every_physical_table() {
+    let p = fanout("CREATE TABLE t_split (id BIGINT PRIMARY KEY, v INT)");
+    assert_eq!(p.targets.len(), 8);
+    assert_eq!(p.targets[7].sql, "CREATE TABLE `ds_3`.`t_split_1` (id BIGINT PRIMARY KEY, v INT)");
+    assert_eq!(fanout("DROP TABLE t_order").targets[2].sql, "DROP TABLE `ds_2`.`t_order`");
+    assert_eq!(fanout("TRUNCATE TABLE region").targets.len(), 4);
+}

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# examples/sharding: `shop.orders` split over 4 shards (2 MariaDB servers x 2 databases) by
+# user_id % 4, through one sluice: DDL reaching every shard, a multi-row INSERT split per shard,
+# reads routed by the key or merged across shards (ORDER BY + LIMIT, aggregates), a binding
+# join and a broadcast table, and what sluice refuses. See docs/sharding.md.
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+
+step "two MariaDB servers, two shard databases on each"
+for server in shards_a shards_b; do
+	start_mariadb "$server"
+	# `shop` exists on both (pooled connections follow the client's schema; it stays empty on
+	# shards_b); the shards are ds_0..ds_3.
+	db "$server" -e "
+		CREATE USER app@'127.0.0.1' IDENTIFIED BY 'app-secret';
+		GRANT ALL ON shop.* TO app@'127.0.0.1';
+		GRANT ALL ON \`ds\\_%\`.* TO app@'127.0.0.1';
+		CREATE DATABASE shop;"
+done
+db shards_a -e "CREATE DATABASE ds_0; CREATE DATABASE ds_1"
+db shards_b -e "CREATE DATABASE ds_2; CREATE DATABASE ds_3"
+
+step "sluice: [[shard_databases]] shop on 4 nodes, [[sharded_tables]] orders and order_items by user_id"
+start_sluice
+app() { sql app app-secret "$@"; }
+
+step "DDL on a logical table reaches every physical table"
+app -e "CREATE TABLE orders (id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, amount DECIMAL(10,2), region INT)"
+app -e "CREATE TABLE order_items (order_id BIGINT, user_id BIGINT NOT NULL, sku VARCHAR(10))"
+app -e "CREATE TABLE regions (id INT PRIMARY KEY, name VARCHAR(10))"
+out=$(for s in "shards_a ds_0" "shards_a ds_1" "shards_b ds_2" "shards_b ds_3"; do
+	set -- $s
+	db "$1" -e "SELECT CONCAT('$2: ', GROUP_CONCAT(table_name ORDER BY table_name)) FROM information_schema.tables WHERE table_schema = '$2'"
+done)
+show "$out"
+check "each shard has orders, order_items and regions" \
+	$'ds_0: orders,order_items,regions\nds_1: orders,order_items,regions\nds_2: orders,order_items,regions\nds_3: orders,order_items,regions' "$out"
+
+step "one multi-row INSERT, split per shard by user_id % 4"
+app -e "INSERT INTO orders (id, user_id, amount, region) VALUES
+	(1, 1, 10.00, 1), (2, 2, 20.00, 2), (3, 3, 30.00, 1), (4, 4, 40.00, 2),
+	(5, 5, 50.00, 1), (6, 6, 60.00, 2), (7, 7, 70.00, 1), (8, 8, 80.00, 2)"
+app -e "INSERT INTO order_items (order_id, user_id, sku) VALUES (1, 1, 'pen'), (5, 5, 'ink'), (5, 5, 'pad'), (2, 2, 'cup')"
+app -e "INSERT INTO regions VALUES (1, 'north'), (2, 'south')"
+out=$(for s in "shards_a ds_0" "shards_a ds_1" "shards_b ds_2" "shards_b ds_3"; do
+	set -- $s
+	db "$1" -e "SELECT CONCAT('$2: users ', GROUP_CONCAT(user_id ORDER BY user_id)) FROM $2.orders"
+done)
+show "$out"
+check "each row on its key's shard" $'ds_0: users 4,8\nds_1: users 1,5\nds_2: users 2,6\nds_3: users 3,7' "$out"
+
+step "reads: by the key to one shard, or merged across all of them"
+out=$(app -e "SELECT id, amount FROM orders WHERE user_id = 5")
+show "SELECT id, amount FROM orders WHERE user_id = 5 -> $out"
+check "one shard (ds_1) answers" $'5\t50.00' "$out"
+out=$(app -e "SELECT id FROM orders ORDER BY amount DESC LIMIT 2, 3" | tr '\n' ' ')
+show "SELECT id FROM orders ORDER BY amount DESC LIMIT 2, 3 -> $out"
+check "a k-way merge of the 4 shards, the offset applied in the merge" "6 5 4 " "$out"
+out=$(app -e "SELECT COUNT(*), SUM(amount), MIN(amount), MAX(user_id) FROM orders")
+show "SELECT COUNT(*), SUM(amount), MIN(amount), MAX(user_id) FROM orders -> $out"
+check "aggregates combined across shards" $'8\t360.00\t10.00\t8' "$out"
+out=$(app -e "SELECT region, COUNT(*), SUM(amount), AVG(amount) FROM orders GROUP BY region")
+show "SELECT region, COUNT(*), SUM(amount), AVG(amount) FROM orders GROUP BY region -> $(tr '\n' ' ' <<<"$out")"
+check "groups merged across shards (AVG from each shard's SUM and COUNT)" $'1\t4\t160.00\t40.000000\n2\t4\t200.00\t50.000000' "$out"
+out=$(app -e "SELECT region, SUM(amount) AS total FROM orders GROUP BY region HAVING total > 180")
+show "… GROUP BY region HAVING total > 180 -> $out"
+check "HAVING tested on the merged groups" $'2\t200.00' "$out"
+out=$(app -e "SELECT o.id, i.sku, r.name FROM orders o JOIN order_items i ON i.user_id = o.user_id AND i.order_id = o.id
+	JOIN regions r ON r.id = o.region WHERE o.user_id = 5 ORDER BY i.sku")
+show "orders JOIN order_items (binding group) JOIN regions (broadcast) WHERE user_id = 5 -> $(tr '\n' ' ' <<<"$out")"
+check "a join that stays on one shard" $'5\tink\tnorth\n5\tpad\tnorth' "$out"
+
+step "EXPLAIN SHARDING: where a statement goes, and how its replies merge"
+out=$(app -e "EXPLAIN SHARDING SELECT region, COUNT(*) FROM orders WHERE user_id IN (1, 2, 5) GROUP BY region")
+show "$out"
+check "two shards, groups merged by key" \
+	$'ds_1\t1\tSELECT region, COUNT(*) FROM `ds_1`.`orders` WHERE user_id IN (1, 2, 5) GROUP BY region ORDER BY region ASC\tgroups merged by key, by #1\nds_2\t2\tSELECT region, COUNT(*) FROM `ds_2`.`orders` WHERE user_id IN (1, 2, 5) GROUP BY region ORDER BY region ASC\tgroups merged by key, by #1' \
+	"$out"
+
+step "writes by the key, or on every shard"
+out=$(app -vvv -e "UPDATE orders SET amount = amount + 1 WHERE user_id IN (1, 2)" | grep -o 'Query OK, [0-9]* rows affected')
+show "UPDATE orders SET amount = amount + 1 WHERE user_id IN (1, 2) -> $out"
+check "two shards, affected rows summed" "Query OK, 2 rows affected" "$out"
+out=$(app -vvv -e "DELETE FROM orders WHERE amount > 65" | grep -o 'Query OK, [0-9]* rows affected')
+show "DELETE FROM orders WHERE amount > 65 -> $out"
+check "every shard, affected rows summed" "Query OK, 2 rows affected" "$out"
+check "what is left" $'6\t212.00' "$(app -e "SELECT COUNT(*), SUM(amount) FROM orders")"
+
+step "generated keys: an INSERT without the key gets one per row, which picks the shard"
+app -e "CREATE TABLE events (id BIGINT PRIMARY KEY, what VARCHAR(10))"
+app -e "INSERT INTO events (what) VALUES ('a'), ('b'), ('c'), ('d'), ('e'), ('f'), ('g'), ('h'), ('i'), ('j'), ('k'), ('l')"
+check "12 rows" 12 "$(app -e "SELECT COUNT(*) FROM events")"
+check "12 distinct keys (SELECT DISTINCT merged across shards)" 12 "$(app -e "SELECT DISTINCT id FROM events" | wc -l)"
+spread=$(for s in "shards_a ds_0" "shards_a ds_1" "shards_b ds_2" "shards_b ds_3"; do
+	set -- $s
+	db "$1" -e "SELECT COUNT(*) FROM $2.events"
+done | grep -vc '^0$' || true)
+show "shards holding events: $spread of 4"
+check_between "the generated keys spread the rows over several shards" 2 4 "$spread"
+
+step "what sluice refuses (docs/sharding.md says why)"
+check_error "UPDATE of the sharding key" "ERROR 1235" app -e "UPDATE orders SET user_id = 9 WHERE id = 1"
+show "$OUTPUT"
+check_error "a join not on the sharding keys" "only on their sharding keys" app -e "SELECT * FROM orders o JOIN order_items i ON i.order_id = o.id"
+show "$OUTPUT"
+check_error "an INSERT without the sharding column" "sharding column" app -e "INSERT INTO orders (id, amount) VALUES (99, 1)"
+show "$OUTPUT"
