@@ -114,11 +114,7 @@ ADMIN_PORT=$(free_port)
 spawn_supervised "$WORK/sluice" "$WORK/sluice.log" "${SLUICE_CMD[@]}" --listen "127.0.0.1:$SLUICE_PORT" \
 	--backend "127.0.0.1:$DB_PORT" --user root --password '' --admin-listen "127.0.0.1:$ADMIN_PORT" --http-listen ''
 SLUICE_PID=$SPAWNED_PID
-for ((i = 0; i < 300; i++)); do
-	alive "$SLUICE_PID" || die "sluice exited during start-up"
-	admin "SELECT 1" >/dev/null 2>&1 && break
-	sleep 0.1
-done
+await_answer "sluice's admin port" "$SLUICE_PID" "$ADMIN_PORT" admin admin
 
 # rule on|off: the point select's cache rule, switched live.
 rule() {

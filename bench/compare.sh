@@ -274,17 +274,8 @@ start_sluice() {
 		--backend "127.0.0.1:$DB_PORT" --user root --password '' --admin-listen "127.0.0.1:$ADMIN_PORT" --http-listen '' \
 		"$@" ${SLUICE_EXTRA[@]+"${SLUICE_EXTRA[@]}"}
 	SLUICE_PID=$SPAWNED_PID
-	local i err=""
-	for ((i = 0; i < 300; i++)); do
-		alive "$SLUICE_PID" || { SLUICE_PID=""; die "sluice exited during start-up"; }
-		if err=$(timeout 5 mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$SLUICE_PORT" -uroot \
-			--connect-timeout=2 -N -B -e 'SELECT 1' 2>&1); then
-			log "sluice listening on 127.0.0.1:$SLUICE_PORT (pid $SLUICE_PID)${*:+ $*}"
-			return 0
-		fi
-		sleep 0.1
-	done
-	die "SELECT 1 through sluice still fails after 30 s: $err"
+	await_answer sluice "$SLUICE_PID" "$SLUICE_PORT"
+	log "sluice listening on 127.0.0.1:$SLUICE_PORT (pid $SLUICE_PID)${*:+ $*}"
 }
 
 # sluice_workers: the worker threads sluice runs with: --workers in SLUICE_ARGS, else one
@@ -326,17 +317,8 @@ start_haproxy() {
 	echo "=== $(date +%T) start: $HAPROXY_BIN -db -f $WORK/haproxy.cfg" >>"$WORK/haproxy.log"
 	spawn_supervised "$WORK/haproxy" "$WORK/haproxy.log" "$HAPROXY_BIN" -db -f "$WORK/haproxy.cfg"
 	HAPROXY_PID=$SPAWNED_PID
-	local i err=""
-	for ((i = 0; i < 300; i++)); do
-		alive "$HAPROXY_PID" || { HAPROXY_PID=""; die "haproxy exited during start-up"; }
-		if err=$(timeout 5 mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$HAPROXY_PORT" -uroot \
-			--connect-timeout=2 -N -B -e 'SELECT 1' 2>&1); then
-			log "haproxy listening on 127.0.0.1:$HAPROXY_PORT (pid $HAPROXY_PID, nbthread $HAPROXY_THREADS)"
-			return 0
-		fi
-		sleep 0.1
-	done
-	die "SELECT 1 through haproxy still fails after 30 s: $err"
+	await_answer haproxy "$HAPROXY_PID" "$HAPROXY_PORT"
+	log "haproxy listening on 127.0.0.1:$HAPROXY_PORT (pid $HAPROXY_PID, nbthread $HAPROXY_THREADS)"
 }
 
 # endpoint VARIANT: sets EP_PORT and EP_PID (empty for direct) of the variant's endpoint.

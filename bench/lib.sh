@@ -28,6 +28,22 @@ alive() {
 	[ "${st%% *}" != Z ]
 }
 
+# await_answer NAME PID PORT [USER [PASSWORD]]: waits up to 30 s for `SELECT 1` on
+# 127.0.0.1:PORT (as USER, root by default) to answer; dies naming NAME if PID exits first or
+# the statement still fails then.
+await_answer() {
+	local name=$1 pid=$2 port=$3 user=${4:-root} pass=${5:-} i err=""
+	for ((i = 0; i < 300; i++)); do
+		alive "$pid" || die "$name exited during start-up"
+		if err=$(timeout 5 mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$port" -u"$user" ${pass:+-p"$pass"} \
+			--connect-timeout=2 -N -B -e 'SELECT 1' 2>&1); then
+			return 0
+		fi
+		sleep 0.1
+	done
+	die "SELECT 1 through $name still fails after 30 s: $err"
+}
+
 # stop_proc PID NAME TIMEOUT: SIGTERM, then SIGKILL after TIMEOUT seconds. It polls /proc
 # rather than using `wait`: bash 5.2 can hang in `wait PID` run from a trap when PID was
 # reaped meanwhile (seen here after Ctrl-C). Exit statuses come from sluice's supervisor.

@@ -312,15 +312,7 @@ start_sluice() {
 	spawn_supervised "$WORK/sluice" "$WORK/sluice.log" "${SLUICE_CMD[@]}" --config "$WORK/sluice-$1.toml" \
 		${SLUICE_EXTRA[@]+"${SLUICE_EXTRA[@]}"}
 	SLUICE_PID=$SPAWNED_PID
-	for ((i = 0; i < 300; i++)); do
-		alive "$SLUICE_PID" || { SLUICE_PID=""; die "sluice exited during start-up"; }
-		if err=$(timeout 10 mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$SLUICE_PORT" -u"$DB_USER" \
-			-p"$DB_PASS" --connect-timeout=2 -N -B -e 'SELECT 1' 2>&1); then
-			return 0
-		fi
-		sleep 0.1
-	done
-	die "SELECT 1 through sluice still fails after 30 s: $err"
+	await_answer sluice "$SLUICE_PID" "$SLUICE_PORT" "$DB_USER" "$DB_PASS"
 }
 
 # --- MariaDB's view of the connections ------------------------------------------------

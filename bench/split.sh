@@ -179,13 +179,7 @@ default_hostgroup = 10
 TOML
 	spawn_supervised "$WORK/sluice" "$WORK/sluice.log" "${SLUICE_CMD[@]}" --config "$WORK/sluice.toml"
 	SLUICE_PID=$SPAWNED_PID
-	local i
-	for ((i = 0; i < 300; i++)); do
-		alive "$SLUICE_PID" || die "sluice exited during start-up"
-		timeout 5 mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$SLUICE_PORT" -uroot -N -B -e 'SELECT 1' >/dev/null 2>&1 && break
-		sleep 0.1
-	done
-	((i < 300)) || die "SELECT 1 through sluice still fails after 30 s"
+	await_answer sluice "$SLUICE_PID" "$SLUICE_PORT"
 	log "sluice on 127.0.0.1:$SLUICE_PORT (pid $SLUICE_PID), admin port $ADMIN_PORT"
 }
 
