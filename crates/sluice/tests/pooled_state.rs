@@ -147,6 +147,41 @@ async fn an_open_transaction_rolls_back_when_its_client_quits() {
     }
 }
 
+/// A client that leaves with an XA transaction prepared: the server keeps it for XA RECOVER,
+/// and the next client's XA transaction works (after COM_RESET_CONNECTION, MariaDB refuses a
+/// connection's next transactional write with 1031: the connection is closed instead).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepared_xa_transaction_outlives_its_client_and_the_next_one_works() {
+    let db = shared();
+    let table = make_table(db);
+    let proxy = Proxy::quick(db);
+    let (a, b) = (unique("xa_a"), unique("xa_b"));
+    let mut c = connect(proxy.port).await;
+    for sql in
+        [format!("XA START '{a}'"), format!("INSERT INTO {table} VALUES (2, 2)"), format!("XA END '{a}'"), format!("XA PREPARE '{a}'")]
+    {
+        c.query_drop(sql).await.unwrap();
+    }
+    c.disconnect().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Every session in turn, so one of them gets whatever connection the first one left.
+    for i in 0..4 {
+        let mut c = connect(proxy.port).await;
+        let xid = format!("{b}{i}");
+        c.query_drop("SET @@binlog_format = ROW").await.unwrap();
+        for sql in [format!("XA START '{xid}'"), format!("INSERT INTO {table} VALUES ({}, 3)", 10 + i), format!("XA END '{xid}'")] {
+            c.query_drop(&sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
+        c.query_drop(format!("XA COMMIT '{xid}' ONE PHASE")).await.unwrap();
+    }
+    let mut c = connect(proxy.port).await;
+    let recovered: Vec<(i64, i64, i64, Vec<u8>)> = c.query("XA RECOVER").await.unwrap();
+    assert!(recovered.iter().any(|r| r.3 == a.as_bytes()), "the prepared transaction is kept: {recovered:?}");
+    c.query_drop(format!("XA COMMIT '{a}'")).await.unwrap();
+    let n: Option<i64> = c.query_first(format!("SELECT COUNT(*) FROM {table}")).await.unwrap();
+    assert_eq!(n, Some(6), "the first row, the prepared one and four committed");
+}
+
 #[test]
 fn a_client_that_drops_its_socket_releases_its_transaction() {
     let db = shared();

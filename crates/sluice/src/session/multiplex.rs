@@ -531,6 +531,14 @@ impl Session {
     /// reset at once, in the background, and pooled only once the server confirmed the reset.
     pub(super) fn release_all(&mut self) {
         for h in std::mem::take(&mut self.held) {
+            if h.pins.xa {
+                // Closed, not reset: the server keeps an XA transaction the connection
+                // prepared (XA RECOVER finds it) and rolls back one it did not, as for a
+                // direct client that leaves; after COM_RESET_CONNECTION, MariaDB refuses the
+                // connection's next transactional write (1031).
+                h.backend.close();
+                continue;
+            }
             reset_then_checkin(h.backend, self.snap.clone());
         }
         self.handle.clear_backend();
