@@ -202,13 +202,24 @@ impl Backend {
         self.status & S::SERVER_STATUS_IN_TRANS.bits() != 0 || self.status & S::SERVER_STATUS_AUTOCOMMIT.bits() == 0
     }
 
-    /// False when the server has closed this (idle) connection or said something unasked.
+    /// Whether this idle connection is still open, checked at the cost its idleness warrants:
+    /// one idle less than `check_after` (used a moment ago) only through the reactor's
+    /// readiness (`looks_closed`, no system call per statement), one idle longer by asking the
+    /// socket (`is_alive`). For pooled connections and those a session keeps alike.
+    pub fn still_open(&mut self, check_after: Duration) -> bool {
+        if self.idle_for() < check_after {
+            !self.looks_closed()
+        } else {
+            self.is_alive()
+        }
+    }
+
     /// Whether the reactor saw anything arrive on this idle connection (a close, or the
     /// server's error before it closes), asking the socket only then: no system call for a
     /// connection nothing happened to. Readiness a read left set (one that filled its buffer)
     /// also leads to the socket. A close the reactor has not seen yet is not noticed here:
-    /// `live_idle` asks the socket itself once a connection has been idle a while.
-    pub fn looks_closed(&mut self) -> bool {
+    /// `still_open` asks the socket itself once a connection has been idle a while.
+    fn looks_closed(&mut self) -> bool {
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         // Pending registers the no-op waker: nothing waits on an idle connection, and the
         // next read registers its own.
@@ -218,6 +229,7 @@ impl Backend {
         }
     }
 
+    /// False when the server has closed this (idle) connection or said something unasked.
     pub fn is_alive(&mut self) -> bool {
         // The socket itself is asked (a non-blocking peek): tokio's cached readiness may not
         // have seen a close that arrived while the worker was busy.

@@ -150,6 +150,16 @@ impl Server {
     pub fn last_resort(&self) -> bool {
         self.last_resort && self.pool.status() == ServerStatus::Online && self.pool.health() == Health::Shunned
     }
+
+    /// May take new statements: `accepts_new`, or, when its hostgroup has only shunned servers
+    /// (`Hostgroups::only_last_resort`), `last_resort`.
+    pub fn usable(&self, only_last_resort: bool) -> bool {
+        if only_last_resort {
+            self.last_resort()
+        } else {
+            self.accepts_new()
+        }
+    }
 }
 
 impl std::fmt::Debug for Server {
@@ -274,8 +284,7 @@ impl Hostgroups {
     pub fn pick(&self, hostgroup: u32) -> Result<&Server, NoServer> {
         let group = self.group(hostgroup)?;
         let last_resort = Hostgroups::only_last_resort(group);
-        by_weight(group.iter().filter(|s| if last_resort { s.last_resort() } else { s.accepts_new() }))
-            .ok_or(NoServer::NoneOnline(hostgroup))
+        by_weight(group.iter().filter(|s| s.usable(last_resort))).ok_or(NoServer::NoneOnline(hostgroup))
     }
 
     /// Reserves room for a new pooled connection on a `usable` server of `group` that has

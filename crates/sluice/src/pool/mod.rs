@@ -539,7 +539,7 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
         // Every server shunned for failed checks: they are tried all the same (a connect that
         // works ends the shun at once; one that fails is the client's answer).
         let last_resort = Hostgroups::only_last_resort(servers);
-        let usable = |s: &Server| (if last_resort { s.last_resort() } else { s.accepts_new() }) && !failed.contains(&s.pool.id);
+        let usable = |s: &Server| s.usable(last_resort) && !failed.contains(&s.pool.id);
         // 1. A server by weight: its idle connection, else a new one if it has room.
         let preferred = hostgroups::pick_usable(servers, usable);
         let mut found = preferred.and_then(|s| live_idle(s, req, has_schema, check_after));
@@ -612,10 +612,7 @@ pub fn connect_failed(e: &BackendError) -> bool {
 /// enough (dead ones are closed on the way).
 fn live_idle(server: &Server, req: &Request<'_>, has_schema: bool, check_after: Duration) -> Option<Backend> {
     while let Some(mut b) = server.pool.take_idle(req, has_schema) {
-        // Recently used: the reactor's readiness tells of a close (one syscall less per
-        // statement); idle longer, the socket is asked.
-        let alive = if b.idle_for() < check_after { !b.looks_closed() } else { b.is_alive() };
-        if alive {
+        if b.still_open(check_after) {
             return Some(b);
         }
         tracing::debug!(server = %server.name, thread = b.thread_id, "idle pooled connection was closed by the server; dropped");

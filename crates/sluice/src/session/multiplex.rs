@@ -302,12 +302,10 @@ impl Session {
         let mut held = match kept {
             Some(i) => {
                 let mut h = self.held.swap_remove(i);
-                // As for a pooled connection (`pool::live_idle`): kept since a recent statement,
-                // the reactor's readiness tells of a close (no system call per statement in a
-                // transaction); kept idle longer, the socket is asked.
+                // Checked as a pooled connection is (no system call per statement in a
+                // transaction).
                 let check_after = Duration::from_millis(self.snap.config.pool.check_idle_after_ms);
-                let alive = if h.backend.idle_for() < check_after { !h.backend.looks_closed() } else { h.backend.is_alive() };
-                if !alive {
+                if !h.backend.still_open(check_after) {
                     // Its server closed it while the session kept it: what lived there is gone,
                     // as on a direct connection, which would have been closed too. Its
                     // transaction too: the session is out of it.
