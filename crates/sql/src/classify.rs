@@ -242,8 +242,11 @@ pub fn intercept_as(sql: &[u8], escapes: bool) -> Option<Intercept> {
     }
     let several = memchr::memchr(b';', sql).is_some();
     let found = scan(sql, 0);
-    let one_reading = escapes && (!several || one_statement(sql)) && !backslash_in_double_quotes(sql);
-    if !one_reading && memchr::memchr(b'\\', sql).is_some() && (several || !plain_dml(sql)) {
+    // Lexed again only for a text with a backslash, where the readings may differ.
+    let two_readings = memchr::memchr(b'\\', sql).is_some()
+        && (several || !plain_dml(sql))
+        && (!escapes || (several && !one_statement(sql)) || backslash_in_double_quotes(sql));
+    if two_readings {
         // Also read with backslashes as plain characters: a KILL or quote boundary that only
         // one reading sees must not slip through.
         let plain: Vec<u8> = sql.iter().map(|&b| if b == b'\\' { b' ' } else { b }).collect();
