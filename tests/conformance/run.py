@@ -55,12 +55,17 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_ready(port, proc, timeout, what):
-    """Waits until `SELECT 1` works on port (the server may accept before it serves)."""
+def wait_ready(port, proc, timeout, what, clean_exit_served=False):
+    """Waits until `SELECT 1` works on port (the server may accept before it serves).
+    `clean_exit_served`: a process that exits with status 0 meanwhile served and was shut down
+    by a client (a test that restarts the server reconnects as soon as it listens, and may run
+    up to its next shutdown before this check's own client gets in)."""
     deadline = time.monotonic() + timeout
     last = "nothing listening"
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            if proc.returncode == 0 and clean_exit_served:
+                return
             raise RunError(f"{what} exited ({proc.returncode}) before serving on {port}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
@@ -255,7 +260,7 @@ class Server:
                               stdout=subprocess.DEVNULL, stderr=stderr, env=env)
         self.extra = extra
         try:
-            wait_ready(self.port, self.proc, 120, "mariadbd")
+            wait_ready(self.port, self.proc, 120, "mariadbd", clean_exit_served=True)
         except RunError as e:
             self.stop()
             raise RunError(f"mariadbd did not start ({e}); see {self.base}/mysqld.err") from None
