@@ -69,6 +69,9 @@ pub enum Action {
     Refuse { code: u16, message: String },
     /// `EXPLAIN SHARDING statement`: where the statement would go, answered by sluice.
     ExplainSharding(Vec<ExplainRow>),
+    /// `SHOW STATUS` (`sql::classify::show_status`), routed as the plan says: the server's
+    /// answer, with Threads_connected counting sluice's client sessions.
+    ShowStatus,
 }
 
 /// One row of `EXPLAIN SHARDING`: a shard, its hostgroup, its statement, the merge.
@@ -140,6 +143,9 @@ pub struct Plan {
     /// A statement the shard map sends to several shards: their statements and the merge
     /// (`routed` then names the first shard's hostgroup).
     pub sharded: Option<Box<crate::shard::plan::ShardPlan>>,
+    /// The text reads `information_schema.processlist`, which the session answers with its
+    /// sessions (`sql::classify::processlist_sites`) in the text it sends.
+    pub processlist: bool,
 }
 
 impl Plan {
@@ -298,16 +304,21 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
         Action::Answer { error: true, message: m.clone() }
     } else if let Some(m) = &decision.actions.ok_msg {
         Action::Answer { error: false, message: m.clone() }
+    } else if !is_sharded && stmt.whole && stmt.chunks == 1 && sql::classify::show_status(sent) {
+        Action::ShowStatus
     } else {
         Action::Forward
     };
+    let processlist =
+        action == Action::Forward && !is_sharded && stmt.whole && stmt.chunks == 1 && sql::classify::processlist_sites(sent).is_some();
     // The text the backend gets: the rules' rewrite, and sluice's id for CONNECTION_ID().
     let rewrite = if action != Action::Forward {
         None
     } else if let Some(text) = shard_text {
         Some(query_packet(text.as_bytes(), stmt.first_seq))
-    } else if let Some(with_id) =
-        (stmt.whole && stmt.chunks == 1).then(|| rewrite_connection_id(sent, facts.session_id, !facts.pseudo_thread_id_set)).flatten()
+    } else if let Some(with_id) = (stmt.whole && stmt.chunks == 1)
+        .then(|| rewrite_connection_id(sent, facts.session_id, !facts.pseudo_thread_id_set, processlist))
+        .flatten()
     {
         Some(query_packet(&with_id, stmt.first_seq))
     } else if rewritten {
@@ -316,7 +327,7 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
         None
     };
     let watch_tail = !stmt.whole && (facts.multi_statements || !sql::classify::plain_dml(text));
-    Plan { command, digest, decision, action, rewrite, effects, use_db, routed, dynamic_sql, watch_tail, sharded }
+    Plan { command, digest, decision, action, rewrite, effects, use_db, routed, dynamic_sql, watch_tail, sharded, processlist }
 }
 
 impl Plan {
@@ -334,6 +345,7 @@ impl Plan {
             dynamic_sql: None,
             watch_tail: false,
             sharded: None,
+            processlist: false,
         }
     }
 }
@@ -353,8 +365,8 @@ pub fn prepare_actions(text: &[u8], who: &Who, rules: &RuleSet, scratch: &mut Pl
 /// each SELECT so rewritten kept out of the server's query cache: the server never caches a
 /// statement that calls CONNECTION_ID(), but it would cache the literal that replaced it
 /// (`Qcache_queries_in_cache` and `Qcache_hits` would count it).
-pub fn rewrite_connection_id(sql: &[u8], id: u32, pseudo_thread_id: bool) -> Option<Vec<u8>> {
-    let with_id = sql::classify::rewrite_connection_id(sql, id, pseudo_thread_id)?;
+pub fn rewrite_connection_id(sql: &[u8], id: u32, pseudo_thread_id: bool, processlist: bool) -> Option<Vec<u8>> {
+    let with_id = sql::classify::rewrite_connection_id(sql, id, pseudo_thread_id, processlist)?;
     Some(uncached(sql, &with_id).unwrap_or(with_id))
 }
 

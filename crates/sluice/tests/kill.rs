@@ -314,6 +314,75 @@ async fn processlist_shows_the_ids_kill_takes() {
     bob.ping().await.unwrap();
 }
 
+/// INFORMATION_SCHEMA.PROCESSLIST lists sluice's sessions (the ids CONNECTION_ID() returns and
+/// KILL takes) with the server's State and Info for a running statement and column names as the
+/// client spelled them; without PROCESS, only the user's own. SHOW STATUS's Threads_connected
+/// counts sluice's sessions, in text and prepared: it drops back when clients leave, though the
+/// pool keeps their backend connections open (the server's own count would not drop).
+#[tokio::test]
+async fn information_schema_processlist_and_threads_connected_are_sluices() {
+    let db = shared();
+    let s = Setup::start(db);
+    let mut root = s.connect("root").await;
+    let mut alice = s.connect("alice").await;
+    let bob = s.connect("bob").await;
+    let bob_id = bob.id();
+    let marker = unique("is_listed");
+    let sleeper = sleep_in_background(bob, format!("SELECT SLEEP(20) /* {marker} */"));
+    backend_thread_running(db, &marker).await;
+
+    let rows: Vec<(u32, String, String, Option<String>)> = root
+        .query_map("SELECT ID, USER, STATE, INFO FROM information_schema.processlist ORDER BY ID", |r: Row| {
+            (r.get(0).unwrap(), r.get(1).unwrap(), r.get(2).unwrap(), r.get(3).unwrap())
+        })
+        .await
+        .unwrap();
+    let mut ids = vec![root.id(), alice.id(), bob_id];
+    ids.sort();
+    assert_eq!(rows.iter().map(|r| r.0).collect::<Vec<_>>(), ids, "sluice's sessions, by sluice's ids: {rows:?}");
+    let bob_row = rows.iter().find(|r| r.0 == bob_id).unwrap();
+    assert_eq!((bob_row.1.as_str(), bob_row.2.as_str()), ("bob", "User sleep"), "the server's state for bob's statement");
+    assert!(bob_row.3.as_deref().unwrap_or_default().contains(&marker));
+    let own = "SELECT user, info FROM information_schema.PROCESSLIST WHERE id = CONNECTION_ID()";
+    let own_rows: Vec<Row> = root.query(own).await.unwrap();
+    assert_eq!(own_rows.len(), 1);
+    assert_eq!(own_rows[0].columns_ref()[0].name_str(), "user", "named as the client spelled it, as the server does");
+    assert_eq!(own_rows[0].get::<String, _>(1).as_deref(), Some(own), "the session's own text, not sluice's rewrite");
+    // Without PROCESS: alice's own session only, though bob runs on the same backend login.
+    let seen: Vec<u32> = alice.query("SELECT ID FROM information_schema.PROCESSLIST").await.unwrap();
+    assert_eq!(seen, vec![alice.id()]);
+    // The id read there is the one KILL takes.
+    let sql = format!("SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE '%{marker}%' AND ID <> CONNECTION_ID()");
+    let found: Option<u32> = root.query_first(sql).await.unwrap();
+    assert_eq!(found, Some(bob_id));
+    root.query_drop(format!("KILL QUERY {bob_id}")).await.unwrap();
+    let (_bob, _, took) = sleeper.await.unwrap();
+    assert!(took < Duration::from_secs(15), "KILL of the listed id ended bob's statement");
+
+    async fn threads_connected(c: &mut Conn, prepared: bool) -> u64 {
+        let sql = "SHOW STATUS LIKE 'Threads_connected'";
+        let row: Option<(String, u64)> = if prepared { c.exec_first(sql, ()).await } else { c.query_first(sql).await }.unwrap();
+        row.unwrap().1
+    }
+    assert_eq!(threads_connected(&mut root, false).await, 3, "root, alice, bob");
+    let mut extra = Vec::new();
+    for _ in 0..4 {
+        let mut c = s.connect("root").await;
+        c.query_drop("SELECT 1").await.unwrap();
+        extra.push(c);
+    }
+    assert_eq!(threads_connected(&mut root, true).await, 7);
+    for c in extra {
+        c.disconnect().await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while threads_connected(&mut root, false).await != 3 {
+        assert!(Instant::now() < deadline, "Threads_connected drops back when clients leave");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(threads_connected(&mut root, true).await, 3, "prepared too");
+}
+
 /// KILL and SHOW PROCESSLIST prepared (COM_STMT_PREPARE, as mysqltest's --ps-protocol and
 /// drivers with server-side statements send them) are answered by sluice as their text is:
 /// the same ids, permissions and columns, rows in the binary protocol, a `?` bound at execute.

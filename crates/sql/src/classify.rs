@@ -836,6 +836,26 @@ fn parse_processlist(sql: &[u8]) -> Option<Intercept> {
     Some(Intercept::Processlist { full })
 }
 
+/// `SHOW [GLOBAL | SESSION | LOCAL] STATUS [LIKE … | WHERE …]`, one statement (with an
+/// optional `;`). Its answer holds Threads_connected, which a pooling proxy answers for its own
+/// sessions (the server counts sluice's pooled connections). Text that does not start with
+/// SHOW is turned away by its first bytes, unlexed.
+pub fn show_status(sql: &[u8]) -> bool {
+    let start = sql.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(sql.len());
+    if !sql.get(start..start + 4).is_some_and(|w| w.eq_ignore_ascii_case(b"show")) {
+        return false;
+    }
+    let mut toks = code(sql);
+    if !toks.next().is_some_and(|t| is_word(&t, sql, "SHOW")) {
+        return false;
+    }
+    let mut t = toks.next();
+    if t.is_some_and(|t| ["GLOBAL", "SESSION", "LOCAL"].iter().any(|k| is_word(&t, sql, k))) {
+        t = toks.next();
+    }
+    t.is_some_and(|t| is_word(&t, sql, "STATUS")) && one_statement(sql) && !code(sql).any(|t| t.text(sql) == b"?")
+}
+
 /// Statement kinds whose text may be rewritten: not DDL that stores the text (a procedure or
 /// view body must keep calling CONNECTION_ID() itself).
 fn rewritable(first: &[u8]) -> bool {
@@ -853,6 +873,87 @@ fn mentions_connection_id(sql: &[u8]) -> bool {
             && sql.get(i + 1..i + 1 + after.len()).is_some_and(|a| a.eq_ignore_ascii_case(after))
     };
     memchr::memchr_iter(b'_', sql).any(|i| around(i, b"connection", b"id") || around(i, b"pseudo", b"thread_id"))
+}
+
+/// A reference to `information_schema.processlist` in a text (any case, quoted or not), which
+/// sluice answers with its own sessions (their ids are the ones CONNECTION_ID() and KILL take).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcesslistSite {
+    pub start: usize,
+    pub end: usize,
+    /// An alias follows; otherwise the derived table that replaces it needs one.
+    pub aliased: bool,
+}
+
+/// Where a text reads `information_schema.processlist`. `None` when it does not, or when the
+/// text cannot be rewritten: a statement that stores its text (a view or routine keeps the
+/// server's table), or one that qualifies a column with the table's full name.
+pub fn processlist_sites(sql: &[u8]) -> Option<Vec<ProcesslistSite>> {
+    if !mentions(sql, &[b"information_schema"]) || !mentions(sql, &[b"processlist"]) {
+        return None;
+    }
+    let first = code_tokens(sql).find(|t| t.text(sql) != b"(").filter(|t| t.kind == Kind::Word).map_or(&b""[..], |t| t.text(sql));
+    if !rewritable(first) {
+        return None;
+    }
+    let toks: Vec<Token> = code_tokens(sql).collect();
+    let mut sites = Vec::new();
+    for (i, t) in toks.iter().enumerate() {
+        let [dot, table] = [toks.get(i + 1), toks.get(i + 2)];
+        let names_it = eq_ignore_case(identifier(t, sql), "information_schema")
+            && dot.is_some_and(|d| d.text(sql) == b".")
+            && table.is_some_and(|n| eq_ignore_case(identifier(n, sql), "processlist"));
+        let Some(table) = table.filter(|_| names_it) else { continue };
+        let next = toks.get(i + 3);
+        if next.is_some_and(|n| n.text(sql) == b".") || (i > 0 && toks[i - 1].text(sql) == b".") {
+            return None;
+        }
+        let aliased = next.is_some_and(|n| match n.kind {
+            Kind::QuotedIdent => true,
+            Kind::Word => eq_ignore_case(n.text(sql), "AS") || crate::keywords::lookup_in(sql, n.start, n.end).is_none(),
+            _ => false,
+        });
+        sites.push(ProcesslistSite { start: t.start, end: table.end, aliased });
+    }
+    (!sites.is_empty()).then_some(sites)
+}
+
+/// `sql` with each site replaced by `(derived)`, named PROCESSLIST where no alias follows.
+pub fn replace_processlist(sql: &[u8], sites: &[ProcesslistSite], derived: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(sql.len() + sites.len() * (derived.len() + 20));
+    let mut last = 0;
+    for s in sites {
+        out.extend_from_slice(sql.get(last..s.start).unwrap_or_default());
+        out.push(b'(');
+        out.extend_from_slice(derived);
+        out.push(b')');
+        if !s.aliased {
+            out.extend_from_slice(b" AS PROCESSLIST");
+        }
+        last = s.end;
+    }
+    out.extend_from_slice(sql.get(last..).unwrap_or_default());
+    out
+}
+
+/// How the select list of `sql` (between its first SELECT and the FROM after it) spells the
+/// identifier `name` (any case), backticks off, where it first names it.
+pub fn spelling<'a>(sql: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    code_tokens(sql)
+        .skip_while(|t| !is_word(t, sql, "SELECT"))
+        .skip(1)
+        .take_while(|t| !is_word(t, sql, "FROM"))
+        .map(|t| identifier(&t, sql))
+        .find(|n| eq_ignore_case(n, name))
+}
+
+/// A word's or quoted identifier's name (backticks off); empty for other tokens.
+fn identifier<'a>(t: &Token, sql: &'a [u8]) -> &'a [u8] {
+    match t.kind {
+        Kind::Word => t.text(sql),
+        Kind::QuotedIdent => t.text(sql).get(1..t.text(sql).len().saturating_sub(1)).unwrap_or_default(),
+        _ => b"",
+    }
 }
 
 /// Tables keyed by the server's own thread ids: a statement reading them compares
@@ -876,7 +977,10 @@ fn names_server_threads(word: &[u8]) -> bool {
 /// `@@pseudo_thread_id` (the server sets it to the thread id; false when the session set it
 /// itself), with the literal `id`. A select item that held one keeps its column name through an
 /// alias. `None` when there is nothing to replace (the common case, found without allocating).
-pub fn rewrite_connection_id(sql: &[u8], id: u32, pseudo_thread_id: bool) -> Option<Vec<u8>> {
+///
+/// `processlist`: the text's `information_schema.processlist` is answered with sluice's sessions
+/// (`processlist_sites`), so a CONNECTION_ID() compared with its ids is sluice's too.
+pub fn rewrite_connection_id(sql: &[u8], id: u32, pseudo_thread_id: bool, processlist: bool) -> Option<Vec<u8>> {
     if !mentions_connection_id(sql) {
         return None;
     }
@@ -891,8 +995,10 @@ pub fn rewrite_connection_id(sql: &[u8], id: u32, pseudo_thread_id: bool) -> Opt
         Kind::QuotedIdent => t.text(sql).get(1..t.text(sql).len().saturating_sub(1)).unwrap_or_default(),
         _ => b"",
     };
+    let answered_by_sluice =
+        |i: usize| processlist && i >= 2 && toks[i - 1].text(sql) == b"." && eq_ignore_case(name(&toks[i - 2]), "information_schema");
     let thread_table = toks.iter().enumerate().any(|(i, t)| {
-        names_server_threads(name(t))
+        (names_server_threads(name(t)) && !(eq_ignore_case(name(t), "PROCESSLIST") && answered_by_sluice(i)))
             || (eq_ignore_case(name(t), "THREADS")
                 && i >= 2
                 && toks[i - 1].text(sql) == b"."
@@ -1096,17 +1202,17 @@ mod tests {
     #[test]
     fn connection_id_stays_the_servers_against_thread_tables() {
         let q = b"SELECT ATTR_VALUE FROM performance_schema.session_account_connect_attrs WHERE PROCESSLIST_ID = CONNECTION_ID()";
-        assert_eq!(rewrite_connection_id(q, 7, true), None);
-        assert_eq!(rewrite_connection_id(b"SELECT * FROM information_schema.PROCESSLIST WHERE ID = connection_id()", 7, true), None);
+        assert_eq!(rewrite_connection_id(q, 7, true, false), None);
+        assert_eq!(rewrite_connection_id(b"SELECT * FROM information_schema.PROCESSLIST WHERE ID = connection_id()", 7, true, false), None);
         assert_eq!(
-            rewrite_connection_id(b"SELECT * FROM `performance_schema`.`threads` WHERE PROCESSLIST_ID = CONNECTION_ID()", 7, true),
+            rewrite_connection_id(b"SELECT * FROM `performance_schema`.`threads` WHERE PROCESSLIST_ID = CONNECTION_ID()", 7, true, true),
             None
         );
         assert!(
-            rewrite_connection_id(b"SELECT CONNECTION_ID(), threads FROM t", 7, true).is_none(),
+            rewrite_connection_id(b"SELECT CONNECTION_ID(), threads FROM t", 7, true, false).is_none(),
             "a column named like a thread table: kept too"
         );
-        assert!(rewrite_connection_id(b"DELETE FROM locks WHERE owner = CONNECTION_ID()", 7, true).is_some());
+        assert!(rewrite_connection_id(b"DELETE FROM locks WHERE owner = CONNECTION_ID()", 7, true, false).is_some());
     }
 
     #[test]
@@ -1129,6 +1235,67 @@ mod tests {
 
     fn user(name: Option<&str>, host: Option<&str>) -> KillTarget {
         KillTarget::User { name: name.map(Into::into), host: host.map(Into::into) }
+    }
+
+    #[test]
+    fn processlist_table_is_replaced_where_it_is_read() {
+        let replaced = |sql: &str| {
+            processlist_sites(sql.as_bytes()).map(|s| String::from_utf8(replace_processlist(sql.as_bytes(), &s, b"D")).unwrap())
+        };
+        assert_eq!(
+            replaced("SELECT id FROM information_schema.processlist WHERE state = 'x'").as_deref(),
+            Some("SELECT id FROM (D) AS PROCESSLIST WHERE state = 'x'")
+        );
+        assert_eq!(
+            replaced("select p.id from `INFORMATION_SCHEMA`.`PROCESSLIST` p join information_schema.PROCESSLIST as q").as_deref(),
+            Some("select p.id from (D) p join (D) as q")
+        );
+        assert_eq!(
+            replaced("SELECT COUNT(*) FROM information_schema.processlist").as_deref(),
+            Some("SELECT COUNT(*) FROM (D) AS PROCESSLIST")
+        );
+        // Not read, or not to be rewritten.
+        for kept in [
+            "SELECT 1",
+            "SELECT * FROM processlist",
+            "SELECT 'information_schema.processlist'",
+            "CREATE VIEW v AS SELECT * FROM information_schema.processlist",
+            "SELECT information_schema.processlist.id FROM information_schema.processlist",
+        ] {
+            assert_eq!(replaced(kept), None, "{kept}");
+        }
+        let sql = b"select user, p.Db from information_schema.processlist p where id = 1";
+        assert_eq!(spelling(sql, "USER"), Some(&b"user"[..]));
+        assert_eq!(spelling(sql, "DB"), Some(&b"Db"[..]));
+        assert_eq!(spelling(sql, "ID"), None, "named after FROM only");
+        // CONNECTION_ID() compared with sluice's ids is sluice's id too.
+        let sql = b"SELECT 1 FROM information_schema.processlist WHERE id = CONNECTION_ID()";
+        assert!(rewrite_connection_id(sql, 7, true, false).is_none());
+        assert_eq!(
+            rewrite_connection_id(sql, 7, true, true).as_deref(),
+            Some(&b"SELECT 1 FROM information_schema.processlist WHERE id = 7"[..])
+        );
+    }
+
+    #[test]
+    fn show_status_is_one_statement_of_that_form() {
+        for yes in
+            ["SHOW STATUS", "  show global status like 'Threads_connected'", "SHOW SESSION STATUS WHERE Value > 0;", "show local status"]
+        {
+            assert!(show_status(yes.as_bytes()), "{yes}");
+        }
+        for no in [
+            "SHOW SLAVE STATUS",
+            "SHOW TABLE STATUS",
+            "SHOW ENGINE InnoDB STATUS",
+            "SHOW STATUS; SELECT 1",
+            "SHOW STATUS LIKE ?",
+            "SELECT 'SHOW STATUS'",
+            "SHOW VARIABLES",
+            "SHO",
+        ] {
+            assert!(!show_status(no.as_bytes()), "{no}");
+        }
     }
 
     const REFUSE_FORM: Option<Intercept> = Some(Intercept::Refuse(refusal::KILL_FORM));
@@ -1358,7 +1525,7 @@ mod tests {
 
     #[test]
     fn connection_id_rewrites() {
-        let r = |s: &str| rewrite_connection_id(s.as_bytes(), 42, true).map(|v| String::from_utf8(v).unwrap());
+        let r = |s: &str| rewrite_connection_id(s.as_bytes(), 42, true, false).map(|v| String::from_utf8(v).unwrap());
         assert_eq!(r("SELECT CONNECTION_ID()").as_deref(), Some("SELECT 42 AS `CONNECTION_ID()`"));
         assert_eq!(r("select connection_id(), 1").as_deref(), Some("select 42 AS `connection_id()`, 1"));
         assert_eq!(r("SELECT * FROM t WHERE id = CONNECTION_ID()").as_deref(), Some("SELECT * FROM t WHERE id = 42"));
@@ -1379,7 +1546,7 @@ mod tests {
         assert_eq!(r("SET @t = @@SESSION.pseudo_thread_id").as_deref(), Some("SET @t = 42"));
         assert_eq!(r("SET @@pseudo_thread_id = 5"), None);
         assert_eq!(r("SELECT @@global.pseudo_thread_id"), None);
-        assert_eq!(rewrite_connection_id(b"SELECT @@pseudo_thread_id", 42, false), None, "the session set it: the server's");
+        assert_eq!(rewrite_connection_id(b"SELECT @@pseudo_thread_id", 42, false, false), None, "the session set it: the server's");
         assert_eq!(r("KILL CONNECTION_ID()").as_deref(), Some("KILL 42"));
         assert_eq!(r("SELECT CONNECTION_ID()e5").as_deref(), Some("SELECT 42 e5"));
         assert_eq!(r("SELECT CONNECTION_ID()abc, 1").as_deref(), Some("SELECT 42 abc, 1"));

@@ -40,7 +40,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// The server privileges that change what KILL and SHOW PROCESSLIST may reach.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Privileges {
+pub(super) struct Privileges {
     /// SUPER or CONNECTION ADMIN: kill other users' sessions.
     kill_others: bool,
     /// PROCESS: see other users' sessions.
@@ -163,7 +163,7 @@ impl Session {
     /// `sql` with the session's id for CONNECTION_ID() and @@pseudo_thread_id
     /// (`plan::rewrite_connection_id`), for a statement that is not planned.
     pub(super) fn with_session_ids(&self, sql: Vec<u8>) -> Vec<u8> {
-        crate::plan::rewrite_connection_id(&sql, self.id, !self.pseudo_thread_id_set()).unwrap_or(sql)
+        crate::plan::rewrite_connection_id(&sql, self.id, !self.pseudo_thread_id_set(), false).unwrap_or(sql)
     }
 
     pub(super) async fn refuse(&mut self, seq: u8, why: &str) -> Flow {
@@ -421,7 +421,7 @@ impl Session {
     /// The killer's global privileges, asked of the server on the session's own connection
     /// (so a role it enabled counts). Not cached: KILL and SHOW PROCESSLIST are rare, and the
     /// answer then follows SET ROLE and COM_CHANGE_USER.
-    async fn privileges(&mut self) -> Result<Privileges, BackendError> {
+    pub(super) async fn privileges(&mut self) -> Result<Privileges, BackendError> {
         let rows = self.query_on_session("SHOW GRANTS").await;
         let rows = rows?;
         Ok(Privileges::from_grants(rows.iter().filter_map(|r| r.first()?.as_deref())))
@@ -558,7 +558,7 @@ impl Session {
     /// `own_command`: the Command the session's own row shows (the server's name for how it
     /// was asked: "Query" for the statement, "Processlist" for COM_PROCESS_INFO, "Execute"
     /// for a prepared one). `binary`: rows in the binary protocol (the reply to an execute).
-    pub(super) async fn processlist(&mut self, full: bool, own_command: &str, binary: bool, seq: u8) -> Flow {
+    pub(super) async fn processlist(&mut self, full: bool, own_command: &'static str, binary: bool, seq: u8) -> Flow {
         let answered = self.answer_processlist(full, own_command, binary, seq).await;
         self.handle.end();
         match answered {
@@ -567,11 +567,11 @@ impl Session {
         }
     }
 
-    async fn answer_processlist(&mut self, full: bool, own_command: &str, binary: bool, mut seq: u8) -> Result<bool, BackendError> {
+    async fn answer_processlist(&mut self, full: bool, own_command: &'static str, binary: bool, seq: u8) -> Result<bool, BackendError> {
         let privileges = self.privileges().await?;
         let mut held = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await?;
         let sql = if full { "SHOW FULL PROCESSLIST" } else { "SHOW PROCESSLIST" };
-        let server = read_raw_result(&mut held.backend, sql).await;
+        let server = read_raw_result(&mut held.backend, sql.as_bytes()).await;
         if let Err(e) = &server {
             held.backend.note_failure(e);
         }
@@ -586,13 +586,114 @@ impl Session {
         self.status = server.status;
         let names: Vec<&[u8]> = server.columns.iter().map(|c| proto::resultset::column_name(c).unwrap_or_default()).collect();
         let column = |name: &str| names.iter().position(|n| n.eq_ignore_ascii_case(name.as_bytes()));
-        let (id_col, state_col, progress_col) = (column("Id"), column("State"), column("Progress"));
+        let (id_col, state_col, progress_col, info_col) = (column("Id"), column("State"), column("Progress"), column("Info"));
         // State and Progress of the threads this server showed, by thread id.
         let server_row = |thread: u32| {
             server.rows.iter().find(|r| id_col.and_then(|i| r.get(i)?.as_deref()).is_some_and(|id| id == thread.to_string().as_bytes()))
         };
+        let rows: Vec<Vec<Option<Vec<u8>>>> = self
+            .visible_sessions(privileges, own_command, full)
+            .into_iter()
+            .map(|session| {
+                let on_this_server = session.running_on.filter(|&(pool, _)| pool == pool_id).and_then(|(_, thread)| server_row(thread));
+                let from_server = |col: Option<usize>| on_this_server.and_then(|r| r.get(col?).cloned().flatten());
+                names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, name)| match name.to_ascii_lowercase().as_slice() {
+                        b"id" => Some(session.id.to_string().into_bytes()),
+                        b"user" => Some(session.user.as_bytes().to_vec()),
+                        b"host" => Some(session.host.clone().into_bytes()),
+                        b"db" => session.db.as_deref().map(|s| s.as_bytes().to_vec()),
+                        b"command" => Some(session.command.as_bytes().to_vec()),
+                        b"time" => Some(session.time.to_string().into_bytes()),
+                        b"state" => Some(from_server(state_col).unwrap_or_default()),
+                        // Another session's running statement as the server shows it (the
+                        // statement a CALL is running, no trailing `;`).
+                        b"info" if session.id != self.id => from_server(info_col).or_else(|| session.info.clone()),
+                        b"info" => session.info.clone(),
+                        b"progress" => Some(from_server(progress_col).unwrap_or_else(|| b"0.000".to_vec())),
+                        // A column sluice does not know: as the server showed it for that thread.
+                        _ => from_server(Some(i)),
+                    })
+                    .collect()
+            })
+            .collect();
+        let shape = ResultShape { deprecate_eof, binary, types: &types };
+        Ok(self.send_result(&server.columns, &rows, server.status, &shape, seq).await)
+    }
+
+    /// Writes a result set sluice built: the server's column definitions, `rows` as text or
+    /// binary rows, the terminator the client negotiated. Whether the client took it.
+    pub(super) async fn send_result(
+        &mut self,
+        columns: &[Vec<u8>],
+        rows: &[Vec<Option<Vec<u8>>>],
+        status: u16,
+        shape: &ResultShape<'_>,
+        mut seq: u8,
+    ) -> bool {
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
+        let b = proto::frame::PacketBuilder::begin(&mut out);
+        proto::codec::write_lenenc(&mut out, columns.len() as u64);
+        b.finish(&mut out, &mut seq);
+        for c in columns {
+            proto::frame::write_packet(&mut out, &mut seq, c);
+        }
+        if !shape.deprecate_eof {
+            proto::packet::write_eof(&mut out, &mut seq, 0, status);
+        }
+        for row in rows {
+            let values = row.iter().map(|v| v.as_deref());
+            if shape.binary {
+                proto::resultset::write_binary_row_from_text(&mut out, &mut seq, shape.types, values);
+            } else {
+                proto::resultset::write_text_row(&mut out, &mut seq, values);
+            }
+        }
+        if shape.deprecate_eof {
+            let ok = proto::packet::Ok { status, ..Default::default() };
+            proto::packet::write_ok(&mut out, &mut seq, proto::packet::EOF_HEADER, &ok, b"");
+        } else {
+            proto::packet::write_eof(&mut out, &mut seq, 0, status);
+        }
+        let written = self.client.write_all(&out).await.is_ok();
+        self.out = out;
+        written
+    }
+}
+
+/// How `send_result` writes a result set: the terminator the client negotiated
+/// (CLIENT_DEPRECATE_EOF), and binary rows of these column types (the reply to an execute).
+pub(super) struct ResultShape<'a> {
+    pub deprecate_eof: bool,
+    pub binary: bool,
+    pub types: &'a [u8],
+}
+
+/// One of sluice's sessions as SHOW PROCESSLIST and INFORMATION_SCHEMA.PROCESSLIST show it.
+pub(super) struct SessionRow {
+    pub id: u32,
+    pub user: Arc<str>,
+    /// `localhost:port` for a loopback client, as the server names it, else `address:port`.
+    pub host: String,
+    pub db: Option<String>,
+    pub command: &'static str,
+    /// Seconds in the current statement, or idle.
+    pub time: u64,
+    /// The statement running (`full`: whole, else its first 100 characters).
+    pub info: Option<Vec<u8>>,
+    /// The server pool and thread id its statement runs on, while one runs.
+    pub running_on: Option<(u32, u32)>,
+}
+
+impl Session {
+    /// The sessions this session may see (all with PROCESS, else its user's), itself
+    /// included. `own_command`: the Command its own row shows.
+    pub(super) fn visible_sessions(&self, privileges: Privileges, own_command: &'static str, full: bool) -> Vec<SessionRow> {
         let me = self.user.name.clone();
-        let mut rows: Vec<Vec<Option<Vec<u8>>>> = Vec::new();
+        let mut rows = Vec::new();
         for h in self.data.registry.sessions() {
             let user = h.user();
             if !privileges.process && *user != *me {
@@ -600,10 +701,8 @@ impl Session {
             }
             let a = h.activity();
             let running = a.started.is_some();
-            let on_this_server = h.backend().filter(|&(pool, _)| running && pool == pool_id).and_then(|(_, thread)| server_row(thread));
-            let from_server = |col: Option<usize>| on_this_server.and_then(|r| r.get(col?).cloned().flatten());
             let since = a.started.or(a.idle_since);
-            let schema = if h.id == self.id { self.state.schema.clone() } else { a.state.as_ref().and_then(|s| s.schema.clone()) };
+            let db = if h.id == self.id { self.state.schema.clone() } else { a.state.as_ref().and_then(|s| s.schema.clone()) };
             let host = match h.peer.ip() {
                 ip if ip.is_loopback() => format!("localhost:{}", h.peer.port()),
                 ip => format!("{ip}:{}", h.peer.port()),
@@ -615,85 +714,47 @@ impl Session {
                 }
                 a.info.as_bytes()[..end].to_vec()
             });
-            let row = names
-                .iter()
-                .enumerate()
-                .map(|(i, name)| match name.to_ascii_lowercase().as_slice() {
-                    b"id" => Some(h.id.to_string().into_bytes()),
-                    b"user" => Some(user.as_bytes().to_vec()),
-                    b"host" => Some(host.clone().into_bytes()),
-                    b"db" => schema.as_deref().map(|s| s.as_bytes().to_vec()),
-                    b"command" => Some(
-                        if h.id == self.id {
-                            own_command
-                        } else if h.is_killed() {
-                            "Killed"
-                        } else if running {
-                            "Query"
-                        } else {
-                            "Sleep"
-                        }
-                        .as_bytes()
-                        .to_vec(),
-                    ),
-                    b"time" => Some(since.map_or(0, |t| t.elapsed().as_secs()).to_string().into_bytes()),
-                    b"state" => Some(from_server(state_col).unwrap_or_default()),
-                    b"info" => info.clone(),
-                    b"progress" => Some(from_server(progress_col).unwrap_or_else(|| b"0.000".to_vec())),
-                    // A column sluice does not know: as the server showed it for that thread.
-                    _ => from_server(Some(i)),
-                })
-                .collect();
-            rows.push(row);
-        }
-        let mut out = std::mem::take(&mut self.out);
-        out.clear();
-        let b = proto::frame::PacketBuilder::begin(&mut out);
-        proto::codec::write_lenenc(&mut out, server.columns.len() as u64);
-        b.finish(&mut out, &mut seq);
-        for c in &server.columns {
-            proto::frame::write_packet(&mut out, &mut seq, c);
-        }
-        if !deprecate_eof {
-            proto::packet::write_eof(&mut out, &mut seq, 0, server.status);
-        }
-        for row in &rows {
-            let values = row.iter().map(|v| v.as_deref());
-            if binary {
-                proto::resultset::write_binary_row_from_text(&mut out, &mut seq, &types, values);
+            let command = if h.id == self.id {
+                own_command
+            } else if h.is_killed() {
+                "Killed"
+            } else if running {
+                "Query"
             } else {
-                proto::resultset::write_text_row(&mut out, &mut seq, values);
-            }
+                "Sleep"
+            };
+            rows.push(SessionRow {
+                id: h.id,
+                user,
+                host,
+                db: db.map(|d| d.to_string()),
+                command,
+                time: since.map_or(0, |t| t.elapsed().as_secs()),
+                info,
+                running_on: h.backend().filter(|_| running),
+            });
         }
-        if deprecate_eof {
-            let ok = proto::packet::Ok { status: server.status, ..Default::default() };
-            proto::packet::write_ok(&mut out, &mut seq, proto::packet::EOF_HEADER, &ok, b"");
-        } else {
-            proto::packet::write_eof(&mut out, &mut seq, 0, server.status);
-        }
-        let written = self.client.write_all(&out).await.is_ok();
-        self.out = out;
-        Ok(written)
+        rows
     }
 }
 
 /// A text result set as the server sent it: column definition packets untouched, rows as
 /// values (NULL as `None`).
-struct RawResult {
-    columns: Vec<Vec<u8>>,
-    rows: Vec<Vec<Option<Vec<u8>>>>,
-    status: u16,
+pub(super) struct RawResult {
+    pub columns: Vec<Vec<u8>>,
+    pub rows: Vec<Vec<Option<Vec<u8>>>>,
+    pub status: u16,
 }
 
 /// Runs one of sluice's own statements that returns one result set, keeping the server's
 /// column definitions as they are (they are in the format the client negotiated: its backend
 /// connections repeat its capabilities).
-async fn read_raw_result(backend: &mut Backend, sql: &str) -> Result<RawResult, BackendError> {
+pub(super) async fn read_raw_result(backend: &mut Backend, sql: &[u8]) -> Result<RawResult, BackendError> {
     let server = backend.server.name.to_string();
     let lost = |e: std::io::Error| BackendError::Lost { server: server.clone(), source: e };
     let protocol = |what: &str| BackendError::Protocol { server: server.clone(), what: what.into() };
     let mut out = Vec::with_capacity(sql.len() + 5);
-    proto::frame::write_command(&mut out, 0, proto::command::COM_QUERY, sql.as_bytes());
+    proto::frame::write_command(&mut out, 0, proto::command::COM_QUERY, sql);
     backend.conn.write_all(&out).await.map_err(lost)?;
     let max = 1 << 30;
     let (_, first) = backend.conn.read_packet(max).await.map_err(lost)?;

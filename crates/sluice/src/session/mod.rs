@@ -10,9 +10,11 @@ mod kill;
 mod multiplex;
 mod observe;
 mod prepared;
+mod processlist_table;
 mod replay;
 mod sharded;
 mod statement;
+mod status;
 
 use crate::datapath::DataPath;
 use crate::exec::{self, ExecError, Outcome};

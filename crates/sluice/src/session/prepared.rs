@@ -60,7 +60,7 @@ impl ClientStatement {
     }
 }
 
-/// A prepared KILL or SHOW PROCESSLIST: answered by sluice at each execute.
+/// A prepared KILL, SHOW PROCESSLIST or SHOW STATUS: answered by sluice at each execute.
 struct AnsweredStatement {
     what: Answered,
     /// The text, for the session's own row in SHOW PROCESSLIST while it runs.
@@ -71,7 +71,11 @@ struct AnsweredStatement {
 
 enum Answered {
     Kill(Kill),
-    Processlist { full: bool },
+    Processlist {
+        full: bool,
+    },
+    /// SHOW STATUS (session/status.rs): run on the server at each execute.
+    Status,
 }
 
 impl Answered {
@@ -278,6 +282,9 @@ impl Session {
             // A compound statement can be prepared: its dynamic SQL stays behind its guards.
             Some(Intercept::Dynamic(sql::classify::Dynamic::Guarded { sql, .. })) => sql,
             // Other dynamic SQL cannot be prepared at all: the server says so itself.
+            Some(Intercept::Dynamic(_)) | None if sql::classify::show_status(&text) => {
+                return self.prepare_answered(Answered::Status, text, seq).await
+            }
             Some(Intercept::Dynamic(_)) | None => text,
         };
         let sql = self.with_session_ids(text);
@@ -669,6 +676,12 @@ impl Session {
                 let full = *full;
                 self.handle.begin(&stmt.text.clone(), &self.state, self.unrouted_hostgroup());
                 self.processlist(full, "Execute", true, seq).await
+            }
+            Answered::Status => {
+                let text = stmt.text.clone();
+                let hostgroup = self.unrouted_hostgroup();
+                self.handle.begin(&text, &self.state, hostgroup);
+                self.show_status(&text, hostgroup, 1, true, seq).await
             }
             Answered::Kill(k) => {
                 let mut k = k.clone();

@@ -102,6 +102,15 @@ impl Session {
                 self.client.consume(frame.wire_len);
                 self.intercepted(intercept, seq).await
             }
+            Action::ShowStatus => {
+                let text = match plan.decision.rewritten.as_deref() {
+                    Some(t) => t.to_vec(),
+                    None => frame.first_chunk(&self.client.rbuf).get(1..).unwrap_or_default().to_vec(),
+                };
+                self.handle.begin(&text, &self.state, hostgroup);
+                self.client.consume(frame.wire_len);
+                self.show_status(&text, hostgroup, plan.retries(), false, seq).await
+            }
             Action::ExplainSharding(ref rows) => {
                 self.client.consume(frame.wire_len);
                 self.explain_sharding(rows, seq).await
@@ -160,6 +169,17 @@ impl Session {
                 return Flow::written(self.serve_cached(&reply, frame.last_seq).await);
             }
         };
+        // INFORMATION_SCHEMA.PROCESSLIST shows sluice's sessions: who they are is read first.
+        let mut processlist = None;
+        if plan.processlist {
+            match self.processlist_rows().await {
+                Ok(rows) => processlist = Some(rows),
+                Err(e) => {
+                    self.client.consume(frame.wire_len);
+                    return self.reply_backend_error(seq, &e).await;
+                }
+            }
+        }
         let needs = Needs { last_insert_id: plan.reads_last_insert_id() };
         let mut held = match self.acquire_routed(plan.routed, plan.retries(), needs).await {
             Ok(h) => h,
@@ -175,6 +195,22 @@ impl Session {
         }
         if let Some(delay) = plan.delay() {
             tokio::time::sleep(delay).await;
+        }
+        if let Some(rows) = processlist {
+            let text = match &plan.rewrite {
+                Some(packet) => packet.get(5..).unwrap_or_default(),
+                None => frame.first_chunk(&self.client.rbuf).get(1..).unwrap_or_default(),
+            };
+            if let Some(sites) = sql::classify::processlist_sites(text) {
+                let b = &held.backend;
+                let mariadb = b.greeting.server_version.contains("MariaDB");
+                let spelling = |name: &str| sql::classify::spelling(text, name);
+                let derived = super::processlist_table::derived_table(&rows, b.server.pool.id, self.id, b.thread_id, mariadb, spelling);
+                let sent = sql::classify::replace_processlist(text, &sites, &derived);
+                if sent.len() < proto::frame::MAX_CHUNK {
+                    plan.rewrite = Some(plan::query_packet(&sent, frame.first_seq));
+                }
+            }
         }
         let timeout = plan.timeout();
         let request = match plan.rewrite.take() {
