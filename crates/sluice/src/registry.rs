@@ -60,6 +60,13 @@ impl SessionHandle {
         a.started = Some(std::time::Instant::now());
     }
 
+    /// The session's state changed (USE, COM_INIT_DB, SET, a reset): what SHOW PROCESSLIST
+    /// and INFORMATION_SCHEMA.PROCESSLIST show of it follows at once, not at its next statement.
+    pub fn publish_state(&self, state: &std::sync::Arc<crate::pool::state::State>) {
+        let mut a = self.activity.lock().unwrap_or_else(|p| p.into_inner());
+        a.state = Some(state.clone());
+    }
+
     /// The statement ended.
     pub fn end(&self) {
         let now = std::time::Instant::now();

@@ -351,6 +351,13 @@ async fn information_schema_processlist_and_threads_connected_are_sluices() {
     // Without PROCESS: alice's own session only, though bob runs on the same backend login.
     let seen: Vec<u32> = alice.query("SELECT ID FROM information_schema.PROCESSLIST").await.unwrap();
     assert_eq!(seen, vec![alice.id()]);
+    // Prepared (binary rows), the same sessions.
+    let sql = "SELECT ID, STATE FROM information_schema.PROCESSLIST ORDER BY ID";
+    let prepared: Vec<(u32, String)> = root.exec(sql, ()).await.unwrap();
+    assert_eq!(prepared.iter().map(|r| r.0).collect::<Vec<_>>(), ids, "prepared: {prepared:?}");
+    assert!(prepared.contains(&(bob_id, "User sleep".to_string())));
+    let seen: Vec<u32> = alice.exec("SELECT ID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()", ()).await.unwrap();
+    assert_eq!(seen, vec![alice.id()]);
     // The id read there is the one KILL takes.
     let sql = format!("SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE '%{marker}%' AND ID <> CONNECTION_ID()");
     let found: Option<u32> = root.query_first(sql).await.unwrap();
@@ -381,6 +388,15 @@ async fn information_schema_processlist_and_threads_connected_are_sluices() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(threads_connected(&mut root, true).await, 3, "prepared too");
+
+    // A prepared USE moves the schema other sessions see, also on a connection the session
+    // keeps for state it cannot read back (after FLUSH PRIVILEGES).
+    root.query_drop("FLUSH PRIVILEGES").await.unwrap();
+    root.exec_drop("USE mysql", ()).await.unwrap();
+    let mut other = s.connect("root").await;
+    let db: Option<Option<String>> =
+        other.query_first(format!("SELECT DB FROM information_schema.PROCESSLIST WHERE ID = {}", root.id())).await.unwrap();
+    assert_eq!(db, Some(Some("mysql".to_string())));
 }
 
 /// KILL and SHOW PROCESSLIST prepared (COM_STMT_PREPARE, as mysqltest's --ps-protocol and

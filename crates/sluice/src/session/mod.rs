@@ -958,6 +958,7 @@ impl Session {
         self.login = backend_login(&user, credential, &negotiated);
         self.generation = self.snap.hostgroups.generations().enter(&self.login.username);
         self.state = multiplex::initial_state(database.as_deref(), collation);
+        self.handle.publish_state(&self.state);
         self.user = user;
         self.handle.set_user(&self.user.name);
         self.negotiated = negotiated;

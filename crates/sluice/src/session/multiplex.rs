@@ -480,6 +480,7 @@ impl Session {
         }
         self.state = Arc::new(next);
         b.state = self.state.clone();
+        self.handle.publish_state(&self.state);
         Ok(())
     }
 
@@ -489,6 +490,7 @@ impl Session {
         next.schema = Some(db.into());
         self.state = Arc::new(next);
         b.state = self.state.clone();
+        self.handle.publish_state(&self.state);
     }
 
     /// After a statement: the session keeps the connection if something pins it (or

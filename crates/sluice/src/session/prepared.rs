@@ -76,6 +76,9 @@ enum Answered {
     },
     /// SHOW STATUS (session/status.rs): run on the server at each execute.
     Status,
+    /// A SELECT of INFORMATION_SCHEMA.PROCESSLIST (session/processlist_table.rs): rewritten
+    /// and run at each execute.
+    ProcesslistSelect,
 }
 
 impl Answered {
@@ -285,6 +288,9 @@ impl Session {
             Some(Intercept::Dynamic(_)) | None if sql::classify::show_status(&text) => {
                 return self.prepare_answered(Answered::Status, text, seq).await
             }
+            Some(Intercept::Dynamic(_)) | None if super::processlist_table::prepared_processlist_select(&text) => {
+                return self.prepare_answered(Answered::ProcesslistSelect, text, seq).await
+            }
             Some(Intercept::Dynamic(_)) | None => text,
         };
         let sql = self.with_session_ids(text);
@@ -491,7 +497,10 @@ impl Session {
             s.cursor = opened;
             s.held_in = hostgroup;
         });
-        self.after_statement(&mut held, &entry.effects, &outcome, None).await;
+        // A prepared `USE db` names its schema as the text one does: the session follows it even
+        // on a connection it keeps for state it cannot read back (SHOW PROCESSLIST's db).
+        let use_db = (entry.effects.flags & sql::effects::USE_SCHEMA != 0).then(|| sql::classify::parse_use(&entry.sql)).flatten();
+        self.after_statement(&mut held, &entry.effects, &outcome, use_db).await;
         self.note_write(&mut held, || entry.route.class == sql::rw::Class::Write, &outcome).await;
         self.settle_statement(held);
         self.settle_writes();
@@ -682,6 +691,11 @@ impl Session {
                 let hostgroup = self.unrouted_hostgroup();
                 self.handle.begin(&text, &self.state, hostgroup);
                 self.show_status(&text, hostgroup, 1, true, seq).await
+            }
+            Answered::ProcesslistSelect => {
+                let text = stmt.text.clone();
+                self.handle.begin(&text, &self.state, self.unrouted_hostgroup());
+                self.execute_processlist_select(&text, seq).await
             }
             Answered::Kill(k) => {
                 let mut k = k.clone();

@@ -5,8 +5,9 @@
 //! table of the sessions' rows, joined with the server's processlist for what only the server
 //! knows of a running statement (State, Progress, memory, rows examined).
 
-use super::kill::{Privileges, SessionRow};
-use super::Session;
+use super::kill::{read_raw_result, Privileges, ResultShape, SessionRow};
+use super::multiplex::Needs;
+use super::{Flow, Session};
 use crate::pool::BackendError;
 use std::fmt::Write;
 
@@ -21,6 +22,58 @@ impl Session {
         let privileges: Privileges = self.privileges().await?;
         Ok(self.visible_sessions(privileges, "Query", true))
     }
+
+    /// An execute of a prepared SELECT that reads INFORMATION_SCHEMA.PROCESSLIST (no `?`): its
+    /// text, rewritten with the sessions of the moment, runs as a query, and the rows go back in
+    /// the binary protocol (a statement prepared on the server would keep the server's table).
+    pub(super) async fn execute_processlist_select(&mut self, text: &[u8], seq: u8) -> Flow {
+        let answered = self.answer_processlist_select(text, seq).await;
+        self.handle.end();
+        match answered {
+            Ok(written) => Flow::written(written),
+            Err(e) => self.reply_backend_error(seq, &e).await,
+        }
+    }
+
+    async fn answer_processlist_select(&mut self, text: &[u8], seq: u8) -> Result<bool, BackendError> {
+        let rows = self.processlist_rows().await?;
+        let mut held = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await?;
+        let with_id = crate::plan::rewrite_connection_id(text, self.id, !self.pseudo_thread_id_set(), true);
+        let text = with_id.as_deref().unwrap_or(text);
+        let b = &held.backend;
+        let sent = match sql::classify::processlist_sites(text) {
+            Some(sites) => {
+                let mariadb = b.greeting.server_version.contains("MariaDB");
+                let spelling = |name: &str| sql::classify::spelling(text, name);
+                let derived = derived_table(&rows, b.server.pool.id, self.id, b.thread_id, mariadb, spelling);
+                sql::classify::replace_processlist(text, &sites, &derived)
+            }
+            None => text.to_vec(),
+        };
+        let server = read_raw_result(&mut held.backend, &sent).await;
+        if let Err(e) = &server {
+            held.backend.note_failure(e);
+        }
+        let deprecate_eof = held.backend.deprecate_eof();
+        let types: Vec<u8> = match &server {
+            Ok(r) => r.columns.iter().map(|c| held.backend.column_type(c).unwrap_or(proto::resultset::TYPE_VAR_STRING)).collect(),
+            Err(_) => Vec::new(),
+        };
+        self.settle(held);
+        let server = server?;
+        self.status = server.status;
+        let shape = ResultShape { deprecate_eof, binary: true, types: &types };
+        Ok(self.send_result(&server.columns, &server.rows, server.status, &shape, seq).await)
+    }
+}
+
+/// A prepared statement sluice answers at each execute because it reads
+/// INFORMATION_SCHEMA.PROCESSLIST: a SELECT (one result set) with no `?`.
+pub(super) fn prepared_processlist_select(text: &[u8]) -> bool {
+    let first = sql::lexer::code_tokens(text).find(|t| t.text(text) != b"(");
+    first.is_some_and(|t| sql::classify::is_word(&t, text, "SELECT"))
+        && sql::classify::processlist_sites(text).is_some()
+        && !sql::lexer::code_tokens(text).any(|t| t.text(text) == b"?" || t.text(text) == b";")
 }
 
 /// The derived table that stands for INFORMATION_SCHEMA.PROCESSLIST: `rows`, with the server's
