@@ -113,10 +113,13 @@ async fn first(c: &mut mysql_async::Conn, sql: &str) -> Result<Option<String>, u
 }
 
 /// The backend thread serving `c`'s statements now.
-async fn backend_thread(c: &mut mysql_async::Conn) -> String {
-    // In a statement reading the server's thread tables, CONNECTION_ID() is the server's.
-    let sql = "SELECT ID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()";
-    first(c, sql).await.expect("reads its thread").expect("has one")
+async fn backend_thread(db: &MariaDb, c: &mut mysql_async::Conn) -> String {
+    // information_schema.PROCESSLIST through sluice lists sluice's sessions, but the TID of the
+    // session's running statement (the server's OS thread) is the server's: the server maps it
+    // to its own thread id.
+    let sql = "SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()";
+    let tid = first(c, sql).await.expect("reads its thread").expect("has one");
+    db.sql(&format!("SELECT ID FROM information_schema.PROCESSLIST WHERE TID = {tid}")).unwrap().trim().to_string()
 }
 
 /// Waits (up to 5 s) until the backend has `n` connections of `user`.
@@ -150,7 +153,7 @@ async fn open_sessions_outlive_changes_to_their_account() {
         let mut through = mysql_async::Conn::new(opts(proxy.port, &user, "pw")).await.unwrap();
         let mut direct = mysql_async::Conn::new(opts(db.port(), &user, "pw")).await.unwrap();
         assert_eq!(first(&mut through, "SELECT CURRENT_USER()").await, Ok(Some(format!("{user}@%"))));
-        let thread = backend_thread(&mut through).await;
+        let thread = backend_thread(db, &mut through).await;
         db.sql(&change.replace("{u}", &user)).unwrap();
         // The account recheck (backend_users_refresh_ms, 1 s) notices the change meanwhile.
         tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -161,7 +164,7 @@ async fn open_sessions_outlive_changes_to_their_account() {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
-        assert_eq!(backend_thread(&mut through).await, thread, "after `{change}`: the connection it logged in on serves it");
+        assert_eq!(backend_thread(db, &mut through).await, thread, "after `{change}`: the connection it logged in on serves it");
         // The global privilege a session logged in with stays with it, as on the server.
         let victim = unique("victim");
         let want = first(&mut direct, &format!("CREATE USER {victim}_d")).await;
@@ -174,7 +177,7 @@ async fn open_sessions_outlive_changes_to_their_account() {
         }
         if change.starts_with("REVOKE") {
             let mut fresh = mysql_async::Conn::new(opts(proxy.port, &user, "pw")).await.unwrap();
-            assert_ne!(backend_thread(&mut fresh).await, thread, "a new session never gets a connection from before the change");
+            assert_ne!(backend_thread(db, &mut fresh).await, thread, "a new session never gets a connection from before the change");
             let refused = first(&mut fresh, &format!("CREATE USER {victim}_n")).await;
             assert_eq!(refused, Err(1227), "a new session has the privileges as they are now");
             fresh.disconnect().await.unwrap();

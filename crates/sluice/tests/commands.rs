@@ -229,8 +229,8 @@ async fn kill_query_and_connection_by_the_id_the_client_knows() {
     let mut b = connect(proxy.port).await;
     let id: u32 = a.query_first("SELECT CONNECTION_ID()").await.unwrap().unwrap();
     assert_eq!(id, a.id(), "CONNECTION_ID() agrees with the greeting");
-    // Against the server's own thread tables the call stays the server's, so a client finds
-    // its own row there (tools and drivers read their connection attributes this way).
+    // information_schema.PROCESSLIST lists sluice's sessions, so a client finds its own row
+    // there by CONNECTION_ID() (tools and drivers look themselves up this way).
     let user: Option<String> = a.query_first("SELECT USER FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()").await.unwrap();
     assert_eq!(user.as_deref(), Some("root"));
     let started = Instant::now();
