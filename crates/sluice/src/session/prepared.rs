@@ -255,6 +255,15 @@ impl Session {
         let text = frame.payload(&self.client.rbuf).get(1..).unwrap_or_default().to_vec();
         self.client.consume(frame.wire_len);
         let mut cache_ttl = None;
+        if self.snap.config.firewall_compiled.active() {
+            let snap = self.snap.clone();
+            let digest =
+                if snap.config.firewall_compiled.enabled() { self.plan_scratch.digest(&snap.config.rules, &text, true) } else { 0 };
+            if let Some(msg) = self.firewall(&text, digest, &self.plan_scratch.digest_text) {
+                self.reply_err(seq, ER_NOT_ALLOWED_COMMAND, SQLSTATE_NOT_SUPPORTED, &msg).await;
+                return Flow::Continue;
+            }
+        }
         if !self.snap.config.rules.is_empty() {
             let actions = self.prepare_actions(&text);
             if let Some(msg) = actions.error_msg {
