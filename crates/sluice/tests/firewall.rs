@@ -42,7 +42,7 @@ fn admin(port: u16, sql: &str) -> Result<String, String> {
 /// switched to PROTECTING.
 const LEARN: &str = "INSERT OR IGNORE INTO mysql_firewall_whitelist_rules \
      (active, username, client_address, schemaname, flagIN, digest, comment) \
-     SELECT DISTINCT 1, username, '', schemaname, 0, digest, 'learned' FROM stats_mysql_query_digest WHERE username = 'root'; \
+     SELECT DISTINCT 1, username, '', schemaname, 0, digest, 'learned' FROM stats_mysql_query_digest WHERE username = 'root' AND errors < count_star; \
      UPDATE mysql_firewall_whitelist_users SET mode = 'PROTECTING' WHERE username = 'root'; \
      LOAD MYSQL FIREWALL TO RUNTIME";
 
