@@ -1256,12 +1256,22 @@ impl FileConfig {
             Some(r) => r.rules.clone(),
             None => std::sync::Arc::new(self.compile_rules(running).map_err(|p| locate_problem(file, src, &p))?),
         };
-        let firewall_compiled = std::sync::Arc::new(crate::firewall::Firewall::build(
-            &self.mysql_firewall_whitelist_users,
-            &self.mysql_firewall_whitelist_rules,
-            &self.mysql_firewall_whitelist_sqli_fingerprints,
-            &self.firewall,
-        ));
+        // A reload that leaves the firewall as it was keeps it, and the digests it has logged.
+        let same_firewall = running.filter(|r| {
+            r.firewall == self.firewall
+                && r.firewall_users == self.mysql_firewall_whitelist_users
+                && r.firewall_rules == self.mysql_firewall_whitelist_rules
+                && r.firewall_fingerprints == self.mysql_firewall_whitelist_sqli_fingerprints
+        });
+        let firewall_compiled = match same_firewall {
+            Some(r) => r.firewall_compiled.clone(),
+            None => std::sync::Arc::new(crate::firewall::Firewall::build(
+                &self.mysql_firewall_whitelist_users,
+                &self.mysql_firewall_whitelist_rules,
+                &self.mysql_firewall_whitelist_sqli_fingerprints,
+                &self.firewall,
+            )),
+        };
         let listen = self.proxy.listen.iter().filter_map(|a| a.parse().ok()).collect();
         let workers = self.proxy.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         Ok(Config {

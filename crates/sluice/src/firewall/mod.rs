@@ -315,13 +315,18 @@ impl Firewall {
                 return Verdict::Allowed;
             }
             if mode == Mode::Protecting {
-                tracing::info!(
-                    user = s.username,
-                    client = s.client_address,
-                    schema = s.schemaname,
-                    digest = %sql::digest::format_id(s.digest),
-                    "firewall: blocked a statement not on the allowlist (PROTECTING)"
-                );
+                // Once per digest, as in DETECTING: a client retrying in a loop must not flood
+                // the log (the counter counts each).
+                if self.first_time(s.username, s.digest) {
+                    tracing::warn!(
+                        user = s.username,
+                        client = s.client_address,
+                        schema = s.schemaname,
+                        digest = %sql::digest::format_id(s.digest),
+                        digest_text = %String::from_utf8_lossy(s.digest_text),
+                        "firewall: refused a statement not on the allowlist (PROTECTING)"
+                    );
+                }
                 return Verdict::Blocked;
             }
             if self.first_time(s.username, s.digest) {

@@ -81,7 +81,7 @@ impl Session {
         };
         let mut plan = plan::plan(&stmt, &facts, &self.snap.config.rules, &mut self.plan_scratch);
         // The firewall sees what would be sent: a statement sluice answers itself is not checked.
-        if plan.action == Action::Forward && self.snap.config.firewall_compiled.active() {
+        if self.snap.config.firewall_compiled.active() && plan.action == Action::Forward {
             if let Some(message) = self.firewall(stmt.text, plan.digest, &self.plan_scratch.digest_text) {
                 plan.action = Action::Answer { error: true, message };
             }
