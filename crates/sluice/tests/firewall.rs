@@ -349,7 +349,10 @@ fn suite_command(port: u16, program: &str) -> Command {
 fn client_suites_run_clean_with_the_heuristic_on() {
     let db = testkit::shared();
     let proxy = proxy(db, &detecting(true));
-    // PyMySQL and mysql-connector: a bounded subset (no 100k-row result, no waits for timeouts).
+    // PyMySQL and mysql-connector (pure Python): a bounded subset (no 100k-row result, no waits
+    // for timeouts). The C extension is left out: in this binary it crashed now and then in its
+    // own close() at a test's teardown (a segfault, with no statement refused by the firewall);
+    // real_clients.rs runs it.
     let mut py = suite_command(proxy.port, "python3");
     py.args([
         "-m",
@@ -359,14 +362,16 @@ fn client_suites_run_clean_with_the_heuristic_on() {
         "-p",
         "no:cacheprovider",
         "-k",
-        "not large_result and not wait_timeout and not kill_other and not tls and not large_value",
+        "not large_result and not wait_timeout and not kill_other and not tls and not large_value and not connector_cext",
     ]);
     let text = run(py, "Python suite with the firewall's heuristic on");
     assert!(text.contains(" passed"), "{text}");
+    println!("Python suite: {}", text.lines().last().unwrap_or_default());
     let mut cli = suite_command(proxy.port, "bash");
     cli.arg("tests/cli/run.sh");
     let text = run(cli, "mariadb CLI suite with the firewall's heuristic on");
     assert!(text.contains(" passed, 0 failed"), "{text}");
+    println!("CLI suite: {}", text.lines().last().unwrap_or_default());
     assert_eq!(proxy.counter("Firewall_sqli_blocked"), 0, "the heuristic flagged a client suite's statement");
     assert_eq!(proxy.counter("Firewall_blocked"), 0);
     assert!(proxy.counter("Firewall_detected") > 100);
