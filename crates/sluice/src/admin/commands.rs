@@ -278,6 +278,7 @@ mod tests {
             ("MYSQL SERVERS", Module::MysqlServers),
             ("mysql users", Module::MysqlUsers),
             ("Mysql Query Rules", Module::MysqlQueryRules),
+            ("mysql firewall", Module::MysqlFirewall),
             ("MYSQL VARIABLES", Module::MysqlVariables),
             ("ADMIN VARIABLES", Module::AdminVariables),
         ];
