@@ -367,10 +367,20 @@ impl Firewall {
         let start = (key as usize) % self.seen.len();
         for i in 0..SEEN_PROBES {
             let slot = &self.seen[(start + i) % self.seen.len()];
-            match slot.compare_exchange(0, key, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return true,
-                Err(existing) if existing == key => return false,
-                Err(_) => {}
+            // A plain load first: a digest seen before (the usual case) writes nothing, so
+            // workers do not pass the slot's cache line between them.
+            let mut current = slot.load(Ordering::Relaxed);
+            loop {
+                if current == key {
+                    return false;
+                }
+                if current != 0 {
+                    break;
+                }
+                match slot.compare_exchange(0, key, Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => return true,
+                    Err(now) => current = now,
+                }
             }
         }
         false

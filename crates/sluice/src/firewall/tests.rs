@@ -59,6 +59,21 @@ fn detecting_logs_each_digest_once() {
     assert!(!fw.first_time("rep", 1));
     assert!(fw.first_time("other", 1));
     assert!(fw.first_time("rep", 2));
+    // Many digests: each logged once (the table holds 4096).
+    let new = (100..1100).filter(|&d| fw.first_time("rep", d)).count();
+    assert_eq!(new, 1000);
+    assert_eq!((100..1100).filter(|&d| fw.first_time("rep", d)).count(), 0);
+    // Threads racing on the same digests: each still logged once in all.
+    let firsts = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                let n = (5000..5200).filter(|&d| fw.first_time("race", d)).count();
+                firsts.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            });
+        }
+    });
+    assert_eq!(firsts.into_inner(), 200);
 }
 
 #[test]
