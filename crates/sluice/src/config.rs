@@ -4,6 +4,7 @@
 //! A bad file is reported as `FILE:LINE: [section] field `name`: what is wrong`, and nothing
 //! starts (exit code 2).
 
+pub use crate::firewall::{FirewallRuleRow, FirewallSection, FirewallUserRow, SqliFingerprintRow};
 use crate::lenient::{bool_or_int, yes};
 pub use crate::rules::QueryRuleRow;
 use serde::{Deserialize, Serialize};
@@ -460,6 +461,9 @@ pub struct FileConfig {
     pub querylog: QueryLogSection,
     #[serde(default)]
     pub cache: CacheSection,
+    /// The firewall's switches (docs/firewall.md).
+    #[serde(default)]
+    pub firewall: FirewallSection,
     #[serde(default)]
     pub mysql_servers: Vec<ServerRow>,
     #[serde(default)]
@@ -468,6 +472,14 @@ pub struct FileConfig {
     pub mysql_users: Vec<UserRow>,
     #[serde(default)]
     pub mysql_query_rules: Vec<QueryRuleRow>,
+    /// The firewall's allowlist (docs/firewall.md): users and their modes, allowed digests,
+    /// heuristic fingerprints not to flag.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mysql_firewall_whitelist_users: Vec<FirewallUserRow>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mysql_firewall_whitelist_rules: Vec<FirewallRuleRow>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mysql_firewall_whitelist_sqli_fingerprints: Vec<SqliFingerprintRow>,
     /// Sharding (docs/sharding.md): logical databases and their data nodes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shard_databases: Vec<ShardDatabaseRow>,
@@ -570,6 +582,12 @@ pub struct Config {
     pub stats: StatsSection,
     pub querylog: QueryLogSection,
     pub cache: CacheSection,
+    pub firewall: FirewallSection,
+    pub firewall_users: Vec<FirewallUserRow>,
+    pub firewall_rules: Vec<FirewallRuleRow>,
+    pub firewall_fingerprints: Vec<SqliFingerprintRow>,
+    /// The firewall rows and section compiled (`firewall::Firewall`).
+    pub firewall_compiled: std::sync::Arc<crate::firewall::Firewall>,
     pub servers: Vec<ServerRow>,
     pub replication_hostgroups: Vec<ReplicationHostgroupRow>,
     pub users: Vec<UserRow>,
@@ -599,6 +617,10 @@ impl Config {
             stats: self.stats.clone(),
             querylog: self.querylog.clone(),
             cache: self.cache.clone(),
+            firewall: self.firewall.clone(),
+            mysql_firewall_whitelist_users: self.firewall_users.clone(),
+            mysql_firewall_whitelist_rules: self.firewall_rules.clone(),
+            mysql_firewall_whitelist_sqli_fingerprints: self.firewall_fingerprints.clone(),
             mysql_servers: self.servers.clone(),
             mysql_replication_hostgroups: self.replication_hostgroups.clone(),
             mysql_users: self.users.clone(),
@@ -842,6 +864,7 @@ impl FileConfig {
         self.check_stats(&mut out);
         self.check_querylog(&mut out);
         self.check_cache(&mut out);
+        self.check_firewall(&mut out);
         self.check_monitor(&mut out);
         self.check_servers(&mut out);
         self.check_replication_hostgroups(&mut out);
@@ -968,6 +991,23 @@ impl FileConfig {
             ));
         } else if c.max_entry_bytes >= proto::frame::MAX_CHUNK {
             out.push(problem(vec![Key("cache"), Key("max_entry_bytes")], "must be under 16 MiB"));
+        }
+    }
+
+    /// `[firewall]` and the firewall's rows (`firewall::check`).
+    fn check_firewall(&self, out: &mut Vec<Problem>) {
+        use PathPart::{Index, Key};
+        let found = crate::firewall::check(
+            &self.mysql_firewall_whitelist_users,
+            &self.mysql_firewall_whitelist_rules,
+            &self.mysql_firewall_whitelist_sqli_fingerprints,
+            &self.firewall,
+        );
+        if let Some((table, index, column, message)) = found {
+            let mut path = vec![Key(table)];
+            path.extend(index.map(Index));
+            path.push(Key(column));
+            out.push(problem(path, message));
         }
     }
 
@@ -1216,6 +1256,22 @@ impl FileConfig {
             Some(r) => r.rules.clone(),
             None => std::sync::Arc::new(self.compile_rules(running).map_err(|p| locate_problem(file, src, &p))?),
         };
+        // A reload that leaves the firewall as it was keeps it, and the digests it has logged.
+        let same_firewall = running.filter(|r| {
+            r.firewall == self.firewall
+                && r.firewall_users == self.mysql_firewall_whitelist_users
+                && r.firewall_rules == self.mysql_firewall_whitelist_rules
+                && r.firewall_fingerprints == self.mysql_firewall_whitelist_sqli_fingerprints
+        });
+        let firewall_compiled = match same_firewall {
+            Some(r) => r.firewall_compiled.clone(),
+            None => std::sync::Arc::new(crate::firewall::Firewall::build(
+                &self.mysql_firewall_whitelist_users,
+                &self.mysql_firewall_whitelist_rules,
+                &self.mysql_firewall_whitelist_sqli_fingerprints,
+                &self.firewall,
+            )),
+        };
         let listen = self.proxy.listen.iter().filter_map(|a| a.parse().ok()).collect();
         let workers = self.proxy.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         Ok(Config {
@@ -1227,6 +1283,11 @@ impl FileConfig {
             stats: self.stats,
             querylog: self.querylog,
             cache: self.cache,
+            firewall: self.firewall,
+            firewall_users: self.mysql_firewall_whitelist_users,
+            firewall_rules: self.mysql_firewall_whitelist_rules,
+            firewall_fingerprints: self.mysql_firewall_whitelist_sqli_fingerprints,
+            firewall_compiled,
             servers: self.mysql_servers,
             replication_hostgroups: self.mysql_replication_hostgroups,
             users: self.mysql_users,

@@ -15,6 +15,7 @@ pub mod config;
 pub mod control;
 pub mod datapath;
 pub mod exec;
+pub mod firewall;
 pub mod health;
 pub mod http;
 mod lenient;

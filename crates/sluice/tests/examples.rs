@@ -73,9 +73,10 @@ fn run_example(name: &str) {
 }
 
 /// Every folder under `examples/`, each run by the test of the same name below.
-const EXAMPLES: [&str; 13] = [
+const EXAMPLES: [&str; 14] = [
     "query-rules",
     "cache",
+    "firewall",
     "read-write-split",
     "replication-failover",
     "live-reconfig",
@@ -111,6 +112,11 @@ fn query_rules() {
 #[test]
 fn cache() {
     run_example("cache");
+}
+
+#[test]
+fn firewall() {
+    run_example("firewall");
 }
 
 #[test]

@@ -181,6 +181,7 @@ fn parse_move(w: &[&str]) -> Option<AdminCommand> {
         ["MYSQL", "SERVERS", rest @ ..] => (Module::MysqlServers, rest),
         ["MYSQL", "USERS", rest @ ..] => (Module::MysqlUsers, rest),
         ["MYSQL", "QUERY", "RULES", rest @ ..] => (Module::MysqlQueryRules, rest),
+        ["MYSQL", "FIREWALL", rest @ ..] => (Module::MysqlFirewall, rest),
         ["MYSQL", "VARIABLES", rest @ ..] => (Module::MysqlVariables, rest),
         ["ADMIN", "VARIABLES", rest @ ..] => (Module::AdminVariables, rest),
         _ => return None,
@@ -277,6 +278,7 @@ mod tests {
             ("MYSQL SERVERS", Module::MysqlServers),
             ("mysql users", Module::MysqlUsers),
             ("Mysql Query Rules", Module::MysqlQueryRules),
+            ("mysql firewall", Module::MysqlFirewall),
             ("MYSQL VARIABLES", Module::MysqlVariables),
             ("ADMIN VARIABLES", Module::AdminVariables),
         ];

@@ -55,6 +55,8 @@ pub enum Module {
     MysqlServers,
     MysqlUsers,
     MysqlQueryRules,
+    /// The three `mysql_firewall_whitelist_*` tables.
+    MysqlFirewall,
     /// `global_variables` rows not named `admin-*`: ProxySQL's `mysql-*` and sluice's `sluice-*`.
     MysqlVariables,
     /// `global_variables` rows named `admin-*`.
@@ -62,8 +64,14 @@ pub enum Module {
 }
 
 impl Module {
-    pub const ALL: [Module; 5] =
-        [Module::MysqlServers, Module::MysqlUsers, Module::MysqlQueryRules, Module::MysqlVariables, Module::AdminVariables];
+    pub const ALL: [Module; 6] = [
+        Module::MysqlServers,
+        Module::MysqlUsers,
+        Module::MysqlQueryRules,
+        Module::MysqlFirewall,
+        Module::MysqlVariables,
+        Module::AdminVariables,
+    ];
 
     /// As the admin commands spell it: `MYSQL SERVERS`, `ADMIN VARIABLES`…
     pub fn name(self) -> &'static str {
@@ -71,6 +79,7 @@ impl Module {
             Module::MysqlServers => "MYSQL SERVERS",
             Module::MysqlUsers => "MYSQL USERS",
             Module::MysqlQueryRules => "MYSQL QUERY RULES",
+            Module::MysqlFirewall => "MYSQL FIREWALL",
             Module::MysqlVariables => "MYSQL VARIABLES",
             Module::AdminVariables => "ADMIN VARIABLES",
         }
@@ -202,6 +211,28 @@ pub(crate) fn rule_key(rule_id: impl std::fmt::Display) -> String {
     format!("mysql_query_rules rule_id={rule_id}")
 }
 
+/// `mysql_firewall_whitelist_users (username='app', client_address='')`.
+pub(crate) fn firewall_user_key(username: &str, client_address: &str) -> String {
+    format!("mysql_firewall_whitelist_users (username={}, client_address={})", quoted(username), quoted(client_address))
+}
+
+/// `mysql_firewall_whitelist_rules (username='app', client_address='', schemaname='shop',
+/// flagIN=0, digest='0x…')`.
+pub(crate) fn firewall_rule_key(username: &str, client_address: &str, schemaname: &str, flag_in: &str, digest: &str) -> String {
+    format!(
+        "mysql_firewall_whitelist_rules (username={}, client_address={}, schemaname={}, flagIN={flag_in}, digest={})",
+        quoted(username),
+        quoted(client_address),
+        quoted(schemaname),
+        quoted(digest)
+    )
+}
+
+/// `mysql_firewall_whitelist_sqli_fingerprints fingerprint='T&1o1'`.
+pub(crate) fn fingerprint_key(fingerprint: &str) -> String {
+    format!("mysql_firewall_whitelist_sqli_fingerprints fingerprint={}", quoted(fingerprint))
+}
+
 /// Names row `index` of a module's rows in `fc` by its primary key, as `RowError` does; for the
 /// variable modules (no rows) the table's name. The integrator turns the `mysql_users[3]` of a
 /// validation error into this.
@@ -213,6 +244,7 @@ pub fn describe_row(module: Module, fc: &FileConfig, index: usize) -> String {
         }
         Module::MysqlUsers => fc.mysql_users.get(index).map_or_else(|| missing("mysql_users"), |u| user_key(&u.username)),
         Module::MysqlQueryRules => fc.mysql_query_rules.get(index).map_or_else(|| missing("mysql_query_rules"), |r| rule_key(r.rule_id)),
+        Module::MysqlFirewall => "the firewall tables".into(),
         Module::MysqlVariables | Module::AdminVariables => "global_variables".into(),
     }
 }
@@ -229,6 +261,9 @@ pub fn describe_config_error(fc: &FileConfig, e: &ConfigError) -> String {
                 return format!("{}: {}: {}", replication_key(r.writer_hostgroup), column.trim_start_matches('.'), e.message);
             }
         }
+    }
+    if let Some(located) = describe_firewall_error(fc, field, &e.message) {
+        return located;
     }
     let rows =
         [("mysql_servers", Module::MysqlServers), ("mysql_users", Module::MysqlUsers), ("mysql_query_rules", Module::MysqlQueryRules)];
@@ -257,4 +292,27 @@ pub fn describe_config_error(fc: &FileConfig, e: &ConfigError) -> String {
         }
     }
     e.to_string()
+}
+
+/// A firewall row's validation error (`mysql_firewall_whitelist_rules[2].digest`) named by the
+/// row's primary key; `[firewall]` fields by their variables.
+fn describe_firewall_error(fc: &FileConfig, field: &str, message: &str) -> Option<String> {
+    let (table, rest) = field.split_once('[')?;
+    let (index, column) = rest.split_once(']')?;
+    let index: usize = index.parse().ok()?;
+    let column = column.trim_start_matches('.');
+    let row = match table {
+        "mysql_firewall_whitelist_users" => {
+            fc.mysql_firewall_whitelist_users.get(index).map(|u| firewall_user_key(&u.username, &u.client_address))
+        }
+        "mysql_firewall_whitelist_rules" => fc
+            .mysql_firewall_whitelist_rules
+            .get(index)
+            .map(|r| firewall_rule_key(&r.username, &r.client_address, &r.schemaname, &r.flag_in.to_string(), &r.digest)),
+        "mysql_firewall_whitelist_sqli_fingerprints" => {
+            fc.mysql_firewall_whitelist_sqli_fingerprints.get(index).map(|f| fingerprint_key(&f.fingerprint))
+        }
+        _ => return None,
+    }?;
+    Some(format!("{row}: {column}: {message}"))
 }

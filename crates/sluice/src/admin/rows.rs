@@ -4,8 +4,10 @@
 //! primary key and the column.
 
 use super::schema::qualified;
+use super::{fingerprint_key, firewall_rule_key, firewall_user_key};
 use super::{quoted, replication_key, rule_key, server_key, user_key, AdminError, Layer, RowError};
-use crate::config::{CausalReads, QueryRuleRow, ReplicationHostgroupRow, ServerRow, ServerStatus, UserRow};
+use crate::config::{CausalReads, FileConfig, QueryRuleRow, ReplicationHostgroupRow, ServerRow, ServerStatus, UserRow};
+use crate::firewall::{FirewallRuleRow, FirewallUserRow, Mode, SqliFingerprintRow};
 use rusqlite::types::Value;
 use rusqlite::{params, Connection};
 use std::path::PathBuf;
@@ -470,4 +472,84 @@ pub(crate) fn write_variables(conn: &Connection, layer: Layer, filter: &str, row
         insert.execute(params![name, value]).map_err(write_err(format!("global_variables variable_name={}", quoted(name))))?;
     }
     Ok(())
+}
+
+const FIREWALL_USER_COLUMNS: &[&str] = &["active", "username", "client_address", "mode", "comment"];
+const FIREWALL_RULE_COLUMNS: &[&str] = &["active", "username", "client_address", "schemaname", "flagIN", "digest", "comment"];
+const FINGERPRINT_COLUMNS: &[&str] = &["active", "fingerprint"];
+
+/// The three firewall tables of a layer, replaced by `fc`'s rows.
+pub(crate) fn write_firewall(conn: &Connection, layer: Layer, fc: &FileConfig) -> Result<(), AdminError> {
+    let users = qualified(layer, "mysql_firewall_whitelist_users");
+    let rules = qualified(layer, "mysql_firewall_whitelist_rules");
+    let prints = qualified(layer, "mysql_firewall_whitelist_sqli_fingerprints");
+    for table in [&users, &rules, &prints] {
+        conn.execute(&format!("DELETE FROM {table}"), [])?;
+    }
+    let mut insert = conn.prepare(&format!("INSERT INTO {users} ({}) VALUES (?1, ?2, ?3, ?4, ?5)", FIREWALL_USER_COLUMNS.join(", ")))?;
+    for u in &fc.mysql_firewall_whitelist_users {
+        insert
+            .execute(params![u.active, u.username, u.client_address, u.mode.name(), u.comment])
+            .map_err(write_err(firewall_user_key(&u.username, &u.client_address)))?;
+    }
+    let mut insert =
+        conn.prepare(&format!("INSERT INTO {rules} ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", FIREWALL_RULE_COLUMNS.join(", ")))?;
+    for r in &fc.mysql_firewall_whitelist_rules {
+        let key = firewall_rule_key(&r.username, &r.client_address, &r.schemaname, &r.flag_in.to_string(), &r.digest);
+        insert
+            .execute(params![r.active, r.username, r.client_address, r.schemaname, r.flag_in, r.digest, r.comment])
+            .map_err(write_err(key))?;
+    }
+    let mut insert = conn.prepare(&format!("INSERT INTO {prints} ({}) VALUES (?1, ?2)", FINGERPRINT_COLUMNS.join(", ")))?;
+    for f in &fc.mysql_firewall_whitelist_sqli_fingerprints {
+        insert.execute(params![f.active, f.fingerprint]).map_err(write_err(fingerprint_key(&f.fingerprint)))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn read_firewall_users(conn: &Connection, layer: Layer) -> Result<Vec<FirewallUserRow>, RowError> {
+    let mut out = Vec::new();
+    for values in select(conn, layer, "mysql_firewall_whitelist_users", FIREWALL_USER_COLUMNS, "1", "rowid")? {
+        let r = Rec::new(FIREWALL_USER_COLUMNS, values, |r| {
+            firewall_user_key(&shown_bare(r.value("username")), &shown_bare(r.value("client_address")))
+        });
+        let mode = r.text_or_empty("mode")?;
+        out.push(FirewallUserRow {
+            active: r.boolean("active")?,
+            username: r.text_or_empty("username")?,
+            client_address: r.text_or_empty("client_address")?,
+            mode: Mode::parse(&mode).ok_or_else(|| r.err("mode", format!("`{mode}` is not OFF, DETECTING or PROTECTING")))?,
+            comment: r.text_or_empty("comment")?,
+        });
+    }
+    Ok(out)
+}
+
+pub(crate) fn read_firewall_rules(conn: &Connection, layer: Layer) -> Result<Vec<FirewallRuleRow>, RowError> {
+    let mut out = Vec::new();
+    for values in select(conn, layer, "mysql_firewall_whitelist_rules", FIREWALL_RULE_COLUMNS, "1", "rowid")? {
+        let r = Rec::new(FIREWALL_RULE_COLUMNS, values, |r| {
+            let v = |c| shown_bare(r.value(c));
+            firewall_rule_key(&v("username"), &v("client_address"), &v("schemaname"), &v("flagIN"), &v("digest"))
+        });
+        out.push(FirewallRuleRow {
+            active: r.boolean("active")?,
+            username: r.text_or_empty("username")?,
+            client_address: r.text_or_empty("client_address")?,
+            schemaname: r.text_or_empty("schemaname")?,
+            flag_in: r.required_int("flagIN")?,
+            digest: r.text_or_empty("digest")?,
+            comment: r.text_or_empty("comment")?,
+        });
+    }
+    Ok(out)
+}
+
+pub(crate) fn read_fingerprints(conn: &Connection, layer: Layer) -> Result<Vec<SqliFingerprintRow>, RowError> {
+    let mut out = Vec::new();
+    for values in select(conn, layer, "mysql_firewall_whitelist_sqli_fingerprints", FINGERPRINT_COLUMNS, "1", "rowid")? {
+        let r = Rec::new(FINGERPRINT_COLUMNS, values, |r| fingerprint_key(&shown_bare(r.value("fingerprint"))));
+        out.push(SqliFingerprintRow { active: r.boolean("active")?, fingerprint: r.text_or_empty("fingerprint")? });
+    }
+    Ok(out)
 }

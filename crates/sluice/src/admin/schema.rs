@@ -106,6 +106,30 @@ const MYSQL_QUERY_RULES: &str = "
     attributes VARCHAR CHECK (JSON_VALID(attributes) OR attributes = '') NOT NULL DEFAULT '',
     comment VARCHAR";
 
+/// ProxySQL's firewall tables (docs/firewall.md).
+const MYSQL_FIREWALL_WHITELIST_USERS: &str = "
+    active INT CHECK (active IN (0, 1)) NOT NULL DEFAULT 1,
+    username VARCHAR NOT NULL,
+    client_address VARCHAR NOT NULL DEFAULT '',
+    mode VARCHAR CHECK (UPPER(mode) IN ('OFF', 'DETECTING', 'PROTECTING')) NOT NULL DEFAULT 'OFF',
+    comment VARCHAR NOT NULL DEFAULT '',
+    PRIMARY KEY (username, client_address)";
+
+const MYSQL_FIREWALL_WHITELIST_RULES: &str = "
+    active INT CHECK (active IN (0, 1)) NOT NULL DEFAULT 1,
+    username VARCHAR NOT NULL,
+    client_address VARCHAR NOT NULL DEFAULT '',
+    schemaname VARCHAR NOT NULL DEFAULT '',
+    flagIN INT NOT NULL DEFAULT 0,
+    digest VARCHAR NOT NULL,
+    comment VARCHAR NOT NULL DEFAULT '',
+    PRIMARY KEY (username, client_address, schemaname, flagIN, digest)";
+
+const MYSQL_FIREWALL_WHITELIST_SQLI_FINGERPRINTS: &str = "
+    active INT CHECK (active IN (0, 1)) NOT NULL DEFAULT 1,
+    fingerprint VARCHAR NOT NULL,
+    PRIMARY KEY (fingerprint)";
+
 const GLOBAL_VARIABLES: &str = "
     variable_name VARCHAR NOT NULL PRIMARY KEY,
     variable_value VARCHAR NOT NULL";
@@ -117,6 +141,9 @@ pub(crate) const CONFIG_TABLES: &[(&str, &str)] = &[
     ("mysql_replication_hostgroups", MYSQL_REPLICATION_HOSTGROUPS),
     ("mysql_users", MYSQL_USERS),
     ("mysql_query_rules", MYSQL_QUERY_RULES),
+    ("mysql_firewall_whitelist_users", MYSQL_FIREWALL_WHITELIST_USERS),
+    ("mysql_firewall_whitelist_rules", MYSQL_FIREWALL_WHITELIST_RULES),
+    ("mysql_firewall_whitelist_sqli_fingerprints", MYSQL_FIREWALL_WHITELIST_SQLI_FINGERPRINTS),
     ("global_variables", GLOBAL_VARIABLES),
 ];
 
@@ -126,6 +153,9 @@ pub(crate) fn module_tables(module: Module) -> &'static [&'static str] {
         Module::MysqlServers => &["mysql_servers", "mysql_servers_ssl_params", "mysql_replication_hostgroups"],
         Module::MysqlUsers => &["mysql_users"],
         Module::MysqlQueryRules => &["mysql_query_rules"],
+        Module::MysqlFirewall => {
+            &["mysql_firewall_whitelist_users", "mysql_firewall_whitelist_rules", "mysql_firewall_whitelist_sqli_fingerprints"]
+        }
         Module::MysqlVariables | Module::AdminVariables => &["global_variables"],
     }
 }

@@ -325,6 +325,11 @@ impl Store {
             }
             Module::MysqlUsers => into.mysql_users = rows::read_users(&self.conn, layer)?,
             Module::MysqlQueryRules => into.mysql_query_rules = rows::read_rules(&self.conn, layer)?,
+            Module::MysqlFirewall => {
+                into.mysql_firewall_whitelist_users = rows::read_firewall_users(&self.conn, layer)?;
+                into.mysql_firewall_whitelist_rules = rows::read_firewall_rules(&self.conn, layer)?;
+                into.mysql_firewall_whitelist_sqli_fingerprints = rows::read_fingerprints(&self.conn, layer)?;
+            }
             Module::MysqlVariables | Module::AdminVariables => {
                 let vars = rows::read_variables(&self.conn, layer, module_filter(module))?;
                 variables::apply(&vars, module, into)?;
@@ -552,6 +557,7 @@ fn write_module(conn: &Connection, layer: Layer, module: Module, fc: &FileConfig
         }
         Module::MysqlUsers => rows::write_users(conn, layer, &fc.mysql_users),
         Module::MysqlQueryRules => rows::write_rules(conn, layer, &fc.mysql_query_rules),
+        Module::MysqlFirewall => rows::write_firewall(conn, layer, fc),
         Module::MysqlVariables | Module::AdminVariables => {
             let vars = variables::render(fc, module)?;
             rows::write_variables(conn, layer, module_filter(module), &vars)

@@ -16,7 +16,9 @@
 //! where the disk layer is, so it is fixed at start-up.
 
 use super::{quoted, Module, RowError};
-use crate::config::{CacheSection, FileConfig, MonitorSection, PoolSection, ProxySection, QueryLogSection, StatsSection, TlsSection};
+use crate::config::{
+    CacheSection, FileConfig, FirewallSection, MonitorSection, PoolSection, ProxySection, QueryLogSection, StatsSection, TlsSection,
+};
 use serde::de::{self, Deserializer, Visitor};
 use std::sync::OnceLock;
 use toml::{Table, Value};
@@ -53,6 +55,9 @@ const PROXYSQL_NAMES: &[(&str, &str, &str)] = &[
     ("mysql-eventslog_default_log", "querylog", "enabled"),
     ("mysql-eventslog_filename", "querylog", "path"),
     ("mysql-eventslog_filesize", "querylog", "max_file_bytes"),
+    ("mysql-firewall_whitelist_enabled", "firewall", "enabled"),
+    ("mysql-firewall_whitelist_errormsg", "firewall", "errormsg"),
+    ("mysql-automatic_detect_sqli", "firewall", "sqli"),
 ];
 
 /// sluice's own settings that belong to the admin side: named `admin-<field>`, an `admin_`
@@ -79,6 +84,7 @@ const SECTIONS: &[(&str, Fields)] = &[
     ("stats", field_names::<StatsSection>),
     ("querylog", field_names::<QueryLogSection>),
     ("cache", field_names::<CacheSection>),
+    ("firewall", field_names::<FirewallSection>),
 ];
 
 /// One global variable and the config field it stands for.
@@ -163,7 +169,14 @@ fn render_value(v: &Value) -> String {
 pub fn apply(rows: &[(String, String)], module: Module, into: &mut FileConfig) -> Result<(), RowError> {
     let whole = |e: String| RowError::new("global_variables", "", e);
     let mut table = Table::try_from(&*into).map_err(|e| whole(e.to_string()))?;
-    for rows_key in ["mysql_servers", "mysql_users", "mysql_query_rules"] {
+    for rows_key in [
+        "mysql_servers",
+        "mysql_users",
+        "mysql_query_rules",
+        "mysql_firewall_whitelist_users",
+        "mysql_firewall_whitelist_rules",
+        "mysql_firewall_whitelist_sqli_fingerprints",
+    ] {
         table.remove(rows_key);
     }
     let hints = hints();
@@ -192,6 +205,7 @@ pub fn apply(rows: &[(String, String)], module: Module, into: &mut FileConfig) -
     into.stats = new.stats;
     into.querylog = new.querylog;
     into.cache = new.cache;
+    into.firewall = new.firewall;
     if module == Module::MysqlVariables {
         // An empty monitor login is the same as no [monitor] section.
         into.monitor = new.monitor.filter(|m| *m != MonitorSection::default());

@@ -262,6 +262,15 @@ impl Session {
         let text = frame.payload(&self.client.rbuf).get(1..).unwrap_or_default().to_vec();
         self.client.consume(frame.wire_len);
         let mut cache_ttl = None;
+        if self.snap.config.firewall_compiled.active() {
+            let snap = self.snap.clone();
+            let digest =
+                if snap.config.firewall_compiled.enabled() { self.plan_scratch.digest(&snap.config.rules, &text, true) } else { 0 };
+            if let Some(msg) = self.firewall(&text, digest, &self.plan_scratch.digest_text) {
+                self.reply_err(seq, ER_NOT_ALLOWED_COMMAND, SQLSTATE_NOT_SUPPORTED, &msg).await;
+                return Flow::Continue;
+            }
+        }
         if !self.snap.config.rules.is_empty() {
             let actions = self.prepare_actions(&text);
             if let Some(msg) = actions.error_msg {
@@ -352,6 +361,18 @@ impl Session {
 
     /// COM_STMT_EXECUTE and COM_STMT_BULK_EXECUTE, on whichever connection serves the session.
     async fn execute(&mut self, cmd: u8, id: u32, frame: Frame, seq: u8) -> Flow {
+        // The allowlist judges each execute too, so a statement prepared before the user's mode
+        // or list changed meets the list in force (the heuristic read its text at the prepare:
+        // an empty text here).
+        if self.snap.config.firewall_compiled.enabled() {
+            if let Some(entry) = self.statements.by_id.get(&id).map(|s| s.entry.clone()) {
+                if let Some(msg) = self.firewall(b"", entry.digest, &entry.digest_text) {
+                    self.client.consume(frame.wire_len);
+                    self.reply_err(seq, ER_NOT_ALLOWED_COMMAND, SQLSTATE_NOT_SUPPORTED, &msg).await;
+                    return Flow::Continue;
+                }
+            }
+        }
         let payload = frame.first_chunk(&self.client.rbuf);
         let Some(stmt) = self.statements.by_id.get_mut(&id) else { return Flow::Continue };
         let entry = stmt.entry.clone();

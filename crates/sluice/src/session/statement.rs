@@ -6,6 +6,7 @@ use super::cached::Lookup;
 use super::multiplex::{Held, Needs};
 use super::{Flow, Forwarded, Session};
 use crate::exec::{ReplyChecksum, Tap};
+use crate::firewall::Verdict;
 use crate::plan::{self, Action, Plan};
 use crate::pool::BackendError;
 use crate::rules::Who;
@@ -69,7 +70,8 @@ impl Session {
             session_id: self.id,
             pseudo_thread_id_set: self.pseudo_thread_id_set(),
             default_hostgroup: self.user.default_hostgroup,
-            digests_on: self.digests_on(),
+            // The allowlist is keyed by digest.
+            digests_on: self.digests_on() || self.snap.config.firewall_compiled.enabled(),
             multi_statements: self.negotiated.capabilities.contains(proto::CapabilityFlags::CLIENT_MULTI_STATEMENTS),
             in_transaction: self.may_be_in_transaction(),
             kept_hostgroup: self.kept_hostgroup(),
@@ -77,7 +79,35 @@ impl Session {
             backslash_escapes: self.backslash_escapes(),
             shards: &self.snap.shards,
         };
-        plan::plan(&stmt, &facts, &self.snap.config.rules, &mut self.plan_scratch)
+        let mut plan = plan::plan(&stmt, &facts, &self.snap.config.rules, &mut self.plan_scratch);
+        // The firewall sees what would be sent: a statement sluice answers itself is not checked.
+        if self.snap.config.firewall_compiled.active() && plan.action == Action::Forward {
+            if let Some(message) = self.firewall(stmt.text, plan.digest, &self.plan_scratch.digest_text) {
+                plan.action = Action::Answer { error: true, message };
+            }
+        }
+        plan
+    }
+
+    /// The firewall's verdict on a statement, counted; the error it gets when it is refused.
+    pub(super) fn firewall(&self, text: &[u8], digest: u64, digest_text: &[u8]) -> Option<Box<str>> {
+        let fw = &self.snap.config.firewall_compiled;
+        let verdict = fw.check(&crate::firewall::Statement {
+            username: &self.user.name,
+            client_address: &self.origin.client_ip,
+            schemaname: self.state.schema.as_deref().unwrap_or(""),
+            digest,
+            text,
+            digest_text,
+        });
+        let counter = match verdict {
+            Verdict::Allowed => Counter::FirewallAllowed,
+            Verdict::Detected => Counter::FirewallDetected,
+            Verdict::Blocked => Counter::FirewallBlocked,
+            Verdict::Sqli(_) => Counter::FirewallSqli,
+        };
+        self.data.stats.add(counter, 1);
+        fw.message(&verdict)
     }
 
     /// A COM_QUERY: planned, then carried out.

@@ -60,11 +60,20 @@ pub enum Counter {
     QueryCacheEvicted,
     /// Writes through sluice that invalidated cached results (of their tables, or all).
     QueryCacheInvalidations,
+    /// Firewall (`firewall`): statements checked and let through (allowlisted, an OFF user,
+    /// or nothing flagged)…
+    FirewallAllowed,
+    /// …refused because a PROTECTING user's digest is not on the allowlist…
+    FirewallBlocked,
+    /// …run though not on the allowlist (DETECTING)…
+    FirewallDetected,
+    /// …refused because the SQL-injection heuristic flagged them.
+    FirewallSqli,
 }
 
 impl Counter {
     /// Every counter, in declaration order; `Counter as usize` indexes it.
-    pub const ALL: [Counter; 36] = [
+    pub const ALL: [Counter; 40] = [
         Counter::Questions,
         Counter::SlowQueries,
         Counter::ClientConnectionsCreated,
@@ -101,6 +110,10 @@ impl Counter {
         Counter::QueryCachePurged,
         Counter::QueryCacheEvicted,
         Counter::QueryCacheInvalidations,
+        Counter::FirewallAllowed,
+        Counter::FirewallBlocked,
+        Counter::FirewallDetected,
+        Counter::FirewallSqli,
     ];
     pub const COUNT: usize = Counter::ALL.len();
 
@@ -143,6 +156,10 @@ impl Counter {
             Counter::QueryCachePurged => "Query_Cache_Purged",
             Counter::QueryCacheEvicted => "Query_Cache_Evicted",
             Counter::QueryCacheInvalidations => "Query_Cache_Invalidations",
+            Counter::FirewallAllowed => "Firewall_allowed",
+            Counter::FirewallBlocked => "Firewall_blocked",
+            Counter::FirewallDetected => "Firewall_detected",
+            Counter::FirewallSqli => "Firewall_sqli_blocked",
         }
     }
 }

@@ -77,6 +77,32 @@ log = 1
 error_msg = "no"
 OK_msg = "fine"
 comment = "rewrite"
+[firewall]
+enabled = true
+errormsg = "not on the list"
+sqli = true
+[[mysql_firewall_whitelist_users]]
+username = "app"
+client_address = "10.0.0.7"
+mode = "PROTECTING"
+comment = "web"
+[[mysql_firewall_whitelist_users]]
+active = 0
+username = "report"
+mode = "DETECTING"
+[[mysql_firewall_whitelist_rules]]
+username = "app"
+client_address = "10.0.0.7"
+schemaname = "shop"
+digest = "0x0F078E3629144B1C"
+comment = "learned"
+[[mysql_firewall_whitelist_rules]]
+active = false
+username = "report"
+flagIN = 3
+digest = "0x1"
+[[mysql_firewall_whitelist_sqli_fingerprints]]
+fingerprint = "T&1o1"
 "#;
 
 fn config() -> FileConfig {
@@ -99,6 +125,10 @@ fn assert_same(a: &FileConfig, b: &FileConfig) {
     assert_eq!(a.pool, b.pool);
     assert_eq!(a.stats, b.stats);
     assert_eq!(a.querylog, b.querylog);
+    assert_eq!(a.firewall, b.firewall);
+    assert_eq!(a.mysql_firewall_whitelist_users, b.mysql_firewall_whitelist_users);
+    assert_eq!(a.mysql_firewall_whitelist_rules, b.mysql_firewall_whitelist_rules);
+    assert_eq!(a.mysql_firewall_whitelist_sqli_fingerprints, b.mysql_firewall_whitelist_sqli_fingerprints);
 }
 
 fn read_all(store: &Store, layer: Layer) -> FileConfig {
