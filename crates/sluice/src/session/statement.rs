@@ -80,8 +80,8 @@ impl Session {
             shards: &self.snap.shards,
         };
         let mut plan = plan::plan(&stmt, &facts, &self.snap.config.rules, &mut self.plan_scratch);
-        // The firewall sees what would be sent: a statement sluice answers itself is not checked.
-        if self.snap.config.firewall_compiled.active() && plan.action == Action::Forward {
+        // The firewall sees what reaches a server: a statement sluice answers alone is not checked.
+        if self.snap.config.firewall_compiled.active() && matches!(plan.action, Action::Forward | Action::ShowStatus) {
             if let Some(message) = self.firewall(stmt.text, plan.digest, &self.plan_scratch.digest_text) {
                 plan.action = Action::Answer { error: true, message };
             }
