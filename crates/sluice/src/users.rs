@@ -97,6 +97,9 @@ pub struct User {
     /// Separate backend login, when configured.
     pub backend_login: Option<(String, String)>,
     pub from_backend: bool,
+    /// Its sessions at once (`mysql_users.max_connections`); none for the backend's own
+    /// accounts, which the server limits itself.
+    pub max_connections: Option<u32>,
 }
 
 impl User {
@@ -108,6 +111,7 @@ impl User {
             default_schema: row.default_schema.clone().filter(|s| !s.is_empty()),
             backend_login: row.backend_username.clone().map(|u| (u, row.backend_password.clone().unwrap_or_default())),
             from_backend: false,
+            max_connections: Some(row.max_connections),
         }
     }
 
@@ -318,6 +322,7 @@ impl Lookup {
                 default_schema: None,
                 backend_login: None,
                 from_backend: true,
+                max_connections: None,
             },
             ssl_type: row.ssl_type,
             prove: !self.policy.state_known || row.locked || expiring || self.policy.password_errors_limited,
@@ -605,6 +610,7 @@ mod tests {
             default_schema: None,
             backend_login: backend.map(|(u, p)| (u.into(), p.into())),
             from_backend: false,
+            max_connections: None,
         };
         let users = |list: Vec<User>| Users { configured: list.into_iter().map(|u| (u.name.clone(), u)).collect() };
         let hash = auth::format_native_hash(&auth::native_stage2(&auth::native_stage1(b"pw")));

@@ -289,6 +289,7 @@ const USER_COLUMNS: &[&str] = &[
     "comment",
     "backend_username",
     "backend_password",
+    "max_connections",
     "frontend",
     "backend",
 ];
@@ -297,7 +298,7 @@ pub(crate) fn write_users(conn: &Connection, layer: Layer, rows: &[UserRow]) -> 
     let table = qualified(layer, "mysql_users");
     conn.execute(&format!("DELETE FROM {table}"), [])?;
     let mut insert =
-        conn.prepare(&format!("INSERT INTO {table} ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1, 1)", USER_COLUMNS.join(", ")))?;
+        conn.prepare(&format!("INSERT INTO {table} ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 1, 1)", USER_COLUMNS.join(", ")))?;
     for u in rows {
         insert
             .execute(params![
@@ -308,7 +309,8 @@ pub(crate) fn write_users(conn: &Connection, layer: Layer, rows: &[UserRow]) -> 
                 u.default_schema,
                 u.comment,
                 u.backend_username,
-                u.backend_password
+                u.backend_password,
+                u.max_connections
             ])
             .map_err(write_err(user_key(&u.username)))?;
     }
@@ -332,6 +334,7 @@ pub(crate) fn read_users(conn: &Connection, layer: Layer) -> Result<Vec<UserRow>
             active: r.boolean("active")?,
             backend_username: r.text("backend_username")?,
             backend_password: r.text("backend_password")?,
+            max_connections: r.ranged("max_connections", "1 to 4294967295")?,
             comment: r.text_or_empty("comment")?,
         });
     }

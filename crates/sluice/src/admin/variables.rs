@@ -16,7 +16,9 @@
 //! where the disk layer is, so it is fixed at start-up.
 
 use super::{quoted, Module, RowError};
-use crate::config::{CacheSection, FileConfig, MonitorSection, PoolSection, ProxySection, QueryLogSection, StatsSection, TlsSection};
+use crate::config::{
+    CacheSection, FileConfig, MirrorSection, MonitorSection, PoolSection, ProxySection, QueryLogSection, StatsSection, TlsSection,
+};
 use serde::de::{self, Deserializer, Visitor};
 use std::sync::OnceLock;
 use toml::{Table, Value};
@@ -29,6 +31,7 @@ const PROXYSQL_NAMES: &[(&str, &str, &str)] = &[
     ("mysql-default_authentication_plugin", "proxy", "default_auth_plugin"),
     ("mysql-max_connections", "proxy", "max_connections"),
     ("mysql-connect_timeout_client", "proxy", "client_connect_timeout_ms"),
+    ("mysql-wait_timeout", "proxy", "wait_timeout_ms"),
     ("mysql-connect_timeout_server", "proxy", "connect_timeout_ms"),
     ("mysql-max_allowed_packet", "proxy", "max_allowed_packet"),
     ("admin-mysql_ifaces", "proxy", "admin_listen"),
@@ -79,6 +82,7 @@ const SECTIONS: &[(&str, Fields)] = &[
     ("stats", field_names::<StatsSection>),
     ("querylog", field_names::<QueryLogSection>),
     ("cache", field_names::<CacheSection>),
+    ("mirror", field_names::<MirrorSection>),
 ];
 
 /// One global variable and the config field it stands for.
@@ -192,6 +196,7 @@ pub fn apply(rows: &[(String, String)], module: Module, into: &mut FileConfig) -
     into.stats = new.stats;
     into.querylog = new.querylog;
     into.cache = new.cache;
+    into.mirror = new.mirror;
     if module == Module::MysqlVariables {
         // An empty monitor login is the same as no [monitor] section.
         into.monitor = new.monitor.filter(|m| *m != MonitorSection::default());

@@ -244,6 +244,9 @@ impl Session {
         if journaling.is_some() {
             self.journal.note(&held.backend, &request, checksum.map(|c| c.finish()), outcome.status);
         }
+        if let Some(hostgroup) = plan.decision.actions.mirror_hostgroup {
+            self.mirror(hostgroup, &plan, &request, whole && frame.chunks == 1 && !outcome.error);
+        }
         if let (Some(miss), Some(capture)) = (miss, capture) {
             if !outcome.error {
                 self.cache_store(miss, capture, sent, &held);
@@ -370,6 +373,26 @@ impl Session {
         } else {
             RunAgain::No
         }
+    }
+
+    /// Offers a statement the primary ran to the mirror hostgroup a rule named (`mirror`),
+    /// when it was read whole, succeeded and is safe to run apart from the session
+    /// (`mirror::eligible`). Never waits: the offer queues or drops.
+    fn mirror(&self, hostgroup: u32, plan: &Plan, request: &bytes::Bytes, ran_whole: bool) {
+        let text = request.get(5..).unwrap_or_default();
+        if !ran_whole || !crate::mirror::eligible(&self.snap.config.mirror, plan.command, text, &plan.effects) {
+            return;
+        }
+        let job = crate::mirror::Job {
+            request: request.clone(),
+            hostgroup,
+            login: self.login.clone(),
+            state: self.state.clone(),
+            since: self.generation.epoch,
+            snap: self.snap.clone(),
+            any_shard: self.data.runtime == crate::config::RuntimeKind::Steal,
+        };
+        self.data.mirror.offer(job, crate::mirror::Context { stats: &self.data.stats, shutdown: &self.data.shutdown });
     }
 
     /// Starts watching a planned statement (its first chunk is what SHOW PROCESSLIST shows).

@@ -60,11 +60,23 @@ pub enum Counter {
     QueryCacheEvicted,
     /// Writes through sluice that invalidated cached results (of their tables, or all).
     QueryCacheInvalidations,
+    /// Logins refused because their user had `mysql_users.max_connections` sessions open.
+    AccessDeniedMaxUserConnections,
+    /// Client sessions closed for being idle beyond their wait_timeout.
+    ClientIdleTimeouts,
+    /// Mirroring (`mirror`): statements a rule's mirror_hostgroup queued for the mirror…
+    MirrorQueued,
+    /// …not queued because `[mirror] queue_size` were waiting or running already…
+    MirrorDropped,
+    /// …run on the mirror hostgroup (results discarded)…
+    MirrorCompleted,
+    /// …and those that found no connection, were refused by the mirror or timed out.
+    MirrorFailed,
 }
 
 impl Counter {
     /// Every counter, in declaration order; `Counter as usize` indexes it.
-    pub const ALL: [Counter; 36] = [
+    pub const ALL: [Counter; 42] = [
         Counter::Questions,
         Counter::SlowQueries,
         Counter::ClientConnectionsCreated,
@@ -101,6 +113,12 @@ impl Counter {
         Counter::QueryCachePurged,
         Counter::QueryCacheEvicted,
         Counter::QueryCacheInvalidations,
+        Counter::AccessDeniedMaxUserConnections,
+        Counter::ClientIdleTimeouts,
+        Counter::MirrorQueued,
+        Counter::MirrorDropped,
+        Counter::MirrorCompleted,
+        Counter::MirrorFailed,
     ];
     pub const COUNT: usize = Counter::ALL.len();
 
@@ -143,6 +161,12 @@ impl Counter {
             Counter::QueryCachePurged => "Query_Cache_Purged",
             Counter::QueryCacheEvicted => "Query_Cache_Evicted",
             Counter::QueryCacheInvalidations => "Query_Cache_Invalidations",
+            Counter::AccessDeniedMaxUserConnections => "Access_Denied_Max_User_Connections",
+            Counter::ClientIdleTimeouts => "Client_Connections_idle_timeout",
+            Counter::MirrorQueued => "Mirror_queued",
+            Counter::MirrorDropped => "Mirror_dropped",
+            Counter::MirrorCompleted => "Mirror_completed",
+            Counter::MirrorFailed => "Mirror_failed",
         }
     }
 }
