@@ -1,0 +1,100 @@
+//! Per-user and per-session limits against a real MariaDB: `mysql_users.max_connections`
+//! refuses a user's extra login with the server's 1203, from the file and the admin port (a
+//! bad value keeps the running config); `[proxy] wait_timeout_ms` closes an idle client and
+//! frees what its backend connection held.
+
+mod common;
+
+use common::*;
+use mysql_async::prelude::*;
+use std::time::{Duration, Instant};
+
+fn proxy_with(db: &testkit::MariaDb, proxy: &str, user: &str) -> Proxy {
+    let text = format!(
+        "[proxy]\nlisten = [\"127.0.0.1:0\"]\nworkers = 2\n{proxy}\n\
+         [[mysql_servers]]\nhostgroup_id = 0\nhostname = \"127.0.0.1\"\nport = {{BACKEND_PORT}}\n\
+         [[mysql_users]]\nusername = \"root\"\npassword = \"\"\ndefault_hostgroup = 0\n{user}\n"
+    );
+    Proxy::start(toml_config(&text, db))
+}
+
+/// Connects, retrying while the refusal is `code` (a session that just ended may still be
+/// counted for a moment); panics after 5 s.
+async fn connect_once_freed(port: u16, code: u16) -> mysql_async::Conn {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match mysql_async::Conn::new(opts(port, "root", "")).await {
+            Ok(c) => return c,
+            Err(e) if server_code(&e) == Some(code) && Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(e) => panic!("login: {e}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_users_max_connections_refuses_its_next_login_with_1203() {
+    let db = testkit::shared();
+    let proxy = proxy_with(db, "", "max_connections = 2");
+    let a = connect(proxy.port).await;
+    let mut b = connect(proxy.port).await;
+    let e = mysql_async::Conn::new(opts(proxy.port, "root", "")).await.expect_err("a third session is one too many");
+    assert_eq!(server_code(&e), Some(1203), "{e}");
+    assert!(e.to_string().contains("User root already has more than 'max_user_connections' active connections"), "{e}");
+    assert_eq!(proxy.counter("Access_Denied_Max_User_Connections"), 1);
+    // The sessions in are not disturbed.
+    b.query_drop("SELECT 1").await.unwrap();
+    // One leaves: a new login takes its place.
+    a.disconnect().await.unwrap();
+    let mut c = connect_once_freed(proxy.port, 1203).await;
+    c.query_drop("SELECT 1").await.unwrap();
+
+    // From the admin port: a bad value is refused with the row and column named, and the
+    // running limit stays; a good one applies to the next login.
+    let admin = proxy.admin_port();
+    let e = mariadb_cli(admin, "admin", Some("admin"), "UPDATE mysql_users SET max_connections = 0; LOAD MYSQL USERS TO RUNTIME")
+        .unwrap_err();
+    assert!(e.contains("root") && e.contains("max_connections") && e.contains("at least 1"), "{e}");
+    let e = mysql_async::Conn::new(opts(proxy.port, "root", "")).await.expect_err("still 2");
+    assert_eq!(server_code(&e), Some(1203), "{e}");
+    mariadb_cli(admin, "admin", Some("admin"), "UPDATE mysql_users SET max_connections = 3; LOAD MYSQL USERS TO RUNTIME").unwrap();
+    let mut d = connect(proxy.port).await;
+    d.query_drop("SELECT 1").await.unwrap();
+    let out = mariadb_cli(admin, "admin", Some("admin"), "SELECT max_connections FROM runtime_mysql_users").unwrap();
+    assert!(out.contains('3'), "{out}");
+}
+
+#[tokio::test]
+async fn an_idle_client_is_closed_after_wait_timeout_and_its_backend_state_released() {
+    let db = testkit::shared();
+    let proxy = proxy_with(db, "wait_timeout_ms = 400", "");
+    let lock = unique("idle_lock");
+    let mut idle = connect(proxy.port).await;
+    // A named lock pins the session to its backend connection.
+    let got: Option<i64> = idle.query_first(format!("SELECT GET_LOCK('{lock}', 0)")).await.unwrap();
+    assert_eq!(got, Some(1));
+    let mut busy = connect(proxy.port).await;
+    let taken: Option<i64> = busy.query_first(format!("SELECT GET_LOCK('{lock}', 0)")).await.unwrap();
+    assert_eq!(taken, Some(0), "held by the idle session");
+    // `busy` keeps talking; `idle` says nothing for longer than wait_timeout_ms.
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        busy.query_drop("SELECT 1").await.unwrap();
+    }
+    assert!(idle.query_drop("SELECT 1").await.is_err(), "the idle session was closed");
+    assert!(proxy.counter("Client_Connections_idle_timeout") >= 1);
+    // Its backend connection was reset: the lock is free.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let taken: Option<i64> = busy.query_first(format!("SELECT GET_LOCK('{lock}', 0)")).await.unwrap();
+        if taken == Some(1) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the idle session's lock was never released");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A client's own SET wait_timeout wins over the configured one.
+    let mut own = connect(proxy.port).await;
+    own.query_drop("SET SESSION wait_timeout = 2").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    own.query_drop("SELECT 1").await.expect("2 s of its own, not 400 ms");
+}
