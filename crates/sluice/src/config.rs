@@ -1526,6 +1526,33 @@ default_hostgroup = 0
     }
 
     #[test]
+    fn mirror_and_limit_settings_are_checked_field_by_field() {
+        let c = load(GOOD).unwrap();
+        assert_eq!(c.mirror, MirrorSection { queue_size: 1024, concurrency: 8, writes: false, timeout_ms: 10_000 }, "defaults");
+        assert_eq!((c.proxy.wait_timeout_ms, c.users[0].max_connections), (28_800_000, 10_000), "ProxySQL's defaults");
+        let mirror = |fields: &str| format!("{GOOD}[mirror]\n{fields}\n");
+        let proxy = |fields: &str| GOOD.replace("[proxy]\n", &format!("[proxy]\n{fields}\n"));
+        let user = |fields: &str| format!("{GOOD}{fields}\n");
+        assert!(load(&mirror("queue_size = 2\nconcurrency = 2\nwrites = true")).unwrap().mirror.writes);
+        assert_eq!(load(&proxy("wait_timeout_ms = 0")).unwrap().proxy.wait_timeout_ms, 0, "0 turns it off");
+        assert_eq!(load(&user("max_connections = 5")).unwrap().users[0].max_connections, 5);
+        let cases = [
+            (mirror("concurrency = 0"), "mirror.concurrency", "at least 1"),
+            (mirror("queue_size = 4\nconcurrency = 8"), "mirror.queue_size", "at least concurrency (8)"),
+            (mirror("timeout_ms = 0"), "mirror.timeout_ms", "must be from 1"),
+            (mirror("writes = 2"), "[mirror] field `writes`", "invalid type"),
+            (mirror("size = 5"), "[mirror] field `size`", "unknown field `size`"),
+            (proxy("wait_timeout_ms = 31536000001"), "proxy.wait_timeout_ms", "at most 31536000000"),
+            (user("max_connections = 0"), "mysql_users[0].max_connections", "at least 1"),
+            (user("max_connections = -1"), "max_connections", "invalid value"),
+        ];
+        for (text, field, message) in cases {
+            let e = load(&text).unwrap_err();
+            assert!(e.field.contains(field) && e.to_string().contains(message), "{text}: {e}");
+        }
+    }
+
+    #[test]
     fn proxysql_style_ints_for_booleans() {
         let src =
             GOOD.replace("port = 3306", "port = 3306\nuse_ssl = 1").replace("default_hostgroup = 0", "default_hostgroup = 0\nactive = 0");

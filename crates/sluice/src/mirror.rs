@@ -225,7 +225,7 @@ mod tests {
 
     #[test]
     fn reads_are_mirrored_writes_only_when_asked_session_statements_never() {
-        for sql in ["SELECT * FROM t WHERE id = 1", "select 1", "SHOW TABLES", "/* c */ SELECT a FROM b"] {
+        for sql in ["SELECT * FROM t WHERE id = 1", "select 1", "/* c */ SELECT a FROM b"] {
             assert!(decide(false, sql), "{sql}");
         }
         for sql in ["INSERT INTO t VALUES (1)", "UPDATE t SET a = 1", "DELETE FROM t", "CREATE TABLE x (a INT)"] {

@@ -51,8 +51,8 @@ async fn a_users_max_connections_refuses_its_next_login_with_1203() {
     // From the admin port: a bad value is refused with the row and column named, and the
     // running limit stays; a good one applies to the next login.
     let admin = proxy.admin_port();
-    let e = mariadb_cli(admin, "admin", Some("admin"), "UPDATE mysql_users SET max_connections = 0; LOAD MYSQL USERS TO RUNTIME")
-        .unwrap_err();
+    let e =
+        mariadb_cli(admin, "admin", Some("admin"), "UPDATE mysql_users SET max_connections = 0; LOAD MYSQL USERS TO RUNTIME").unwrap_err();
     assert!(e.contains("root") && e.contains("max_connections") && e.contains("at least 1"), "{e}");
     let e = mysql_async::Conn::new(opts(proxy.port, "root", "")).await.expect_err("still 2");
     assert_eq!(server_code(&e), Some(1203), "{e}");
