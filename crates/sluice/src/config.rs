@@ -475,6 +475,14 @@ pub struct UserRow {
     /// (1203), as the server's max_user_connections. ProxySQL's column and default.
     #[serde(default = "default_user_max_connections")]
     pub max_connections: u32,
+    /// This user's statements running at once, over all its sessions; more are refused with
+    /// ER_USER_LIMIT_REACHED (1226). 0: no limit.
+    #[serde(default)]
+    pub max_concurrent_queries: u32,
+    /// This user's statements started per second, over all its sessions (a second's worth may
+    /// come at once); more are refused with 1226. 0: no limit.
+    #[serde(default)]
+    pub max_queries_per_second: u32,
     #[serde(default)]
     pub comment: String,
 }
@@ -1466,6 +1474,8 @@ pub fn quick_start(listen: Vec<String>, backend: &str, user: &str, password: &st
         backend_username: None,
         backend_password: None,
         max_connections: default_user_max_connections(),
+        max_concurrent_queries: 0,
+        max_queries_per_second: 0,
         comment: String::new(),
     });
     fc.validate(None, None)

@@ -100,6 +100,8 @@ pub struct User {
     /// Its sessions at once (`mysql_users.max_connections`); none for the backend's own
     /// accounts, which the server limits itself.
     pub max_connections: Option<u32>,
+    /// Its statements running at once and per second, over all its sessions.
+    pub caps: crate::limits::Caps,
 }
 
 impl User {
@@ -112,6 +114,7 @@ impl User {
             backend_login: row.backend_username.clone().map(|u| (u, row.backend_password.clone().unwrap_or_default())),
             from_backend: false,
             max_connections: Some(row.max_connections),
+            caps: crate::limits::Caps { max_concurrent: row.max_concurrent_queries, per_second: row.max_queries_per_second },
         }
     }
 
@@ -323,6 +326,7 @@ impl Lookup {
                 backend_login: None,
                 from_backend: true,
                 max_connections: None,
+                caps: Default::default(),
             },
             ssl_type: row.ssl_type,
             prove: !self.policy.state_known || row.locked || expiring || self.policy.password_errors_limited,
@@ -611,6 +615,7 @@ mod tests {
             backend_login: backend.map(|(u, p)| (u.into(), p.into())),
             from_backend: false,
             max_connections: None,
+            caps: Default::default(),
         };
         let users = |list: Vec<User>| Users { configured: list.into_iter().map(|u| (u.name.clone(), u)).collect() };
         let hash = auth::format_native_hash(&auth::native_stage2(&auth::native_stage1(b"pw")));

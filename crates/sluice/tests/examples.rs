@@ -73,7 +73,7 @@ fn run_example(name: &str) {
 }
 
 /// Every folder under `examples/`, each run by the test of the same name below.
-const EXAMPLES: [&str; 13] = [
+const EXAMPLES: [&str; 14] = [
     "query-rules",
     "cache",
     "read-write-split",
@@ -87,6 +87,7 @@ const EXAMPLES: [&str; 13] = [
     "tls",
     "graceful-shutdown",
     "sharding",
+    "traffic",
 ];
 
 #[test]
@@ -106,6 +107,11 @@ fn every_example_has_a_test() {
 #[test]
 fn query_rules() {
     run_example("query-rules");
+}
+
+#[test]
+fn traffic() {
+    run_example("traffic");
 }
 
 #[test]

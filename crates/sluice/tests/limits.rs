@@ -98,3 +98,81 @@ async fn an_idle_client_is_closed_after_wait_timeout_and_its_backend_state_relea
     tokio::time::sleep(Duration::from_millis(800)).await;
     own.query_drop("SELECT 1").await.expect("2 s of its own, not 400 ms");
 }
+
+/// sluice with root limited as `user` says and `rules` (TOML rows).
+fn limited_proxy(db: &testkit::MariaDb, user: &str, rules: &str) -> Proxy {
+    proxy_with(db, "", &format!("{user}\n{rules}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_concurrent_statements_are_capped_over_its_sessions_with_1226() {
+    let db = testkit::shared();
+    let proxy = limited_proxy(db, "max_concurrent_queries = 1", "");
+    let mut a = connect(proxy.port).await;
+    let mut b = connect(proxy.port).await;
+    let sleeping = tokio::spawn(async move {
+        a.query_drop("SELECT SLEEP(1)").await.unwrap();
+        a
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let e = b.query_drop("SELECT 1").await.expect_err("a second statement of the user while one runs");
+    assert_eq!(server_code(&e), Some(1226), "{e}");
+    assert!(e.to_string().contains("User 'root' has exceeded the 'max_concurrent_queries' resource (current value: 1)"), "{e}");
+    assert_eq!(proxy.counter("Query_limit_concurrent_refused"), 1);
+    let mut a = sleeping.await.unwrap();
+    // Once it ended, the next statement of either session runs.
+    b.query_drop("SELECT 1").await.unwrap();
+    a.query_drop("SELECT 1").await.unwrap();
+    assert_eq!(proxy.counter("Query_limit_concurrent_refused"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_caps_one_statement_shape_for_everyone_and_a_user_rate_allows_a_seconds_worth() {
+    let db = testkit::shared();
+    let rules = "[[mysql_query_rules]]\nrule_id = 7\nactive = 1\nmatch_digest = \"^SELECT SLEEP\"\nmax_concurrent_queries = 1\napply = 0\n";
+    let proxy = limited_proxy(db, "max_queries_per_second = 20", rules);
+    let mut a = connect(proxy.port).await;
+    let mut b = connect(proxy.port).await;
+    let sleeping = tokio::spawn(async move {
+        a.query_drop("SELECT SLEEP(1)").await.unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let e = b.query_drop("SELECT SLEEP(0.1)").await.expect_err("a second SLEEP while one runs");
+    assert_eq!(server_code(&e), Some(1226), "{e}");
+    assert!(e.to_string().contains("Query rule 7 has exceeded the 'max_concurrent_queries' resource (current value: 1)"), "{e}");
+    b.query_drop("SELECT 2").await.expect("other statements are not the rule's");
+    sleeping.await.unwrap();
+    b.query_drop("SELECT SLEEP(0)").await.expect("free again");
+
+    // 20 a second: after a second's rest, a burst of 40 gets about 20 through.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let mut passed = 0;
+    let mut refused = 0;
+    for _ in 0..40 {
+        match b.query_drop("SELECT 1").await {
+            Ok(()) => passed += 1,
+            Err(e) => {
+                assert_eq!(server_code(&e), Some(1226), "{e}");
+                assert!(e.to_string().contains("'max_queries_per_second' resource (current value: 20)"), "{e}");
+                refused += 1;
+            }
+        }
+    }
+    assert!((20..=26).contains(&passed), "passed {passed}, refused {refused}");
+    assert_eq!(proxy.counter("Query_limit_rate_refused"), refused);
+
+    // The admin port: a limit too large for its column is refused naming the rule, and the
+    // running rules stay.
+    let admin = proxy.admin_port();
+    let e = mariadb_cli(
+        admin,
+        "admin",
+        Some("admin"),
+        "UPDATE mysql_query_rules SET max_queries_per_second = 5000000000; LOAD MYSQL QUERY RULES TO RUNTIME",
+    )
+    .unwrap_err();
+    assert!(e.contains("rule_id") && e.contains('7') && e.contains("max_queries_per_second"), "{e}");
+    let out = mariadb_cli(admin, "admin", Some("admin"), "SELECT max_concurrent_queries FROM runtime_mysql_query_rules WHERE rule_id = 7")
+        .unwrap();
+    assert!(out.trim().ends_with('1'), "{out}");
+}

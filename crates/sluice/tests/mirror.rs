@@ -93,6 +93,32 @@ async fn the_mirror_runs_what_the_rule_matches_reads_only_unless_writes_are_on()
     let rows = mirror.sql(&format!("SELECT id, v FROM test.{t} ORDER BY id")).unwrap();
     assert!(rows.contains("3\t1") && rows.contains("1\t5"), "the mirror got the INSERT and the UPDATE: {rows}");
     assert_eq!(proxy.counter("Mirror_queued"), 2, "BEGIN and COMMIT are never mirrored");
+    drop(c);
+    drop(proxy);
+
+    // mirror_flagOUT: the copy is evaluated again from chain 100, where a rule rewrites it to
+    // another table and sends it to hostgroup 1; the primary's statement is untouched.
+    mirror.sql(&format!("CREATE TABLE test.{t}_copy (id INT PRIMARY KEY, v INT)")).unwrap();
+    let text = format!(
+        "[proxy]\nlisten = [\"127.0.0.1:0\"]\nworkers = 2\n[mirror]\nwrites = true\n\
+         [[mysql_servers]]\nhostgroup_id = 0\nhostname = \"127.0.0.1\"\nport = {{BACKEND_PORT}}\n\
+         [[mysql_servers]]\nhostgroup_id = 1\nhostname = \"127.0.0.1\"\nport = {}\n\
+         [[mysql_users]]\nusername = \"root\"\npassword = \"\"\ndefault_hostgroup = 0\n\
+         [[mysql_query_rules]]\nrule_id = 1\nmatch_pattern = \"INTO {t} \"\nmirror_flagOUT = 100\n\
+         [[mysql_query_rules]]\nrule_id = 100\nflagIN = 100\nmatch_pattern = \"INTO {t} \"\nreplace_pattern = \"INTO {t}_copy \"\ndestination_hostgroup = 1\napply = 1\n",
+        mirror.port()
+    );
+    let proxy = Proxy::start(toml_config(&text, primary));
+    let mut c = connect(proxy.port).await;
+    c.query_drop(format!("INSERT INTO {t} VALUES (4, 4)")).await.unwrap();
+    wait_for(10, "the mirrored copy", || proxy.counter("Mirror_completed") >= 1);
+    assert_eq!(
+        mirror.sql(&format!("SELECT v FROM test.{t}_copy WHERE id = 4")).unwrap().trim(),
+        "4",
+        "the copy, rewritten, on hostgroup 1"
+    );
+    assert_eq!(mirror.sql(&format!("SELECT COUNT(*) FROM test.{t} WHERE id = 4")).unwrap().trim(), "0");
+    assert_eq!(primary.sql(&format!("SELECT v FROM test.{t} WHERE id = 4")).unwrap().trim(), "4", "the primary got the statement as sent");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

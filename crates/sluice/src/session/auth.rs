@@ -475,6 +475,7 @@ fn admin_user(data: &DataPath, name: &str) -> Option<User> {
         backend_login: None,
         from_backend: false,
         max_connections: None,
+        caps: Default::default(),
     })
 }
 

@@ -879,6 +879,10 @@ impl Session {
         let current = self.live.load();
         if !Arc::ptr_eq(current, &self.snap) {
             self.snap = current.clone();
+            // A reloaded user row's statement limits apply to its open sessions too.
+            if let Some(u) = self.snap.users.configured(&self.user.name).filter(|_| !self.user.from_backend) {
+                self.user.caps = u.caps;
+            }
             self.limits =
                 exec::Limits::from_config(&self.snap.config.proxy, self.data.backend_max_packet.load(std::sync::atomic::Ordering::Relaxed));
         }

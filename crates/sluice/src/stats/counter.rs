@@ -72,11 +72,15 @@ pub enum Counter {
     MirrorCompleted,
     /// …and those that found no connection, were refused by the mirror or timed out.
     MirrorFailed,
+    /// Statements refused for a user's or a query rule's max_concurrent_queries…
+    QueryLimitConcurrentRefused,
+    /// …or max_queries_per_second.
+    QueryLimitRateRefused,
 }
 
 impl Counter {
     /// Every counter, in declaration order; `Counter as usize` indexes it.
-    pub const ALL: [Counter; 42] = [
+    pub const ALL: [Counter; 44] = [
         Counter::Questions,
         Counter::SlowQueries,
         Counter::ClientConnectionsCreated,
@@ -119,6 +123,8 @@ impl Counter {
         Counter::MirrorDropped,
         Counter::MirrorCompleted,
         Counter::MirrorFailed,
+        Counter::QueryLimitConcurrentRefused,
+        Counter::QueryLimitRateRefused,
     ];
     pub const COUNT: usize = Counter::ALL.len();
 
@@ -167,6 +173,8 @@ impl Counter {
             Counter::MirrorDropped => "Mirror_dropped",
             Counter::MirrorCompleted => "Mirror_completed",
             Counter::MirrorFailed => "Mirror_failed",
+            Counter::QueryLimitConcurrentRefused => "Query_limit_concurrent_refused",
+            Counter::QueryLimitRateRefused => "Query_limit_rate_refused",
         }
     }
 }
