@@ -20,8 +20,11 @@ use std::time::Instant;
 /// sessions, across reloads).
 #[derive(Default)]
 pub struct UserConnections {
-    counts: Mutex<HashMap<Box<str>, (u32, Arc<Counters>)>>,
+    counts: Mutex<HashMap<Box<str>, UserEntry>>,
 }
+
+/// A user's open sessions, and its statement counters.
+type UserEntry = (u32, Arc<Counters>);
 
 /// One session counted for its user; released on drop.
 pub struct UserSlot {
