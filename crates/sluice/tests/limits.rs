@@ -64,6 +64,26 @@ async fn a_users_max_connections_refuses_its_next_login_with_1203() {
 }
 
 #[tokio::test]
+async fn com_change_user_to_a_user_at_its_limit_is_refused_and_the_session_stays() {
+    let db = testkit::shared();
+    let other = unique("lim_cu");
+    db.sql(&format!("CREATE USER '{other}'@'%' IDENTIFIED BY 'pw'; GRANT ALL ON test.* TO '{other}'@'%'")).unwrap();
+    let user = format!("[[mysql_users]]\nusername = \"{other}\"\npassword = \"pw\"\ndefault_hostgroup = 0\nmax_connections = 1\n");
+    let proxy = proxy_with(db, "", &format!("max_connections = 5\n{user}"));
+    let _first = mysql_async::Conn::new(opts(proxy.port, &other, "pw")).await.expect("the other user's one session");
+    let mut c = connect(proxy.port).await;
+    let e = c
+        .change_user(mysql_async::ChangeUserOpts::default().with_user(Some(other.clone())).with_pass(Some("pw".into())))
+        .await
+        .expect_err("the other user is at its limit");
+    assert_eq!(server_code(&e), Some(1203), "{e}");
+    let who: String = c.query_first("SELECT CURRENT_USER()").await.unwrap().unwrap();
+    assert!(who.starts_with("root@"), "the session stays root's: {who}");
+    drop(_first);
+    db.sql(&format!("DROP USER '{other}'@'%'")).unwrap();
+}
+
+#[tokio::test]
 async fn an_idle_client_is_closed_after_wait_timeout_and_its_backend_state_released() {
     let db = testkit::shared();
     let proxy = proxy_with(db, "wait_timeout_ms = 400", "");
