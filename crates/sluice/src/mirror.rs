@@ -15,9 +15,9 @@ use crate::snapshot::Snapshot;
 use crate::stats::{Command, Counter, Stats};
 use bytes::Bytes;
 use sql::effects::Effects;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -28,6 +28,26 @@ pub struct Mirror {
     /// Permits for running ones: `concurrency` of them. A reload that changes it swaps in a new
     /// semaphore; statements already waiting finish under the old one.
     running: arc_swap::ArcSwap<(usize, Arc<Semaphore>)>,
+    /// The mirror hostgroup no server of which could be reached lately, and until when (ns
+    /// since `epoch`, 0: none) its statements are not tried: a dead mirror costs a connect
+    /// attempt per `DOWN_FOR`, not one per statement.
+    down_hostgroup: AtomicU32,
+    down_until: AtomicU64,
+}
+
+/// How long a mirror hostgroup that could not be reached is left alone.
+const DOWN_FOR: Duration = Duration::from_secs(1);
+
+fn epoch_ns() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    u64::try_from(EPOCH.get_or_init(Instant::now).elapsed().as_nanos()).unwrap_or(u64::MAX).max(1)
+}
+
+/// Why a mirrored statement did not run.
+struct Failure {
+    why: String,
+    /// No server of the hostgroup could be reached (not a refusal or a statement error).
+    unreachable: bool,
 }
 
 /// One statement to mirror.
@@ -55,7 +75,12 @@ pub struct Context<'a> {
 impl Mirror {
     pub fn new(settings: &MirrorSection) -> Mirror {
         let running = (settings.concurrency, Arc::new(Semaphore::new(settings.concurrency)));
-        Mirror { pending: AtomicUsize::new(0), running: arc_swap::ArcSwap::from_pointee(running) }
+        Mirror {
+            pending: AtomicUsize::new(0),
+            running: arc_swap::ArcSwap::from_pointee(running),
+            down_hostgroup: AtomicU32::new(0),
+            down_until: AtomicU64::new(0),
+        }
     }
 
     /// Takes a reloaded `[mirror]` section's concurrency (queue_size is read per offer).
@@ -72,6 +97,12 @@ impl Mirror {
 
     /// Queues `job`, or drops it (counted) when `queue_size` are pending. Never waits.
     pub fn offer(self: &Arc<Self>, job: Job, cx: Context<'_>) {
+        let until = self.down_until.load(Ordering::Acquire);
+        if until != 0 && self.down_hostgroup.load(Ordering::Acquire) == job.hostgroup && epoch_ns() < until {
+            // Unreachable a moment ago: failed without another connect attempt.
+            cx.stats.add(Counter::MirrorFailed, 1);
+            return;
+        }
         let limit = job.snap.config.mirror.queue_size;
         if self.pending.fetch_add(1, Ordering::AcqRel) >= limit {
             self.pending.fetch_sub(1, Ordering::AcqRel);
@@ -88,9 +119,13 @@ impl Mirror {
             };
             match outcome {
                 Some(Ok(())) => stats.add(Counter::MirrorCompleted, 1),
-                Some(Err(why)) => {
-                    tracing::debug!(hostgroup = job.hostgroup, "mirrored statement failed: {why}");
+                Some(Err(f)) => {
+                    tracing::debug!(hostgroup = job.hostgroup, "mirrored statement failed: {}", f.why);
                     stats.add(Counter::MirrorFailed, 1);
+                    if f.unreachable {
+                        mirror.down_hostgroup.store(job.hostgroup, Ordering::Release);
+                        mirror.down_until.store(epoch_ns() + DOWN_FOR.as_nanos() as u64, Ordering::Release);
+                    }
                 }
                 None => {}
             }
@@ -140,8 +175,8 @@ fn session_command(c: Command) -> bool {
 
 /// Runs one mirrored statement: a permit, a connection of the mirror hostgroup in line with
 /// the client's state, the statement, its replies read and dropped, the connection back.
-async fn run(job: &Job, permits: Arc<Semaphore>, stats: &Stats) -> Result<(), String> {
-    let _permit = permits.acquire_owned().await.map_err(|e| e.to_string())?;
+async fn run(job: &Job, permits: Arc<Semaphore>, stats: &Stats) -> Result<(), Failure> {
+    let _permit = permits.acquire_owned().await.map_err(|e| Failure { why: e.to_string(), unreachable: false })?;
     let config = &job.snap.config;
     let timeout = Duration::from_millis(config.mirror.timeout_ms);
     let request = pool::Request {
@@ -154,8 +189,15 @@ async fn run(job: &Job, permits: Arc<Semaphore>, stats: &Stats) -> Result<(), St
         stats,
     };
     let mut held: Option<Backend> = None;
+    let mut unreachable = false;
     let ran = tokio::time::timeout(timeout, async {
-        let b = held.insert(pool::checkout(&job.snap.hostgroups, job.hostgroup, &request).await?);
+        let b = match pool::checkout(&job.snap.hostgroups, job.hostgroup, &request).await {
+            Ok(b) => held.insert(b),
+            Err(e) => {
+                unreachable = pool::connect_failed(&e) || matches!(e, BackendError::Unavailable(pool::NoServer::NoneOnline(_)));
+                return Err(e);
+            }
+        };
         let _running = b.server.run_statement();
         sync(b, &job.state).await?;
         b.discard_reply(&job.request).await
@@ -167,14 +209,15 @@ async fn run(job: &Job, permits: Arc<Semaphore>, stats: &Stats) -> Result<(), St
             if let Some(b) = held.as_mut() {
                 b.note_failure(&e);
             }
-            Err(e.to_string())
+            Err(Failure { why: e.to_string(), unreachable })
         }
         Err(_) => {
             // Cut off mid-exchange: the connection's state is unknown, so it is closed.
             if let Some(b) = held.as_mut() {
                 b.broken = true;
             }
-            Err(format!("no reply within [mirror] timeout_ms ({} ms)", config.mirror.timeout_ms))
+            let why = format!("no reply within [mirror] timeout_ms ({} ms)", config.mirror.timeout_ms);
+            Err(Failure { why, unreachable: held.is_none() })
         }
     };
     if let Some(mut b) = held {
