@@ -86,7 +86,7 @@ async fn com_change_user_to_a_user_at_its_limit_is_refused_and_the_session_stays
 #[tokio::test]
 async fn an_idle_client_is_closed_after_wait_timeout_and_its_backend_state_released() {
     let db = testkit::shared();
-    let proxy = proxy_with(db, "wait_timeout_ms = 400", "");
+    let proxy = proxy_with(db, "wait_timeout_ms = 1000", "");
     let lock = unique("idle_lock");
     let mut idle = connect(proxy.port).await;
     // A named lock pins the session to its backend connection.
@@ -96,9 +96,10 @@ async fn an_idle_client_is_closed_after_wait_timeout_and_its_backend_state_relea
     let taken: Option<i64> = busy.query_first(format!("SELECT GET_LOCK('{lock}', 0)")).await.unwrap();
     assert_eq!(taken, Some(0), "held by the idle session");
     // `busy` keeps talking; `idle` says nothing for longer than wait_timeout_ms.
-    for _ in 0..8 {
+    // (Generous margins: a loaded machine may stall a task for a few hundred ms.)
+    for _ in 0..20 {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        busy.query_drop("SELECT 1").await.unwrap();
+        busy.query_drop("SELECT 1").await.expect("a session that keeps talking is never idle");
     }
     assert!(idle.query_drop("SELECT 1").await.is_err(), "the idle session was closed");
     assert!(proxy.counter("Client_Connections_idle_timeout") >= 1);
@@ -114,9 +115,19 @@ async fn an_idle_client_is_closed_after_wait_timeout_and_its_backend_state_relea
     }
     // A client's own SET wait_timeout wins over the configured one.
     let mut own = connect(proxy.port).await;
-    own.query_drop("SET SESSION wait_timeout = 2").await.unwrap();
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    own.query_drop("SELECT 1").await.expect("2 s of its own, not 400 ms");
+    own.query_drop("SET SESSION wait_timeout = 10").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    own.query_drop("SELECT 1").await.expect("10 s of its own, not 1 s");
+}
+
+/// Waits until the server runs a statement starting with `text` (so sluice counts it running).
+async fn wait_running(db: &testkit::MariaDb, text: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let sql = format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '{text}%'");
+    while db.sql(&sql).unwrap().trim() == "0" {
+        assert!(Instant::now() < deadline, "`{text}` never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// sluice with root limited as `user` says and `rules` (TOML rows).
@@ -131,10 +142,10 @@ async fn a_users_concurrent_statements_are_capped_over_its_sessions_with_1226() 
     let mut a = connect(proxy.port).await;
     let mut b = connect(proxy.port).await;
     let sleeping = tokio::spawn(async move {
-        a.query_drop("SELECT SLEEP(1)").await.unwrap();
+        a.query_drop("SELECT SLEEP(1.01)").await.unwrap();
         a
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_running(db, "SELECT SLEEP(1.01)").await;
     let e = b.query_drop("SELECT 1").await.expect_err("a second statement of the user while one runs");
     assert_eq!(server_code(&e), Some(1226), "{e}");
     assert!(e.to_string().contains("User 'root' has exceeded the 'max_concurrent_queries' resource (current value: 1)"), "{e}");
@@ -154,9 +165,9 @@ async fn a_rule_caps_one_statement_shape_for_everyone_and_a_user_rate_allows_a_s
     let mut a = connect(proxy.port).await;
     let mut b = connect(proxy.port).await;
     let sleeping = tokio::spawn(async move {
-        a.query_drop("SELECT SLEEP(1)").await.unwrap();
+        a.query_drop("SELECT SLEEP(1.02)").await.unwrap();
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_running(db, "SELECT SLEEP(1.02)").await;
     let e = b.query_drop("SELECT SLEEP(0.1)").await.expect_err("a second SLEEP while one runs");
     assert_eq!(server_code(&e), Some(1226), "{e}");
     assert!(e.to_string().contains("Query rule 7 has exceeded the 'max_concurrent_queries' resource (current value: 1)"), "{e}");
