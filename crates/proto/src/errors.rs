@@ -9,6 +9,11 @@ pub const ER_NO_SUCH_THREAD: u16 = 1094;
 pub const ER_KILL_DENIED_ERROR: u16 = 1095;
 pub const ER_NET_PACKET_TOO_LARGE: u16 = 1153;
 pub const ER_NET_READ_ERROR: u16 = 1158;
+/// A user at its max_user_connections (sluice: `mysql_users.max_connections`), SQLSTATE 42000.
+pub const ER_TOO_MANY_USER_CONNECTIONS: u16 = 1203;
+/// A user past a resource limit (sluice: a statement limit of `mysql_users` or a query rule),
+/// SQLSTATE 42000.
+pub const ER_USER_LIMIT_REACHED: u16 = 1226;
 pub const ER_NOT_SUPPORTED_AUTH_MODE: u16 = 1251;
 pub const ER_SERVER_IS_IN_SECURE_AUTH_MODE: u16 = 1275;
 pub const ER_PLUGIN_IS_NOT_LOADED: u16 = 1524;

@@ -54,6 +54,10 @@ pub struct ProxySection {
     pub max_handshakes_per_host: usize,
     /// A client must finish its handshake and login within this (MariaDB's connect_timeout).
     pub client_connect_timeout_ms: u64,
+    /// A logged-in client idle (between statements) longer than this is disconnected, as the
+    /// server's wait_timeout does (ProxySQL's mysql-wait_timeout, in ms); 0: never. A client's
+    /// own `SET wait_timeout` (seconds) is kept when it sets one.
+    pub wait_timeout_ms: u64,
     /// Backend connect and login.
     pub connect_timeout_ms: u64,
     /// Per-session reply buffer: stop reading the backend above `high`, resume below `low`.
@@ -103,6 +107,9 @@ pub struct ProxySection {
 pub const MONITOR_MIN_MS: u64 = 10;
 pub const MONITOR_MAX_MS: u64 = 86_400_000;
 
+/// The most `[proxy] wait_timeout_ms` can be: the server's own wait_timeout limit (a year).
+pub const WAIT_TIMEOUT_MAX_MS: u64 = 31_536_000_000;
+
 /// The most `max_allowed_packet` can be, as on the server (1 GiB).
 pub const MAX_ALLOWED_PACKET_CEILING: usize = 1 << 30;
 
@@ -122,6 +129,7 @@ impl Default for ProxySection {
             max_handshakes: 1_000,
             max_handshakes_per_host: 100,
             client_connect_timeout_ms: 5_000,
+            wait_timeout_ms: 28_800_000,
             connect_timeout_ms: 5_000,
             buffer_high_watermark: 1 << 20,
             buffer_low_watermark: 256 << 10,
@@ -252,6 +260,30 @@ pub struct CacheSection {
 impl Default for CacheSection {
     fn default() -> Self {
         CacheSection { max_memory_bytes: 64 << 20, max_entry_bytes: 1 << 20 }
+    }
+}
+
+/// Mirroring (`mirror`): what query rules with `mirror_hostgroup` send to a second hostgroup,
+/// in the background, results discarded (docs/traffic.md).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MirrorSection {
+    /// Mirrored statements waiting or running at once, in all; more are dropped (counted in
+    /// Mirror_dropped), never waited for.
+    pub queue_size: usize,
+    /// Mirrored statements running at once (each holds a connection of the mirror hostgroup).
+    pub concurrency: usize,
+    /// Mirror writes too (INSERT, UPDATE, DDL…), not only reads. Off by default: a mirror that
+    /// is a production server must not receive writes because a rule matched too much.
+    pub writes: bool,
+    /// A mirrored statement running longer is abandoned (its connection closed; counted in
+    /// Mirror_failed).
+    pub timeout_ms: u64,
+}
+
+impl Default for MirrorSection {
+    fn default() -> Self {
+        MirrorSection { queue_size: 1_024, concurrency: 8, writes: false, timeout_ms: 10_000 }
     }
 }
 
@@ -440,8 +472,24 @@ pub struct UserRow {
     pub backend_username: Option<String>,
     #[serde(default)]
     pub backend_password: Option<String>,
+    /// Logged-in client connections of this user at once; more get ER_TOO_MANY_USER_CONNECTIONS
+    /// (1203), as the server's max_user_connections. ProxySQL's column and default.
+    #[serde(default = "default_user_max_connections")]
+    pub max_connections: u32,
+    /// This user's statements running at once, over all its sessions; more are refused with
+    /// ER_USER_LIMIT_REACHED (1226). 0: no limit.
+    #[serde(default)]
+    pub max_concurrent_queries: u32,
+    /// This user's statements started per second, over all its sessions (a second's worth may
+    /// come at once); more are refused with 1226. 0: no limit.
+    #[serde(default)]
+    pub max_queries_per_second: u32,
     #[serde(default)]
     pub comment: String,
+}
+
+fn default_user_max_connections() -> u32 {
+    10_000
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
@@ -464,6 +512,8 @@ pub struct FileConfig {
     /// The firewall's switches (docs/firewall.md).
     #[serde(default)]
     pub firewall: FirewallSection,
+    #[serde(default)]
+    pub mirror: MirrorSection,
     #[serde(default)]
     pub mysql_servers: Vec<ServerRow>,
     #[serde(default)]
@@ -588,6 +638,7 @@ pub struct Config {
     pub firewall_fingerprints: Vec<SqliFingerprintRow>,
     /// The firewall rows and section compiled (`firewall::Firewall`).
     pub firewall_compiled: std::sync::Arc<crate::firewall::Firewall>,
+    pub mirror: MirrorSection,
     pub servers: Vec<ServerRow>,
     pub replication_hostgroups: Vec<ReplicationHostgroupRow>,
     pub users: Vec<UserRow>,
@@ -621,6 +672,7 @@ impl Config {
             mysql_firewall_whitelist_users: self.firewall_users.clone(),
             mysql_firewall_whitelist_rules: self.firewall_rules.clone(),
             mysql_firewall_whitelist_sqli_fingerprints: self.firewall_fingerprints.clone(),
+            mirror: self.mirror.clone(),
             mysql_servers: self.servers.clone(),
             mysql_replication_hostgroups: self.replication_hostgroups.clone(),
             mysql_users: self.users.clone(),
@@ -865,6 +917,7 @@ impl FileConfig {
         self.check_querylog(&mut out);
         self.check_cache(&mut out);
         self.check_firewall(&mut out);
+        self.check_mirror(&mut out);
         self.check_monitor(&mut out);
         self.check_servers(&mut out);
         self.check_replication_hostgroups(&mut out);
@@ -909,6 +962,12 @@ impl FileConfig {
         }
         if !(MIN_BUFFERED_PACKET..proto::frame::MAX_CHUNK).contains(&proxy.max_buffered_packet) {
             out.push(problem(at("max_buffered_packet"), "must be from 262144 to 16777214"));
+        }
+        if proxy.wait_timeout_ms > WAIT_TIMEOUT_MAX_MS {
+            out.push(problem(
+                at("wait_timeout_ms"),
+                format!("must be at most {WAIT_TIMEOUT_MAX_MS} (a year, the server's limit); 0 turns it off"),
+            ));
         }
         if proxy.max_handshakes == 0 || proxy.max_handshakes_per_host == 0 {
             out.push(problem(at("max_handshakes"), "max_handshakes and max_handshakes_per_host must be at least 1"));
@@ -1008,6 +1067,21 @@ impl FileConfig {
             path.extend(index.map(Index));
             path.push(Key(column));
             out.push(problem(path, message));
+        }
+    }
+
+    /// `[mirror]`: room for one statement, a timeout that can end one.
+    fn check_mirror(&self, out: &mut Vec<Problem>) {
+        use PathPart::Key;
+        let m = &self.mirror;
+        if m.concurrency == 0 {
+            out.push(problem(vec![Key("mirror"), Key("concurrency")], "must be at least 1"));
+        }
+        if m.queue_size < m.concurrency {
+            out.push(problem(vec![Key("mirror"), Key("queue_size")], format!("must be at least concurrency ({})", m.concurrency)));
+        }
+        if !(1..=MONITOR_MAX_MS).contains(&m.timeout_ms) {
+            out.push(problem(vec![Key("mirror"), Key("timeout_ms")], format!("must be from 1 to {MONITOR_MAX_MS} (a day)")));
         }
     }
 
@@ -1125,6 +1199,9 @@ impl FileConfig {
             }
             if !self.hostgroup_exists(u.default_hostgroup) && !self.mysql_servers.is_empty() {
                 out.push(problem(at("default_hostgroup"), format!("hostgroup {} has no [[mysql_servers]] row", u.default_hostgroup)));
+            }
+            if u.max_connections == 0 {
+                out.push(problem(at("max_connections"), "must be at least 1 (leave it out for 10000)"));
             }
             if u.backend_password.is_some() && u.backend_username.is_none() {
                 out.push(problem(at("backend_password"), "needs backend_username"));
@@ -1288,6 +1365,7 @@ impl FileConfig {
             firewall_rules: self.mysql_firewall_whitelist_rules,
             firewall_fingerprints: self.mysql_firewall_whitelist_sqli_fingerprints,
             firewall_compiled,
+            mirror: self.mirror,
             servers: self.mysql_servers,
             replication_hostgroups: self.mysql_replication_hostgroups,
             users: self.mysql_users,
@@ -1456,6 +1534,9 @@ pub fn quick_start(listen: Vec<String>, backend: &str, user: &str, password: &st
         active: true,
         backend_username: None,
         backend_password: None,
+        max_connections: default_user_max_connections(),
+        max_concurrent_queries: 0,
+        max_queries_per_second: 0,
         comment: String::new(),
     });
     fc.validate(None, None)
@@ -1513,6 +1594,33 @@ default_hostgroup = 0
         }
         let rule = format!("{GOOD}[[mysql_query_rules]]\nrule_id = 1\nactive = 1\nmatch_digest = \"^SELECT\"\ncache_ttl = 500\n");
         assert!(load(&rule).unwrap().rules_cache(), "a rule with cache_ttl needs no other setting");
+    }
+
+    #[test]
+    fn mirror_and_limit_settings_are_checked_field_by_field() {
+        let c = load(GOOD).unwrap();
+        assert_eq!(c.mirror, MirrorSection { queue_size: 1024, concurrency: 8, writes: false, timeout_ms: 10_000 }, "defaults");
+        assert_eq!((c.proxy.wait_timeout_ms, c.users[0].max_connections), (28_800_000, 10_000), "ProxySQL's defaults");
+        let mirror = |fields: &str| format!("{GOOD}[mirror]\n{fields}\n");
+        let proxy = |fields: &str| GOOD.replace("[proxy]\n", &format!("[proxy]\n{fields}\n"));
+        let user = |fields: &str| format!("{GOOD}{fields}\n");
+        assert!(load(&mirror("queue_size = 2\nconcurrency = 2\nwrites = true")).unwrap().mirror.writes);
+        assert_eq!(load(&proxy("wait_timeout_ms = 0")).unwrap().proxy.wait_timeout_ms, 0, "0 turns it off");
+        assert_eq!(load(&user("max_connections = 5")).unwrap().users[0].max_connections, 5);
+        let cases = [
+            (mirror("concurrency = 0"), "mirror.concurrency", "at least 1"),
+            (mirror("queue_size = 4\nconcurrency = 8"), "mirror.queue_size", "at least concurrency (8)"),
+            (mirror("timeout_ms = 0"), "mirror.timeout_ms", "must be from 1"),
+            (mirror("writes = 2"), "[mirror] field `writes`", "invalid type"),
+            (mirror("size = 5"), "[mirror] field `size`", "unknown field `size`"),
+            (proxy("wait_timeout_ms = 31536000001"), "proxy.wait_timeout_ms", "at most 31536000000"),
+            (user("max_connections = 0"), "mysql_users[0].max_connections", "at least 1"),
+            (user("max_connections = -1"), "max_connections", "invalid value"),
+        ];
+        for (text, field, message) in cases {
+            let e = load(&text).unwrap_err();
+            assert!(e.field.contains(field) && e.to_string().contains(message), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -105,20 +105,8 @@ impl Control {
         snapshot.hostgroups.adopt(&snapshot.config, &old.hostgroups);
         self.data.stats.apply(&snapshot.config.stats);
         self.data.cache.apply(&snapshot.config.cache, snapshot.config.rules_cache());
-        warn_inactive_columns(&snapshot.config.query_rules);
+        self.data.mirror.apply(&snapshot.config.mirror);
         self.data.live.store(Arc::new(snapshot));
         Ok(applied)
-    }
-}
-
-/// Rule columns sluice accepts but does not act on yet: said once per load, not per query.
-pub(crate) fn warn_inactive_columns(rows: &[crate::config::QueryRuleRow]) {
-    for r in rows.iter().filter(|r| r.active) {
-        let pending: [(&str, bool, &str); 1] = [("mirror_hostgroup", r.mirror_hostgroup.is_some_and(|v| v >= 0), "mirroring")];
-        for (column, set, feature) in pending {
-            if set {
-                tracing::warn!(rule_id = r.rule_id, "query rule column `{column}` is accepted but has no effect until {feature} lands");
-            }
-        }
     }
 }

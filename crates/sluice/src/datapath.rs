@@ -64,6 +64,10 @@ pub struct DataPath {
     pub cache: Arc<crate::cache::QueryCache>,
     /// What the monitor found (its logs and per-server summaries), for the admin and HTTP sides.
     pub health: Arc<crate::health::Findings>,
+    /// Mirroring's bounds (query rules' mirror_hostgroup), kept across reloads.
+    pub mirror: Arc<crate::mirror::Mirror>,
+    /// Logged-in sessions per user, for `mysql_users.max_connections`.
+    pub user_connections: Arc<crate::limits::UserConnections>,
     /// The runtime kind, fixed at start (per-core workers take connections only from their
     /// own pool shard).
     pub runtime: RuntimeKind,
@@ -78,6 +82,8 @@ impl DataPath {
         DataPath {
             statements: Arc::new(crate::pool::prepared::Registry::new(config.pool.max_statements)),
             cache: Arc::new(cache),
+            mirror: Arc::new(crate::mirror::Mirror::new(&config.mirror)),
+            user_connections: Arc::default(),
             stats,
             health: Arc::default(),
             runtime: config.proxy.runtime,

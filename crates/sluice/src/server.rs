@@ -5,7 +5,7 @@
 
 use crate::admin::AdminPort;
 use crate::config::{Config, RuntimeKind};
-use crate::control::{warn_inactive_columns, Control, Workers};
+use crate::control::{Control, Workers};
 use crate::datapath::{DataPath, Snapshot};
 use crate::listener::{HandOff, Kind, Listeners};
 use std::net::SocketAddr;
@@ -75,7 +75,6 @@ impl Server {
     pub fn start_with(config: Config, options: &crate::admin::startup::StartOptions) -> anyhow::Result<Server> {
         let (tables, config) = crate::admin::startup::open(config, options)?;
         let (workers, runtime_kind) = (config.workers, config.proxy.runtime);
-        warn_inactive_columns(&config.query_rules);
         let listeners = Listeners::default();
         listeners.reconcile(&config).map_err(|e| anyhow::anyhow!(e))?;
         let data = Arc::new(DataPath::new(Snapshot::build(config, None)?));

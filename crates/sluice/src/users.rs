@@ -97,6 +97,11 @@ pub struct User {
     /// Separate backend login, when configured.
     pub backend_login: Option<(String, String)>,
     pub from_backend: bool,
+    /// Its sessions at once (`mysql_users.max_connections`); none for the backend's own
+    /// accounts, which the server limits itself.
+    pub max_connections: Option<u32>,
+    /// Its statements running at once and per second, over all its sessions.
+    pub caps: crate::limits::Caps,
 }
 
 impl User {
@@ -108,6 +113,8 @@ impl User {
             default_schema: row.default_schema.clone().filter(|s| !s.is_empty()),
             backend_login: row.backend_username.clone().map(|u| (u, row.backend_password.clone().unwrap_or_default())),
             from_backend: false,
+            max_connections: Some(row.max_connections),
+            caps: crate::limits::Caps { max_concurrent: row.max_concurrent_queries, per_second: row.max_queries_per_second },
         }
     }
 
@@ -318,6 +325,8 @@ impl Lookup {
                 default_schema: None,
                 backend_login: None,
                 from_backend: true,
+                max_connections: None,
+                caps: Default::default(),
             },
             ssl_type: row.ssl_type,
             prove: !self.policy.state_known || row.locked || expiring || self.policy.password_errors_limited,
@@ -605,6 +614,8 @@ mod tests {
             default_schema: None,
             backend_login: backend.map(|(u, p)| (u.into(), p.into())),
             from_backend: false,
+            max_connections: None,
+            caps: Default::default(),
         };
         let users = |list: Vec<User>| Users { configured: list.into_iter().map(|u| (u.name.clone(), u)).collect() };
         let hash = auth::format_native_hash(&auth::native_stage2(&auth::native_stage1(b"pw")));

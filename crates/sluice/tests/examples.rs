@@ -73,7 +73,7 @@ fn run_example(name: &str) {
 }
 
 /// Every folder under `examples/`, each run by the test of the same name below.
-const EXAMPLES: [&str; 14] = [
+const EXAMPLES: [&str; 15] = [
     "query-rules",
     "cache",
     "firewall",
@@ -88,6 +88,7 @@ const EXAMPLES: [&str; 14] = [
     "tls",
     "graceful-shutdown",
     "sharding",
+    "traffic",
 ];
 
 #[test]
@@ -107,6 +108,11 @@ fn every_example_has_a_test() {
 #[test]
 fn query_rules() {
     run_example("query-rules");
+}
+
+#[test]
+fn traffic() {
+    run_example("traffic");
 }
 
 #[test]

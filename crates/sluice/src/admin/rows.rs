@@ -291,6 +291,9 @@ const USER_COLUMNS: &[&str] = &[
     "comment",
     "backend_username",
     "backend_password",
+    "max_connections",
+    "max_concurrent_queries",
+    "max_queries_per_second",
     "frontend",
     "backend",
 ];
@@ -298,8 +301,10 @@ const USER_COLUMNS: &[&str] = &[
 pub(crate) fn write_users(conn: &Connection, layer: Layer, rows: &[UserRow]) -> Result<(), AdminError> {
     let table = qualified(layer, "mysql_users");
     conn.execute(&format!("DELETE FROM {table}"), [])?;
-    let mut insert =
-        conn.prepare(&format!("INSERT INTO {table} ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1, 1)", USER_COLUMNS.join(", ")))?;
+    let mut insert = conn.prepare(&format!(
+        "INSERT INTO {table} ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 1, 1)",
+        USER_COLUMNS.join(", ")
+    ))?;
     for u in rows {
         insert
             .execute(params![
@@ -310,7 +315,10 @@ pub(crate) fn write_users(conn: &Connection, layer: Layer, rows: &[UserRow]) -> 
                 u.default_schema,
                 u.comment,
                 u.backend_username,
-                u.backend_password
+                u.backend_password,
+                u.max_connections,
+                u.max_concurrent_queries,
+                u.max_queries_per_second
             ])
             .map_err(write_err(user_key(&u.username)))?;
     }
@@ -334,6 +342,9 @@ pub(crate) fn read_users(conn: &Connection, layer: Layer) -> Result<Vec<UserRow>
             active: r.boolean("active")?,
             backend_username: r.text("backend_username")?,
             backend_password: r.text("backend_password")?,
+            max_connections: r.ranged("max_connections", "1 to 4294967295")?,
+            max_concurrent_queries: r.ranged("max_concurrent_queries", "0 to 4294967295")?,
+            max_queries_per_second: r.ranged("max_queries_per_second", "0 to 4294967295")?,
             comment: r.text_or_empty("comment")?,
         });
     }
@@ -362,12 +373,15 @@ const RULE_COLUMNS: &[&str] = &[
     "retries",
     "delay",
     "mirror_hostgroup",
+    "mirror_flagOUT",
     "error_msg",
     "OK_msg",
     "multiplex",
     "log",
     "apply",
     "comment",
+    "max_concurrent_queries",
+    "max_queries_per_second",
 ];
 
 /// An integer action: negative (ProxySQL's "no change", accepted in the file) is written NULL.
@@ -404,12 +418,15 @@ pub(crate) fn write_rules(conn: &Connection, layer: Layer, rows: &[QueryRuleRow]
                 action(r.retries),
                 action(r.delay),
                 action(r.mirror_hostgroup),
+                action(r.mirror_flag_out),
                 r.error_msg,
                 r.ok_msg,
                 action(r.multiplex),
                 action(r.log),
                 r.apply,
                 r.comment,
+                action(r.max_concurrent_queries),
+                action(r.max_queries_per_second),
             ])
             .map_err(write_err(rule_key(r.rule_id)))?;
     }
@@ -442,12 +459,15 @@ pub(crate) fn read_rules(conn: &Connection, layer: Layer) -> Result<Vec<QueryRul
             retries: r.int("retries")?,
             delay: r.int("delay")?,
             mirror_hostgroup: r.int("mirror_hostgroup")?,
+            mirror_flag_out: r.int("mirror_flagOUT")?,
             error_msg: r.text("error_msg")?,
             ok_msg: r.text("OK_msg")?,
             multiplex: r.int("multiplex")?,
             log: r.int("log")?,
             apply: r.boolean("apply")?,
             comment: r.text_or_empty("comment")?,
+            max_concurrent_queries: r.int("max_concurrent_queries")?,
+            max_queries_per_second: r.int("max_queries_per_second")?,
         });
     }
     Ok(out)

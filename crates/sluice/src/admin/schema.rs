@@ -5,8 +5,10 @@ use super::{Layer, Module};
 
 /// Bumped when a disk table changes shape; a disk file from a newer sluice is refused, one from
 /// an older sluice gains the columns added since (`Store::open`). 2: `mysql_servers.
-/// max_replication_lag`, `mysql_replication_hostgroups.causal_reads_timeout_ms`.
-pub const SCHEMA_VERSION: i64 = 2;
+/// max_replication_lag`, `mysql_replication_hostgroups.causal_reads_timeout_ms`. 3: the
+/// statement limits of `mysql_users` and `mysql_query_rules` (`max_concurrent_queries`,
+/// `max_queries_per_second`).
+pub const SCHEMA_VERSION: i64 = 3;
 
 const MYSQL_SERVERS: &str = "
     hostgroup_id INT CHECK (hostgroup_id >= 0) NOT NULL DEFAULT 0,
@@ -48,7 +50,8 @@ const MYSQL_REPLICATION_HOSTGROUPS: &str = "
     causal_reads_timeout_ms INT CHECK (causal_reads_timeout_ms >= 0) NOT NULL DEFAULT 2000,
     UNIQUE (reader_hostgroup)";
 
-/// ProxySQL's columns, then sluice's `backend_username` and `backend_password`.
+/// ProxySQL's columns, then sluice's `backend_username`, `backend_password` and statement
+/// limits.
 const MYSQL_USERS: &str = "
     username VARCHAR NOT NULL,
     password VARCHAR,
@@ -66,6 +69,8 @@ const MYSQL_USERS: &str = "
     comment VARCHAR NOT NULL DEFAULT '',
     backend_username VARCHAR DEFAULT NULL,
     backend_password VARCHAR DEFAULT NULL,
+    max_concurrent_queries INT CHECK (max_concurrent_queries >= 0) NOT NULL DEFAULT 0,
+    max_queries_per_second INT CHECK (max_queries_per_second >= 0) NOT NULL DEFAULT 0,
     PRIMARY KEY (username, backend),
     UNIQUE (username, frontend)";
 
@@ -104,7 +109,9 @@ const MYSQL_QUERY_RULES: &str = "
     log INT CHECK (log IN (0, 1)),
     apply INT CHECK (apply IN (0, 1)) NOT NULL DEFAULT 0,
     attributes VARCHAR CHECK (JSON_VALID(attributes) OR attributes = '') NOT NULL DEFAULT '',
-    comment VARCHAR";
+    comment VARCHAR,
+    max_concurrent_queries INT CHECK (max_concurrent_queries >= 0),
+    max_queries_per_second INT CHECK (max_queries_per_second >= 0)";
 
 /// ProxySQL's firewall tables (docs/firewall.md).
 const MYSQL_FIREWALL_WHITELIST_USERS: &str = "

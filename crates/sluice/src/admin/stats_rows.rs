@@ -180,6 +180,7 @@ pub fn global(data: &DataPath) -> Vec<(&'static str, u64)> {
         ("Stmt_Cached", data.statements.len() as u64),
         ("Query_Cache_Entries", data.cache.entries() as u64),
         ("Query_Cache_Memory_bytes", data.cache.memory_bytes() as u64),
+        ("Mirror_pending", data.mirror.pending() as u64),
     ]);
     if let Some(log) = &snapshot.query_log {
         out.extend([("Query_Log_written", log.written()), ("Query_Log_dropped", log.dropped())]);

@@ -17,7 +17,8 @@
 
 use super::{quoted, Module, RowError};
 use crate::config::{
-    CacheSection, FileConfig, FirewallSection, MonitorSection, PoolSection, ProxySection, QueryLogSection, StatsSection, TlsSection,
+    CacheSection, FileConfig, FirewallSection, MirrorSection, MonitorSection, PoolSection, ProxySection, QueryLogSection, StatsSection,
+    TlsSection,
 };
 use serde::de::{self, Deserializer, Visitor};
 use std::sync::OnceLock;
@@ -31,6 +32,7 @@ const PROXYSQL_NAMES: &[(&str, &str, &str)] = &[
     ("mysql-default_authentication_plugin", "proxy", "default_auth_plugin"),
     ("mysql-max_connections", "proxy", "max_connections"),
     ("mysql-connect_timeout_client", "proxy", "client_connect_timeout_ms"),
+    ("mysql-wait_timeout", "proxy", "wait_timeout_ms"),
     ("mysql-connect_timeout_server", "proxy", "connect_timeout_ms"),
     ("mysql-max_allowed_packet", "proxy", "max_allowed_packet"),
     ("admin-mysql_ifaces", "proxy", "admin_listen"),
@@ -85,6 +87,7 @@ const SECTIONS: &[(&str, Fields)] = &[
     ("querylog", field_names::<QueryLogSection>),
     ("cache", field_names::<CacheSection>),
     ("firewall", field_names::<FirewallSection>),
+    ("mirror", field_names::<MirrorSection>),
 ];
 
 /// One global variable and the config field it stands for.
@@ -206,6 +209,7 @@ pub fn apply(rows: &[(String, String)], module: Module, into: &mut FileConfig) -
     into.querylog = new.querylog;
     into.cache = new.cache;
     into.firewall = new.firewall;
+    into.mirror = new.mirror;
     if module == Module::MysqlVariables {
         // An empty monitor login is the same as no [monitor] section.
         into.monitor = new.monitor.filter(|m| *m != MonitorSection::default());

@@ -30,6 +30,11 @@ pub fn render(data: &DataPath) -> String {
         &[],
         data.cache.memory_bytes() as f64,
     );
+    e.family("sluice_mirror_pending", "Mirrored statements waiting or running now", Kind::Gauge).sample(
+        "",
+        &[],
+        data.mirror.pending() as f64,
+    );
     e.family("sluice_config_servers", "Backend servers in the running config", Kind::Gauge).sample("", &[], servers.len() as f64);
 
     let commands = data.stats.commands();

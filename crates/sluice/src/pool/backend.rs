@@ -359,6 +359,52 @@ impl Backend {
         }
     }
 
+    /// Sends `request` (whole COM_QUERY packets as a client framed them) and reads every
+    /// result it produces without keeping any row: a mirrored statement (`mirror`). The first
+    /// error the server reports is returned once the replies are read; LOAD DATA LOCAL is
+    /// answered with an empty file.
+    pub async fn discard_reply(&mut self, request: &[u8]) -> Result<(), BackendError> {
+        const MAX: usize = 1 << 30;
+        self.conn.write_all(request).await.map_err(|e| self.lost(e))?;
+        let server = self.server.name.to_string();
+        let proto_err = |what: &str| BackendError::Protocol { server: server.clone(), what: what.to_string() };
+        loop {
+            let (seq, p) = self.conn.read_packet(MAX).await.map_err(|e| self.lost(e))?;
+            let status = match p.first() {
+                Some(0x00) => packet::parse_ok(&p).map_err(|_| proto_err("bad OK"))?.status,
+                Some(0xFF) => return Err(rejected(&server, &p)),
+                Some(0xFB) => {
+                    // LOAD DATA LOCAL INFILE: the mirror gets no file (an empty one).
+                    self.conn.write_all(&[0, 0, 0, seq.wrapping_add(1)]).await.map_err(|e| self.lost(e))?;
+                    continue;
+                }
+                _ => {
+                    let (cols, _) = proto::codec::read_lenenc(&p).ok_or_else(|| proto_err("bad column count"))?;
+                    for _ in 0..cols {
+                        self.conn.read_packet(MAX).await.map_err(|e| self.lost(e))?;
+                    }
+                    if !self.deprecate_eof() {
+                        self.conn.read_packet(MAX).await.map_err(|e| self.lost(e))?;
+                    }
+                    loop {
+                        let (_, r) = self.conn.read_packet(MAX).await.map_err(|e| self.lost(e))?;
+                        match r.first() {
+                            Some(0xFE) if r.len() < proto::frame::MAX_CHUNK => {
+                                break packet::terminator_status(&r, self.deprecate_eof()).map_err(|_| proto_err("bad EOF"))?;
+                            }
+                            Some(0xFF) => return Err(rejected(&server, &r)),
+                            _ => {}
+                        }
+                    }
+                }
+            };
+            self.status = status;
+            if status & proto::StatusFlags::SERVER_MORE_RESULTS_EXISTS.bits() == 0 {
+                return Ok(());
+            }
+        }
+    }
+
     /// Sends COM_INIT_DB and a statement together (one round trip) and reads both replies.
     /// The first error is returned, after every reply was read.
     pub async fn run_batch(&mut self, init_db: Option<&str>, sql: Option<&str>) -> Result<(), BackendError> {

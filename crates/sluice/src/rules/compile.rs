@@ -143,10 +143,14 @@ pub struct Actions {
     pub retries: Option<u32>,
     pub delay: Option<u32>,
     pub mirror_hostgroup: Option<u32>,
+    /// ProxySQL's mirror_flagOUT: the chain the mirrored copy is evaluated again from.
+    pub mirror_flag_out: Option<i64>,
     pub error_msg: Option<Box<str>>,
     pub ok_msg: Option<Box<str>>,
     pub multiplex: Option<u8>,
     pub log: Option<bool>,
+    /// The statement limit of the last matching rule that has one (`limits`).
+    pub limit: Option<crate::limits::RuleLimit>,
 }
 
 impl Actions {
@@ -155,7 +159,20 @@ impl Actions {
         macro_rules! take {
             ($($f:ident),*) => {$(if later.$f.is_some() { self.$f = later.$f.clone(); })*};
         }
-        take!(destination_hostgroup, cache_ttl, timeout, retries, delay, mirror_hostgroup, error_msg, ok_msg, multiplex, log);
+        take!(
+            destination_hostgroup,
+            cache_ttl,
+            timeout,
+            retries,
+            delay,
+            mirror_hostgroup,
+            mirror_flag_out,
+            error_msg,
+            ok_msg,
+            multiplex,
+            log,
+            limit
+        );
     }
 }
 
@@ -346,6 +363,7 @@ fn compile_row(
         },
         delay: unsigned("delay", row.delay)?,
         mirror_hostgroup: hostgroup("mirror_hostgroup", row.mirror_hostgroup)?,
+        mirror_flag_out: row.mirror_flag_out.filter(|f| *f >= 0),
         error_msg: row.error_msg.as_deref().map(Into::into),
         ok_msg: row.ok_msg.as_deref().map(Into::into),
         multiplex: match row.multiplex {
@@ -360,6 +378,13 @@ fn compile_row(
             Some(n) if n < 0 => None,
             Some(n) => return Err(("log", format!("must be 0 or 1, got {n}"))),
             None => None,
+        },
+        limit: {
+            let caps = crate::limits::Caps {
+                max_concurrent: unsigned("max_concurrent_queries", row.max_concurrent_queries)?.unwrap_or(0),
+                per_second: unsigned("max_queries_per_second", row.max_queries_per_second)?.unwrap_or(0),
+            };
+            (!caps.is_none()).then(|| crate::limits::RuleLimit { rule_id: row.rule_id, caps, counters: Default::default() })
         },
     };
     let proxy_port = match row.proxy_port {

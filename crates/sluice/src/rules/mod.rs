@@ -150,10 +150,20 @@ impl RuleSet {
         self.hits.with_local(|bump| self.evaluate_indexed(q, scratch, bump))
     }
 
+    /// The decision for a mirrored copy of `q` (ProxySQL's mirror_flagOUT): the rules evaluated
+    /// again from chain `flag`, hits not counted.
+    pub fn evaluate_from(&self, flag: i64, q: &Query, scratch: &mut Scratch) -> Decision {
+        self.evaluate_indexed_from(flag, q, scratch, &mut |_| {})
+    }
+
     /// The indexed evaluation; `matched` is told every matching rule's position, in order.
     pub fn evaluate_indexed(&self, q: &Query, scratch: &mut Scratch, matched: &mut dyn FnMut(usize)) -> Decision {
+        self.evaluate_indexed_from(0, q, scratch, matched)
+    }
+
+    fn evaluate_indexed_from(&self, start: i64, q: &Query, scratch: &mut Scratch, matched: &mut dyn FnMut(usize)) -> Decision {
         let mut d = Decision::default();
-        let mut flag = 0i64;
+        let mut flag = start;
         let mut after: Option<u32> = None;
         'chains: while let Some(chain) = self.chain(flag) {
             let text = d.rewritten.as_deref().unwrap_or(q.text);

@@ -53,6 +53,15 @@ pub struct QueryRuleRow {
     pub delay: Option<i64>,
     #[serde(default)]
     pub mirror_hostgroup: Option<i64>,
+    /// The mirrored copy is evaluated again from this flagIN (its own destination, rewrite).
+    #[serde(default, rename = "mirror_flagOUT", alias = "mirror_flagout", alias = "mirror_flag_out")]
+    pub mirror_flag_out: Option<i64>,
+    /// sluice's: statements this rule matched running at once, in all; more get 1226.
+    #[serde(default)]
+    pub max_concurrent_queries: Option<i64>,
+    /// sluice's: statements this rule matched started per second, in all; more get 1226.
+    #[serde(default)]
+    pub max_queries_per_second: Option<i64>,
     #[serde(default)]
     pub error_msg: Option<String>,
     #[serde(default, rename = "OK_msg", alias = "ok_msg")]

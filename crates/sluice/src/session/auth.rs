@@ -474,6 +474,8 @@ fn admin_user(data: &DataPath, name: &str) -> Option<User> {
         default_schema: None,
         backend_login: None,
         from_backend: false,
+        max_connections: None,
+        caps: Default::default(),
     })
 }
 

@@ -86,6 +86,8 @@ struct Session {
     client_broken: bool,
     /// Counts this session in `clients` until it ends.
     _counted: ClientCount,
+    /// Counts it among its user's sessions (`mysql_users.max_connections`).
+    user_slot: Option<crate::limits::UserSlot>,
     /// Failed COM_CHANGE_USERs on this connection (the server refuses a fourth).
     failed_change_user: u8,
     /// The tables the session's writes hold for the result cache until their transaction
@@ -208,6 +210,15 @@ async fn start(
         let _ = client.write_all(&out).await;
         return Err("max_connections reached".into());
     };
+    let user_slot = match admit_user(data, &user) {
+        Ok(slot) => slot,
+        Err(message) => {
+            let mut out = Vec::new();
+            proto::packet::write_err(&mut out, &mut seq, ER_TOO_MANY_USER_CONNECTIONS, SQLSTATE_NOT_SUPPORTED, &message);
+            let _ = client.write_all(&out).await;
+            return Err(message);
+        }
+    };
     let database = hello.database.clone().or_else(|| user.default_schema.clone());
     let negotiated = Negotiated { capabilities, mariadb_caps, collation: hello.collation, attrs: hello.attrs.clone() };
     let origin = statement::Origin {
@@ -251,6 +262,7 @@ async fn start(
         watch_tail: false,
         client_broken: false,
         _counted: counted,
+        user_slot,
         failed_change_user: 0,
         write_marks: crate::cache::WriteMarks::new(data.cache.generations.clone()),
     };
@@ -288,6 +300,20 @@ async fn start(
             write_backend_error(&mut session.out, &mut seq, &e);
             let _ = session.client.write_all(&session.out).await;
             Err(e.to_string())
+        }
+    }
+}
+
+/// Counts a session of `user` against its `mysql_users.max_connections` (the backend's own
+/// accounts have none here); the error message when it has that many already.
+fn admit_user(data: &DataPath, user: &User) -> Result<Option<crate::limits::UserSlot>, String> {
+    let Some(max) = user.max_connections else { return Ok(None) };
+    match data.user_connections.admit(&user.name, max) {
+        Some(slot) => Ok(Some(slot)),
+        None => {
+            data.stats.add(Counter::AccessDeniedMaxUserConnections, 1);
+            debug!(user = %user.name, max, "login refused: the user's max_connections are in use");
+            Err(crate::limits::too_many_message(&user.name))
         }
     }
 }
@@ -473,13 +499,21 @@ impl Session {
             }
             // A wait_timeout the client set is kept here: its server session may be on no
             // connection while it is idle, so the server cannot keep it.
-            let idle_limit = self.state.var("wait_timeout").and_then(|v| v.parse::<u64>().ok()).map(Duration::from_secs);
+            // Else `[proxy] wait_timeout_ms` (0: none).
+            let configured = self.snap.config.proxy.wait_timeout_ms;
+            let idle_limit = self
+                .state
+                .var("wait_timeout")
+                .and_then(|v| v.parse::<u64>().ok())
+                .map(Duration::from_secs)
+                .or((configured > 0).then(|| Duration::from_millis(configured)));
             let read = tokio::select! {
                 biased;
                 _ = self.handle.killed() => return,
                 r = self.client.read_request(self.max_packet(), self.limits.max_buffered) => r,
                 _ = sleep_or_never(idle_limit) => {
                     debug!(id = self.id, "client idle beyond its wait_timeout; closing");
+                    self.data.stats.add(Counter::ClientIdleTimeouts, 1);
                     return;
                 }
                 _ = held_readable(&self.held) => {
@@ -847,6 +881,10 @@ impl Session {
         let current = self.live.load();
         if !Arc::ptr_eq(current, &self.snap) {
             self.snap = current.clone();
+            // A reloaded user row's statement limits apply to its open sessions too.
+            if let Some(u) = self.snap.users.configured(&self.user.name).filter(|_| !self.user.from_backend) {
+                self.user.caps = u.caps;
+            }
             self.limits =
                 exec::Limits::from_config(&self.snap.config.proxy, self.data.backend_max_packet.load(std::sync::atomic::Ordering::Relaxed));
         }
@@ -949,6 +987,17 @@ impl Session {
             }
             Err(_) => return Flow::End,
         };
+        if user.name != self.user.name {
+            match admit_user(&self.data, &user) {
+                Ok(slot) => self.user_slot = slot,
+                Err(message) => {
+                    // Refused as the server refuses it: the session stays, reset, with its user.
+                    self.state = Arc::new(state::State::new(self.state.schema.as_deref(), 0));
+                    self.reply_err(seq, ER_TOO_MANY_USER_CONNECTIONS, SQLSTATE_NOT_SUPPORTED, &message).await;
+                    return Flow::Continue;
+                }
+            }
+        }
         let negotiated = Negotiated {
             collation,
             attrs: if cu.attrs.is_empty() { self.negotiated.attrs.clone() } else { cu.attrs.clone() },

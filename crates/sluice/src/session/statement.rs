@@ -178,6 +178,17 @@ impl Session {
             }
         }
         let watch = self.watch_query(&frame, &plan);
+        // Statement limits (user's, rule's): counted running until this statement ends.
+        let _limits = match self.enter_limits(&plan) {
+            Ok(guards) => guards,
+            Err(message) => {
+                let outcome = crate::exec::Outcome { error: true, error_code: ER_USER_LIMIT_REACHED, ..Default::default() };
+                self.observe_unsent(&watch, &outcome, &frame);
+                self.client.consume(frame.wire_len);
+                self.reply_err(seq, ER_USER_LIMIT_REACHED, SQLSTATE_NOT_SUPPORTED, &message).await;
+                return Flow::Continue;
+            }
+        };
         // The result cache, only when a rule gave the statement a cache_ttl.
         let mut lookup = Lookup::Bypass;
         if let Some(ttl) = plan.decision.actions.cache_ttl.filter(|&ms| ms > 0) {
@@ -310,6 +321,10 @@ impl Session {
         if journaling.is_some() {
             self.journal.note(&held.backend, &request, checksum.map(|c| c.finish()), outcome.status);
         }
+        let actions = &plan.decision.actions;
+        if actions.mirror_hostgroup.is_some() || actions.mirror_flag_out.is_some() {
+            self.mirror(&plan, &request, whole && frame.chunks == 1 && !outcome.error);
+        }
         if let (Some(miss), Some(capture)) = (miss, capture) {
             if !outcome.error {
                 self.cache_store(miss, capture, sent, &held);
@@ -436,6 +451,79 @@ impl Session {
         } else {
             RunAgain::No
         }
+    }
+
+    /// Admits a planned statement under its user's and its rule's statement limits
+    /// (`limits`): the guards that count it running, or the 1226 message of the one reached.
+    fn enter_limits(&self, plan: &Plan) -> Result<[Option<crate::limits::Running>; 2], String> {
+        let rule = plan.decision.actions.limit.as_ref();
+        if self.user.caps.is_none() && rule.is_none() {
+            return Ok([None, None]);
+        }
+        let refused = |e: crate::limits::Exceeded| {
+            let c = match e {
+                crate::limits::Exceeded::Concurrent(_) => Counter::QueryLimitConcurrentRefused,
+                crate::limits::Exceeded::Rate(_) => Counter::QueryLimitRateRefused,
+            };
+            self.data.stats.add(c, 1);
+            debug!(id = self.id, user = %self.user.name, "statement refused: {e:?}");
+        };
+        let user = match self.user_slot.as_ref().filter(|_| !self.user.caps.is_none()) {
+            Some(slot) => slot.counters().enter(self.user.caps).map_err(|e| {
+                refused(e);
+                crate::limits::user_limit_message(&self.user.name, e)
+            })?,
+            None => None,
+        };
+        let rule = match rule {
+            Some(r) => r.counters.enter(r.caps).map_err(|e| {
+                refused(e);
+                crate::limits::rule_limit_message(r.rule_id, e)
+            })?,
+            None => None,
+        };
+        Ok([user, rule])
+    }
+
+    /// Offers a statement the primary ran to the mirror hostgroup a rule named (`mirror`),
+    /// when it was read whole, succeeded and is safe to run apart from the session
+    /// (`mirror::eligible`). Never waits: the offer queues or drops.
+    ///
+    /// With a mirror_flagOUT the copy is evaluated again from that chain, as ProxySQL does: its
+    /// rewrite applies to the copy, and it goes to mirror_hostgroup if the rule set one, else
+    /// to the destination_hostgroup of that evaluation, else to the user's default hostgroup.
+    fn mirror(&self, plan: &Plan, request: &bytes::Bytes, ran_whole: bool) {
+        let text = request.get(5..).unwrap_or_default();
+        if !ran_whole || !crate::mirror::eligible(&self.snap.config.mirror, plan.command, text, &plan.effects) {
+            return;
+        }
+        let actions = &plan.decision.actions;
+        let (mut hostgroup, mut request) = (actions.mirror_hostgroup, request.clone());
+        if let Some(flag) = actions.mirror_flag_out {
+            let who = self.origin.who(&self.user.name, self.state.schema.as_deref());
+            let q = crate::rules::Query { who: &who, text, digest: plan.digest, digest_text: &self.plan_scratch.digest_text };
+            let again = self.snap.config.rules.evaluate_from(flag, &q, &mut Default::default());
+            hostgroup = hostgroup.or(again.actions.destination_hostgroup);
+            if let Some(rewritten) = again.rewritten {
+                // The copy is a statement of its own now: as safe to mirror, or not mirrored.
+                let (command, effects) = (crate::stats::Command::from_sql(&rewritten), sql::effects::effects(&rewritten));
+                if !crate::mirror::eligible(&self.snap.config.mirror, command, &rewritten, &effects) {
+                    return;
+                }
+                request = plan::query_packet(&rewritten, 0);
+            }
+        }
+        let hostgroup = hostgroup.unwrap_or(self.user.default_hostgroup);
+        let job = crate::mirror::Job {
+            request,
+            hostgroup,
+            login: self.login.clone(),
+            state: self.state.clone(),
+            since: self.generation.epoch,
+            snap: self.snap.clone(),
+            any_shard: self.data.runtime == crate::config::RuntimeKind::Steal,
+        };
+        self.data.mirror.offer(job, crate::mirror::Context { stats: &self.data.stats, shutdown: &self.data.shutdown });
     }
 
     /// Starts watching a planned statement (its first chunk is what SHOW PROCESSLIST shows).

@@ -69,11 +69,27 @@ pub enum Counter {
     FirewallDetected,
     /// …refused because the SQL-injection heuristic flagged them.
     FirewallSqli,
+    /// Logins refused because their user had `mysql_users.max_connections` sessions open.
+    AccessDeniedMaxUserConnections,
+    /// Client sessions closed for being idle beyond their wait_timeout.
+    ClientIdleTimeouts,
+    /// Mirroring (`mirror`): statements a rule's mirror_hostgroup queued for the mirror…
+    MirrorQueued,
+    /// …not queued because `[mirror] queue_size` were waiting or running already…
+    MirrorDropped,
+    /// …run on the mirror hostgroup (results discarded)…
+    MirrorCompleted,
+    /// …and those that found no connection, were refused by the mirror or timed out.
+    MirrorFailed,
+    /// Statements refused for a user's or a query rule's max_concurrent_queries…
+    QueryLimitConcurrentRefused,
+    /// …or max_queries_per_second.
+    QueryLimitRateRefused,
 }
 
 impl Counter {
     /// Every counter, in declaration order; `Counter as usize` indexes it.
-    pub const ALL: [Counter; 40] = [
+    pub const ALL: [Counter; 48] = [
         Counter::Questions,
         Counter::SlowQueries,
         Counter::ClientConnectionsCreated,
@@ -114,6 +130,14 @@ impl Counter {
         Counter::FirewallBlocked,
         Counter::FirewallDetected,
         Counter::FirewallSqli,
+        Counter::AccessDeniedMaxUserConnections,
+        Counter::ClientIdleTimeouts,
+        Counter::MirrorQueued,
+        Counter::MirrorDropped,
+        Counter::MirrorCompleted,
+        Counter::MirrorFailed,
+        Counter::QueryLimitConcurrentRefused,
+        Counter::QueryLimitRateRefused,
     ];
     pub const COUNT: usize = Counter::ALL.len();
 
@@ -160,6 +184,14 @@ impl Counter {
             Counter::FirewallBlocked => "Firewall_blocked",
             Counter::FirewallDetected => "Firewall_detected",
             Counter::FirewallSqli => "Firewall_sqli_blocked",
+            Counter::AccessDeniedMaxUserConnections => "Access_Denied_Max_User_Connections",
+            Counter::ClientIdleTimeouts => "Client_Connections_idle_timeout",
+            Counter::MirrorQueued => "Mirror_queued",
+            Counter::MirrorDropped => "Mirror_dropped",
+            Counter::MirrorCompleted => "Mirror_completed",
+            Counter::MirrorFailed => "Mirror_failed",
+            Counter::QueryLimitConcurrentRefused => "Query_limit_concurrent_refused",
+            Counter::QueryLimitRateRefused => "Query_limit_rate_refused",
         }
     }
 }
