@@ -29,7 +29,7 @@ use proto::response::Reply;
 use proto::CapabilityFlags;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tracing::debug;
 
 pub use auth::{login, offered_capabilities, Directory, Login};
@@ -84,6 +84,9 @@ struct Session {
     /// The client's stream is out of step (a request could not be read to its end): the
     /// session ends.
     client_broken: bool,
+    /// The idle-client timer (wait_timeout), armed once and moved only when it fires early: each
+    /// wait for a command stamps `last_request` and leaves the timer wheel alone.
+    idle: IdleTimer,
     /// Counts this session in `clients` until it ends.
     _counted: ClientCount,
     /// Counts it among its user's sessions (`mysql_users.max_connections`).
@@ -261,6 +264,7 @@ async fn start(
         tail: None,
         watch_tail: false,
         client_broken: false,
+        idle: IdleTimer::default(),
         _counted: counted,
         user_slot,
         failed_change_user: 0,
@@ -507,11 +511,14 @@ impl Session {
                 .and_then(|v| v.parse::<u64>().ok())
                 .map(Duration::from_secs)
                 .or((configured > 0).then(|| Duration::from_millis(configured)));
+            let (max_packet, max_buffered) = (self.max_packet(), self.limits.max_buffered);
+            // Idle from now: the previous command has been answered.
+            self.idle.last_request = Instant::now();
             let read = tokio::select! {
                 biased;
                 _ = self.handle.killed() => return,
-                r = self.client.read_request(self.max_packet(), self.limits.max_buffered) => r,
-                _ = sleep_or_never(idle_limit) => {
+                r = self.client.read_request(max_packet, max_buffered) => r,
+                _ = self.idle.expired(idle_limit) => {
                     debug!(id = self.id, "client idle beyond its wait_timeout; closing");
                     self.data.stats.add(Counter::ClientIdleTimeouts, 1);
                     return;
@@ -1023,10 +1030,49 @@ impl Session {
 }
 
 /// Sleeps for `limit`, or forever without one (a `select!` arm that may not apply).
-async fn sleep_or_never(limit: Option<Duration>) {
+/// Sleeps for `limit`, or for ever when there is none.
+pub(super) async fn sleep_or_never(limit: Option<Duration>) {
     match limit {
         Some(d) => tokio::time::sleep(d).await,
         None => std::future::pending().await,
+    }
+}
+
+/// A session's idle-client timer. Arming a tokio timer for each wait between statements would
+/// take the timer wheel's lock twice per statement; this one is armed once, and when it fires it
+/// checks the time of the last request and moves itself if the client was not idle that long.
+struct IdleTimer {
+    timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    /// The limit the timer was armed for (a client's SET wait_timeout changes it).
+    armed_for: Option<Duration>,
+    /// When the session began waiting for its current command (the last one was answered).
+    last_request: Instant,
+}
+
+impl Default for IdleTimer {
+    fn default() -> Self {
+        IdleTimer { timer: None, armed_for: None, last_request: Instant::now() }
+    }
+}
+
+impl IdleTimer {
+    /// Resolves once no request has come for `limit` (never with no limit).
+    async fn expired(&mut self, limit: Option<Duration>) {
+        let Some(limit) = limit else { return std::future::pending().await };
+        let deadline = tokio::time::Instant::from_std(self.last_request + limit);
+        let timer = self.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if self.armed_for != Some(limit) {
+            timer.as_mut().reset(deadline);
+            self.armed_for = Some(limit);
+        }
+        loop {
+            timer.as_mut().await;
+            let deadline = self.last_request + limit;
+            if Instant::now() >= deadline {
+                return;
+            }
+            timer.as_mut().reset(tokio::time::Instant::from_std(deadline));
+        }
     }
 }
 

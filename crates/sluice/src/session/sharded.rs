@@ -13,13 +13,6 @@ use proto::frame::Frame;
 /// Query execution was interrupted (KILL QUERY, a timeout).
 const ER_QUERY_INTERRUPTED: u16 = 1317;
 
-async fn sleep_or_never(d: Option<std::time::Duration>) {
-    match d {
-        Some(d) => tokio::time::sleep(d).await,
-        None => std::future::pending().await,
-    }
-}
-
 /// MariaDB's extended column metadata: one more string in each column definition.
 const MARIADB_CLIENT_EXTENDED_METADATA: u32 = 1 << 3;
 
@@ -112,7 +105,7 @@ impl Session {
                 biased;
                 r = &mut merging => Some(r),
                 _ = self.handle.kill_query_requested() => None,
-                _ = sleep_or_never(timeout) => None,
+                _ = super::sleep_or_never(timeout) => None,
             };
             drop(merging);
             ends.extend(shards.iter().map(|s| (s.status, s.finished)));
