@@ -254,6 +254,20 @@ impl Default for CacheSection {
     }
 }
 
+/// The server-time probe (`probe`, docs/probe.md): eBPF uprobes on the backend server's
+/// command dispatch measure how long the server itself spent on each statement, and sluice
+/// times its own part of each statement (proxy time). Off by default.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbeSection {
+    pub enabled: bool,
+    /// The server's binary; default: each local backend's own (/proc/PID/exe of the process
+    /// listening on its port).
+    pub binary: Option<String>,
+    /// The function probed; default: `dispatch_command` (its C++ name, any signature).
+    pub symbol: Option<String>,
+}
+
 /// The JSON-lines query log (`querylog`): every statement when `enabled`, else only those a
 /// query rule with `log = 1` matched.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -461,6 +475,8 @@ pub struct FileConfig {
     #[serde(default)]
     pub cache: CacheSection,
     #[serde(default)]
+    pub probe: ProbeSection,
+    #[serde(default)]
     pub mysql_servers: Vec<ServerRow>,
     #[serde(default)]
     pub mysql_replication_hostgroups: Vec<ReplicationHostgroupRow>,
@@ -570,6 +586,7 @@ pub struct Config {
     pub stats: StatsSection,
     pub querylog: QueryLogSection,
     pub cache: CacheSection,
+    pub probe: ProbeSection,
     pub servers: Vec<ServerRow>,
     pub replication_hostgroups: Vec<ReplicationHostgroupRow>,
     pub users: Vec<UserRow>,
@@ -599,6 +616,7 @@ impl Config {
             stats: self.stats.clone(),
             querylog: self.querylog.clone(),
             cache: self.cache.clone(),
+            probe: self.probe.clone(),
             mysql_servers: self.servers.clone(),
             mysql_replication_hostgroups: self.replication_hostgroups.clone(),
             mysql_users: self.users.clone(),
@@ -1227,6 +1245,7 @@ impl FileConfig {
             stats: self.stats,
             querylog: self.querylog,
             cache: self.cache,
+            probe: self.probe,
             servers: self.mysql_servers,
             replication_hostgroups: self.mysql_replication_hostgroups,
             users: self.mysql_users,

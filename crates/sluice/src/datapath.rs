@@ -62,6 +62,8 @@ pub struct DataPath {
     pub stats: Arc<crate::stats::Stats>,
     /// The result cache (query rules' cache_ttl), kept across reloads.
     pub cache: Arc<crate::cache::QueryCache>,
+    /// The server-time probe (`[probe]`): read after each statement's reply while enabled.
+    pub probe: Arc<crate::probe::Probe>,
     /// What the monitor found (its logs and per-server summaries), for the admin and HTTP sides.
     pub health: Arc<crate::health::Findings>,
     /// The runtime kind, fixed at start (per-core workers take connections only from their
@@ -78,6 +80,7 @@ impl DataPath {
         DataPath {
             statements: Arc::new(crate::pool::prepared::Registry::new(config.pool.max_statements)),
             cache: Arc::new(cache),
+            probe: Arc::default(),
             stats,
             health: Arc::default(),
             runtime: config.proxy.runtime,

@@ -16,7 +16,9 @@
 //! where the disk layer is, so it is fixed at start-up.
 
 use super::{quoted, Module, RowError};
-use crate::config::{CacheSection, FileConfig, MonitorSection, PoolSection, ProxySection, QueryLogSection, StatsSection, TlsSection};
+use crate::config::{
+    CacheSection, FileConfig, MonitorSection, PoolSection, ProbeSection, ProxySection, QueryLogSection, StatsSection, TlsSection,
+};
 use serde::de::{self, Deserializer, Visitor};
 use std::sync::OnceLock;
 use toml::{Table, Value};
@@ -79,6 +81,7 @@ const SECTIONS: &[(&str, Fields)] = &[
     ("stats", field_names::<StatsSection>),
     ("querylog", field_names::<QueryLogSection>),
     ("cache", field_names::<CacheSection>),
+    ("probe", field_names::<ProbeSection>),
 ];
 
 /// One global variable and the config field it stands for.
@@ -192,6 +195,7 @@ pub fn apply(rows: &[(String, String)], module: Module, into: &mut FileConfig) -
     into.stats = new.stats;
     into.querylog = new.querylog;
     into.cache = new.cache;
+    into.probe = new.probe;
     if module == Module::MysqlVariables {
         // An empty monitor login is the same as no [monitor] section.
         into.monitor = new.monitor.filter(|m| *m != MonitorSection::default());
@@ -342,6 +346,7 @@ mod tests {
         fc.monitor = Some(MonitorSection::login("mon", "pw"));
         fc.pool.multiplexing = false;
         fc.querylog.path = Some(PathBuf::from("/tmp/q.log"));
+        fc.probe = crate::config::ProbeSection { enabled: true, binary: Some("/usr/sbin/mariadbd".into()), symbol: None };
         fc.proxy.runtime = crate::config::RuntimeKind::PerCore;
         fc
     }

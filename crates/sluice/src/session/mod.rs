@@ -12,6 +12,7 @@ mod observe;
 mod prepared;
 mod replay;
 mod sharded;
+mod split;
 mod statement;
 
 use crate::datapath::DataPath;
@@ -79,6 +80,8 @@ struct Session {
     tail: Option<proto::frame::Tail>,
     /// The plan asks exec to watch that rest (`Plan::watch_tail`); reset by each forward.
     watch_tail: bool,
+    /// When the current command arrived, while statements are timed (`[probe] enabled`).
+    received: Option<std::time::Instant>,
     /// The client's stream is out of step (a request could not be read to its end): the
     /// session ends.
     client_broken: bool,
@@ -247,6 +250,7 @@ async fn start(
         out: Vec::new(),
         tail: None,
         watch_tail: false,
+        received: None,
         client_broken: false,
         _counted: counted,
         failed_change_user: 0,
@@ -500,6 +504,7 @@ impl Session {
             };
             // The command runs under the config in force when it arrived.
             self.follow_reload();
+            self.received = self.snap.config.probe.enabled.then(std::time::Instant::now);
             self.tail = tail;
             if let Some(tail) = tail {
                 let cmd = frame.first_chunk(&self.client.rbuf).first().copied().unwrap_or(0);
@@ -725,6 +730,10 @@ impl Session {
             self.state.var("net_write_timeout").and_then(|v| v.parse::<u64>().ok()).map_or(exec::DEFAULT_STALL, Duration::from_secs);
         let limits = exec::Limits { stall, ..self.limits };
         let mut killer: Option<tokio::task::JoinHandle<()>> = None;
+        let timed = self.received.is_some();
+        if timed {
+            self.learn_server_thread(backend).await;
+        }
         let result = {
             // Borrowed field by field: nothing is cloned per statement for a KILL that rarely comes.
             let (handle, login, thread) = (&self.handle, &self.login, backend.thread_id);
@@ -732,7 +741,7 @@ impl Session {
             let exchange = exec::forward(
                 &mut self.client,
                 &mut backend.conn,
-                exec::Request { packets: request, reply, format, tail, watch_tail },
+                exec::Request { packets: request, reply, format, tail, watch_tail, timed },
                 &limits,
                 tap,
             );
@@ -770,7 +779,10 @@ impl Session {
             let _ = tokio::time::timeout(connect_timeout * 3, k).await;
         }
         match result {
-            Ok(o) => {
+            Ok(mut o) => {
+                if timed {
+                    o.split = self.split(backend, &o.timing);
+                }
                 if reply.is_some() && !o.error {
                     backend.status = o.status;
                 }
