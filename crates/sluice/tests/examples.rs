@@ -73,7 +73,7 @@ fn run_example(name: &str) {
 }
 
 /// Every folder under `examples/`, each run by the test of the same name below.
-const EXAMPLES: [&str; 13] = [
+const EXAMPLES: [&str; 14] = [
     "query-rules",
     "cache",
     "read-write-split",
@@ -87,6 +87,7 @@ const EXAMPLES: [&str; 13] = [
     "tls",
     "graceful-shutdown",
     "sharding",
+    "probe",
 ];
 
 #[test]
@@ -166,4 +167,10 @@ fn graceful_shutdown() {
 #[test]
 fn sharding() {
     run_example("sharding");
+}
+
+/// Skips (exit 0, saying why) where the probe is not permitted.
+#[test]
+fn probe() {
+    run_example("probe");
 }

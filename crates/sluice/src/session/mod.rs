@@ -715,6 +715,10 @@ impl Session {
         may_retry: bool,
         tap: exec::Tap<'_>,
     ) -> Forwarded {
+        let timed = self.received.is_some();
+        if timed {
+            self.learn_server_thread(backend).await;
+        }
         // Counted while it runs: the pool sends new statements to the least busy server.
         let _running = backend.server.run_statement();
         let format = backend.format();
@@ -730,10 +734,6 @@ impl Session {
             self.state.var("net_write_timeout").and_then(|v| v.parse::<u64>().ok()).map_or(exec::DEFAULT_STALL, Duration::from_secs);
         let limits = exec::Limits { stall, ..self.limits };
         let mut killer: Option<tokio::task::JoinHandle<()>> = None;
-        let timed = self.received.is_some();
-        if timed {
-            self.learn_server_thread(backend).await;
-        }
         let result = {
             // Borrowed field by field: nothing is cloned per statement for a KILL that rarely comes.
             let (handle, login, thread) = (&self.handle, &self.login, backend.thread_id);

@@ -14,11 +14,20 @@ use tracing::debug;
 impl Session {
     /// Once per backend connection, while the probe is attached: asks the server which of its
     /// threads serves the connection (its OS thread id). One round trip, before the
-    /// connection's first timed statement.
-    pub(super) async fn learn_server_thread(&self, backend: &mut Backend) {
+    /// connection's first timed statement, not counted in the statement's proxy time: it moves
+    /// `received` on by the time it took.
+    pub(super) async fn learn_server_thread(&mut self, backend: &mut Backend) {
         if backend.probe_tid != TID_UNKNOWN || !self.data.probe.attached() {
             return;
         }
+        let started = Instant::now();
+        self.learn(backend).await;
+        if let Some(r) = self.received.as_mut() {
+            *r += started.elapsed();
+        }
+    }
+
+    async fn learn(&self, backend: &mut Backend) {
         backend.probe_tid = TID_NONE;
         for sql in TID_QUERIES {
             match backend.query(sql).await {
