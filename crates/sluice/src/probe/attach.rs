@@ -54,6 +54,11 @@ impl State {
         !self.attached.is_empty()
     }
 
+    /// Whether the process found for `host:port` is attached.
+    pub fn covers(&self, host: &str, port: u16) -> bool {
+        self.found.iter().any(|((h, p), pid)| h == host && *p == port && pid.is_some_and(|pid| self.attached.contains_key(&pid)))
+    }
+
     pub fn tick(&mut self, settings: &ProbeSection, servers: &[(String, u16)], slots: &OnceLock<Slots>) {
         if self.settings.as_ref() != Some(settings) {
             // Another binary or symbol: attach again from scratch (and try a failed load again).

@@ -79,9 +79,16 @@ impl Probe {
         self.enabled.load(Relaxed)
     }
 
-    /// Query path: whether backend connections should learn their server thread.
+    /// Whether the probe is attached to some backend's process now.
     pub fn attached(&self) -> bool {
         self.attached.load(Relaxed)
+    }
+
+    /// Once per backend connection: whether the probe is attached to the process serving
+    /// `host:port` (then the connection learns its server thread; another server's thread ids
+    /// could name a probed process's threads).
+    pub fn covers(&self, host: &str, port: u16) -> bool {
+        self.attached() && self.lock().covers(host, port)
     }
 
     /// Query path: the server time, in µs, of the command the server thread `tid` began

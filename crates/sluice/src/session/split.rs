@@ -20,6 +20,11 @@ impl Session {
         if backend.probe_tid != TID_UNKNOWN || !self.data.probe.attached() {
             return;
         }
+        if !self.data.probe.covers(&backend.server.hostname, backend.server.port) {
+            // The probe runs, but not for this server (not on this machine): not asked again.
+            backend.probe_tid = TID_NONE;
+            return;
+        }
         let started = Instant::now();
         self.learn(backend).await;
         if let Some(r) = self.received.as_mut() {
