@@ -260,6 +260,7 @@ impl Default for CacheSection {
 #[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProbeSection {
+    #[serde(deserialize_with = "bool_or_int")]
     pub enabled: bool,
     /// The server's binary; default: each local backend's own (/proc/PID/exe of the process
     /// listening on its port).
@@ -1449,6 +1450,19 @@ default_hostgroup = 0
         assert_eq!(c.servers[0].weight, 1);
         assert!(c.users[0].active);
         assert!(c.workers >= 1);
+    }
+
+    #[test]
+    fn the_probe_section_is_off_by_default() {
+        let c = load(GOOD).unwrap();
+        assert_eq!(c.probe, ProbeSection { enabled: false, binary: None, symbol: None });
+        let with = format!("{GOOD}[probe]\nenabled = true\nbinary = \"/usr/sbin/mariadbd\"\nsymbol = \"dispatch_command\"\n");
+        let c = load(&with).unwrap();
+        assert!(c.probe.enabled);
+        assert_eq!((c.probe.binary.as_deref(), c.probe.symbol.as_deref()), (Some("/usr/sbin/mariadbd"), Some("dispatch_command")));
+        assert_eq!(load(&format!("{GOOD}[probe]\nenabled = 1\n")).map(|c| c.probe.enabled).ok(), Some(true), "1 as in ProxySQL");
+        let e = load(&format!("{GOOD}[probe]\npid = 7\n")).unwrap_err();
+        assert!(e.to_string().contains("unknown field `pid`"), "{e}");
     }
 
     #[test]
