@@ -87,6 +87,12 @@ trap_cleanup
 sql() { mariadb --no-defaults -S "$SOCK" -uroot -N -B "$@"; }
 admin() { mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$ADMIN_PORT" -uadmin -padmin -N -B -e "$*"; }
 questions() { admin "SELECT Variable_Value FROM stats_mysql_global WHERE Variable_Name='Questions'"; }
+# joined: "timed server_count" from the probe's JSON (statements timed, and given a server time).
+joined() {
+	curl -fsS "http://127.0.0.1:$HTTP_PORT/api/stats/probe" |
+		awk '{ t = s = "" } match($0, /"timed":[0-9]+/) { t = substr($0, RSTART + 8, RLENGTH - 8) }
+			match($0, /"server_count":[0-9]+/) { s = substr($0, RSTART + 15, RLENGTH - 15) } END { print t, s }'
+}
 # cpu_ns PID: nanoseconds on CPU of every thread of PID so far.
 cpu_ns() { awk '{ s += $1 } END { printf "%.0f\n", s }' /proc/"$1"/task/*/schedstat 2>/dev/null; }
 
@@ -163,14 +169,14 @@ ATTACHED=$(grep -o 'probe: attached.*' "$WORK/sluice.log" | tail -n 1)
 log "$ATTACHED"
 probe off
 
-declare -A WQPS WDB WSL WSTATE # key "workload|threads|window"
+declare -A WQPS WDB WSL WSTATE WJOIN # key "workload|threads|window"
 FAILURES=() NOTES=() RUN_NO=0
 
 # measure WORKLOAD THREADS: one sysbench run of 2 × ROUNDS windows, the probe on and off in the
 # order on off off on on off …; per window sluice's QPS (its Questions counter) and the CPU
 # time of mariadbd's and sluice's threads (/proc/PID/task/*/schedstat).
 measure() {
-	local wl=$1 thr=$2 nwin=$((2 * ROUNDS)) w state q0 q1 d0 d1 s0 s1 t0 t1 logf rc=0
+	local wl=$1 thr=$2 nwin=$((2 * ROUNDS)) w state q0 q1 d0 d1 s0 s1 t0 t1 j0 j1 logf rc=0
 	local what="$wl, $thr threads, the probe switched every ${WINDOW}s"
 	RUN_NO=$((RUN_NO + 1))
 	logf=$WORK/run-$(printf %03d "$RUN_NO")-$wl-$thr.log
@@ -184,15 +190,17 @@ measure() {
 		probe "$state"
 		sleep 0.5
 		alive "$RUN_PID" || break
-		t0=$(date +%s.%N) q0=$(questions) d0=$(cpu_ns "$DB_PID") s0=$(cpu_ns "$SLUICE_PID")
+		t0=$(date +%s.%N) q0=$(questions) d0=$(cpu_ns "$DB_PID") s0=$(cpu_ns "$SLUICE_PID") j0=$(joined)
 		sleep "$((WINDOW - 1)).5"
-		t1=$(date +%s.%N) q1=$(questions) d1=$(cpu_ns "$DB_PID") s1=$(cpu_ns "$SLUICE_PID")
+		t1=$(date +%s.%N) q1=$(questions) d1=$(cpu_ns "$DB_PID") s1=$(cpu_ns "$SLUICE_PID") j1=$(joined)
 		[[ $q0 =~ ^[0-9]+$ && $q1 =~ ^[0-9]+$ && $q1 -gt $q0 ]] || break
 		WQPS[$wl|$thr|$w]=$(awk -v q=$((q1 - q0)) -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", q / (b - a) }')
 		# cores (CPU seconds per second) per 10,000 QPS
 		WDB[$wl|$thr|$w]=$(awk -v d=$((d1 - d0)) -v q=$((q1 - q0)) 'BEGIN { printf "%.4f", d / 1e9 / q * 1e4 }')
 		WSL[$wl|$thr|$w]=$(awk -v d=$((s1 - s0)) -v q=$((q1 - q0)) 'BEGIN { printf "%.4f", d / 1e9 / q * 1e4 }')
 		WSTATE[$wl|$thr|$w]=$state
+		# statements timed in the window, and of those given a server time
+		WJOIN[$wl|$thr|$w]="$((${j1% *} - ${j0% *})) $((${j1#* } - ${j0#* }))"
 		log "[$RUN_NO/$NRUNS] $wl, $thr threads, window $((w + 1))/$nwin, probe $state: ${WQPS[$wl|$thr|$w]} qps," \
 			"mariadbd ${WDB[$wl|$thr|$w]}, sluice ${WSL[$wl|$thr|$w]} cores per 10k QPS"
 	done
@@ -228,17 +236,19 @@ REPORT=$WORK/report.md
 	sb_args '<workload>' '<N>' '<seconds>'
 	echo "- each cell: one \`${SB[*]} run\` through sluice, the probe switched on and off live (\`sluice-probe_enabled\`, LOAD MYSQL VARIABLES TO RUNTIME, waited for until attached or detached) every ${WINDOW}s in the order on off off on …, $ROUNDS pairs; per window QPS = sluice's Questions counter, CPU = the run time of every thread of mariadbd and of sluice (/proc/PID/task/*/schedstat) over the window, in cores per 10,000 QPS; \"paired\" = the median over the pairs of (on ÷ off) or (on − off); total ${ELAPSED}s"
 	echo
-	echo "| workload | threads | QPS off | QPS on | on/off (paired) | mariadbd cores/10k QPS off → on | mariadbd on − off (paired) | sluice cores/10k QPS off → on | sluice on − off (paired) | per pair: on/off |"
-	echo "|---|---:|---:|---:|---:|---|---:|---|---:|---|"
+	echo "| workload | threads | QPS off | QPS on | on/off (paired) | mariadbd cores/10k QPS off → on | mariadbd on − off (paired) | sluice cores/10k QPS off → on | sluice on − off (paired) | on windows: statements timed, with server time | per pair: on/off |"
+	echo "|---|---:|---:|---:|---:|---|---:|---|---:|---|---|"
 	for wl in "${WORKLOAD_LIST[@]}"; do
 		for thr in "${THREAD_LIST[@]}"; do
-			ons="" offs="" dons="" doffs="" sons="" soffs="" ratios="" ddiffs="" sdiffs="" pairs=""
+			ons="" offs="" dons="" doffs="" sons="" soffs="" ratios="" ddiffs="" sdiffs="" pairs="" timed=0 served=0
 			for ((p = 0; p < ROUNDS; p++)); do
 				a="" b="" da="" db="" sa="" sb=""
 				for w in $((2 * p)) $((2 * p + 1)); do
 					[ -n "${WQPS[$wl|$thr|$w]:-}" ] || continue
 					if [ "${WSTATE[$wl|$thr|$w]}" = on ]; then
 						a=${WQPS[$wl|$thr|$w]} da=${WDB[$wl|$thr|$w]} sa=${WSL[$wl|$thr|$w]}
+						j=${WJOIN[$wl|$thr|$w]}
+						timed=$((timed + ${j% *})) served=$((served + ${j#* }))
 					else
 						b=${WQPS[$wl|$thr|$w]} db=${WDB[$wl|$thr|$w]} sb=${WSL[$wl|$thr|$w]}
 					fi
@@ -251,7 +261,7 @@ REPORT=$WORK/report.md
 			done
 			echo "| $wl | $thr | $(median "$offs") | $(median "$ons") | $(median "$ratios" %.3f)" \
 				"| $(median "$doffs" %.3f) → $(median "$dons" %.3f) | $(median "$ddiffs" %+.3f)" \
-				"| $(median "$soffs" %.3f) → $(median "$sons" %.3f) | $(median "$sdiffs" %+.3f) | $pairs |"
+				"| $(median "$soffs" %.3f) → $(median "$sons" %.3f) | $(median "$sdiffs" %+.3f) | $timed, $served | $pairs |"
 		done
 	done
 	echo

@@ -94,10 +94,11 @@ impl Probe {
     /// Query path: the server time, in µs, of the command the server thread `tid` began
     /// between `sent` (just before the request was written) and `ended` (the reply's end). A
     /// command still in its cleanup at `ended` (the server sends its reply, then returns) counts
-    /// up to `ended`. `None`: no such command was seen (the probe is not attached to that
-    /// server, or another thread ran it: thread_handling=pool-of-threads).
+    /// up to `ended`. `None`: no such command was seen (the probe is not attached now,
+    /// or another thread ran it: thread_handling=pool-of-threads); counted in `misses` while
+    /// attached.
     pub fn server_time(&self, tid: u32, sent: Instant, ended: Instant) -> Option<u64> {
-        if tid == TID_UNKNOWN || tid == TID_NONE {
+        if tid == TID_UNKNOWN || tid == TID_NONE || !self.attached() {
             return None;
         }
         let found = self.slots.get().and_then(|s| s.command(tid, slots::mono_ns(sent), slots::mono_ns(ended)));
