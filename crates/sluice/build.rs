@@ -35,14 +35,16 @@ fn compile(out: &std::path::Path) -> Result<(), String> {
     }
     let clang = std::env::var("SLUICE_BPF_CLANG").unwrap_or_else(|_| "clang".into());
     // Debian keeps <asm/types.h> (which <linux/types.h> includes) under the target's triplet.
-    let triplet = match std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default().as_str() {
-        "x86_64" => "x86_64-linux-gnu",
-        "aarch64" => "aarch64-linux-gnu",
+    // …and bpf_tracing.h reads the registers as the target's pt_regs lays them out.
+    let (triplet, arch) = match std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default().as_str() {
+        "x86_64" => ("x86_64-linux-gnu", "x86"),
+        "aarch64" => ("aarch64-linux-gnu", "arm64"),
         other => return Err(format!("no BPF build set up for {other}")),
     };
     let result = Command::new(&clang)
         .args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"])
         .arg(format!("-I/usr/include/{triplet}"))
+        .arg(format!("-D__TARGET_ARCH_{arch}"))
         .args(["-c", SOURCE, "-o"])
         .arg(out)
         .output();

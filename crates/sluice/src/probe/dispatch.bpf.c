@@ -12,7 +12,9 @@
 
 #include <linux/types.h>
 #include <linux/bpf.h>
+#include <linux/ptrace.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
 
 // A power of two: a thread's slot is its thread id modulo this. Mirrored in probe/mod.rs.
 #define SLOTS 65536
@@ -25,7 +27,7 @@ struct slot {
 	__u64 exit_ns;  // at the end of the last one: below entry_ns while a call runs
 	__u64 calls;    // calls ended since the slot was taken
 	__u64 busy_ns;  // their total time
-	__u64 spare;
+	__u64 outer_sp; // the stack pointer at the outermost call's entry
 };
 
 struct {
@@ -43,9 +45,10 @@ static __always_inline struct slot *slot_of(__u32 tid)
 }
 
 SEC("uprobe")
-int dispatch_enter(void *ctx)
+int dispatch_enter(struct pt_regs *ctx)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u64 sp = PT_REGS_SP(ctx);
 	struct slot *s = slot_of(tid);
 	if (!s)
 		return 0;
@@ -56,15 +59,21 @@ int dispatch_enter(void *ctx)
 		s->calls = 0;
 		s->busy_ns = 0;
 	}
-	if (s->depth == 0)
+	// A call at the outermost call's stack depth or above is not nested in it: that one's
+	// return was never seen (the probe was detached while it ran), so it is over.
+	if (s->depth > 0 && sp >= s->outer_sp)
+		s->depth = 0;
+	if (s->depth == 0) {
+		s->outer_sp = sp;
 		*(volatile __u64 *)&s->entry_ns = bpf_ktime_get_ns();
+	}
 	if (s->depth < 64)
 		s->depth += 1;
 	return 0;
 }
 
 SEC("uretprobe")
-int dispatch_return(void *ctx)
+int dispatch_return(struct pt_regs *ctx)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct slot *s = slot_of(tid);

@@ -18,7 +18,7 @@ struct Slot {
     exit_ns: u64,
     calls: u64,
     busy_ns: u64,
-    spare: u64,
+    outer_sp: u64,
 }
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 48);
