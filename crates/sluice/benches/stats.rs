@@ -25,6 +25,7 @@ fn event(digest: u64) -> StatementRecord<'static> {
         bytes_sent: 0,
         bytes_recv: 0,
         ended: std::time::Instant::now(),
+        split: None,
     }
 }
 

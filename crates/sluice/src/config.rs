@@ -287,6 +287,21 @@ impl Default for MirrorSection {
     }
 }
 
+/// The server-time probe (`probe`, docs/probe.md): eBPF uprobes on the backend server's
+/// command dispatch measure how long the server itself spent on each statement, and sluice
+/// times its own part of each statement (proxy time). Off by default.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbeSection {
+    #[serde(deserialize_with = "bool_or_int")]
+    pub enabled: bool,
+    /// The server's binary; default: each local backend's own (/proc/PID/exe of the process
+    /// listening on its port).
+    pub binary: Option<String>,
+    /// The function probed; default: `dispatch_command` (its C++ name, any signature).
+    pub symbol: Option<String>,
+}
+
 /// The JSON-lines query log (`querylog`): every statement when `enabled`, else only those a
 /// query rule with `log = 1` matched.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -515,6 +530,8 @@ pub struct FileConfig {
     #[serde(default)]
     pub mirror: MirrorSection,
     #[serde(default)]
+    pub probe: ProbeSection,
+    #[serde(default)]
     pub mysql_servers: Vec<ServerRow>,
     #[serde(default)]
     pub mysql_replication_hostgroups: Vec<ReplicationHostgroupRow>,
@@ -639,6 +656,7 @@ pub struct Config {
     /// The firewall rows and section compiled (`firewall::Firewall`).
     pub firewall_compiled: std::sync::Arc<crate::firewall::Firewall>,
     pub mirror: MirrorSection,
+    pub probe: ProbeSection,
     pub servers: Vec<ServerRow>,
     pub replication_hostgroups: Vec<ReplicationHostgroupRow>,
     pub users: Vec<UserRow>,
@@ -673,6 +691,7 @@ impl Config {
             mysql_firewall_whitelist_rules: self.firewall_rules.clone(),
             mysql_firewall_whitelist_sqli_fingerprints: self.firewall_fingerprints.clone(),
             mirror: self.mirror.clone(),
+            probe: self.probe.clone(),
             mysql_servers: self.servers.clone(),
             mysql_replication_hostgroups: self.replication_hostgroups.clone(),
             mysql_users: self.users.clone(),
@@ -1366,6 +1385,7 @@ impl FileConfig {
             firewall_fingerprints: self.mysql_firewall_whitelist_sqli_fingerprints,
             firewall_compiled,
             mirror: self.mirror,
+            probe: self.probe,
             servers: self.mysql_servers,
             replication_hostgroups: self.mysql_replication_hostgroups,
             users: self.mysql_users,
@@ -1572,6 +1592,19 @@ default_hostgroup = 0
         assert_eq!(c.servers[0].weight, 1);
         assert!(c.users[0].active);
         assert!(c.workers >= 1);
+    }
+
+    #[test]
+    fn the_probe_section_is_off_by_default() {
+        let c = load(GOOD).unwrap();
+        assert_eq!(c.probe, ProbeSection { enabled: false, binary: None, symbol: None });
+        let with = format!("{GOOD}[probe]\nenabled = true\nbinary = \"/usr/sbin/mariadbd\"\nsymbol = \"dispatch_command\"\n");
+        let c = load(&with).unwrap();
+        assert!(c.probe.enabled);
+        assert_eq!((c.probe.binary.as_deref(), c.probe.symbol.as_deref()), (Some("/usr/sbin/mariadbd"), Some("dispatch_command")));
+        assert_eq!(load(&format!("{GOOD}[probe]\nenabled = 1\n")).map(|c| c.probe.enabled).ok(), Some(true), "1 as in ProxySQL");
+        let e = load(&format!("{GOOD}[probe]\npid = 7\n")).unwrap_err();
+        assert!(e.to_string().contains("unknown field `pid`"), "{e}");
     }
 
     #[test]

@@ -62,6 +62,8 @@ pub struct DataPath {
     pub stats: Arc<crate::stats::Stats>,
     /// The result cache (query rules' cache_ttl), kept across reloads.
     pub cache: Arc<crate::cache::QueryCache>,
+    /// The server-time probe (`[probe]`): read after each statement's reply while enabled.
+    pub probe: Arc<crate::probe::Probe>,
     /// What the monitor found (its logs and per-server summaries), for the admin and HTTP sides.
     pub health: Arc<crate::health::Findings>,
     /// Mirroring's bounds (query rules' mirror_hostgroup), kept across reloads.
@@ -84,6 +86,7 @@ impl DataPath {
             cache: Arc::new(cache),
             mirror: Arc::new(crate::mirror::Mirror::new(&config.mirror)),
             user_connections: Arc::default(),
+            probe: Arc::default(),
             stats,
             health: Arc::default(),
             runtime: config.proxy.runtime,

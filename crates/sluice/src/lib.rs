@@ -26,6 +26,7 @@ pub mod monitor;
 pub mod net;
 pub mod plan;
 pub mod pool;
+pub mod probe;
 pub mod querylog;
 pub mod registry;
 pub mod route;

@@ -98,6 +98,7 @@ impl Server {
             RuntimeKind::Steal => vec![start_generation(&runtime, workers)?],
         };
         threads.push(start_monitor(control.clone())?);
+        threads.push(start_probe(data.clone())?);
         tracing::info!(listen = ?control.listeners.addrs(Kind::Client), workers, runtime = ?runtime_kind, "sluice started");
         Ok(Server { data, control, admin, runtime, threads })
     }
@@ -144,6 +145,28 @@ fn start_monitor(control: Arc<Control>) -> anyhow::Result<JoinHandle<()>> {
         };
         tokio_rt.block_on(crate::monitor::run(control));
         stop_runtime(tokio_rt);
+    })
+}
+
+/// The server-time probe's thread (side path): puts `[probe]` in force once a second (loads
+/// and attaches on first use, follows the backends' processes), until shutdown. The query
+/// path only reads what it set up.
+fn start_probe(data: Arc<DataPath>) -> anyhow::Result<JoinHandle<()>> {
+    runtime_thread("sluice-probe".into(), move || {
+        while !data.closing() {
+            let snapshot = data.snapshot();
+            let mut servers: Vec<(String, u16)> = snapshot.config.servers.iter().map(|s| (s.hostname.clone(), s.port)).collect();
+            servers.sort_unstable();
+            servers.dedup();
+            data.probe.tick(&snapshot.config.probe, &servers);
+            drop(snapshot);
+            for _ in 0..10 {
+                if data.closing() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
     })
 }
 

@@ -1,5 +1,5 @@
 //! The dashboard page in a real browser: headless Chromium loads `DASHBOARD_HTML` from a stub
-//! HTTP server that answers the page's four JSON endpoints, and the DOM after its scripts ran is
+//! HTTP server that answers the page's JSON endpoints, and the DOM after its scripts ran is
 //! checked (values shown, data inserted as text, the error banner when an endpoint fails).
 //!
 //! Needs Chromium (`scripts/install-deps`); without one these tests fail, unless
@@ -124,6 +124,46 @@ fn dashboard_shows_the_stats() {
         r#"<tr><td>1</td><td class="l mono">db1.example:3306</td><td class="l ONLINE">ONLINE</td>"#,
         "<td>3</td><td>5</td><td>1,234</td><td>2.0 KiB</td><td>1.0 MiB</td><td>850 µs</td></tr>",
     ));
+}
+
+/// A digest timed by the server-time probe: 210 ms a statement, of which 200 ms on the server
+/// and 100 µs in sluice.
+const DIGESTS_SPLIT: &str = r#"[
+  {"hostgroup": 0, "schemaname": "shop", "username": "app", "digest": "0xAB", "digest_text": "SELECT SLEEP(?)",
+   "count_star": 10, "sum_time_us": 2100000, "p50_us": 210000, "p95_us": 210000, "p99_us": 210000,
+   "sum_rows_sent": 10, "errors": 0, "server_count": 10, "server_time_us": 2000000, "server_p50_us": 201000,
+   "server_p99_us": 202000, "proxy_count": 10, "proxy_time_us": 1000}
+]"#;
+const PROBE: &str = r#"{"enabled": true, "attached": true, "state": "probe: attached to dispatch_command in pid 7 (/usr/sbin/mariadbd)"}"#;
+
+#[test]
+fn dashboard_shows_the_time_split() {
+    if !browser() {
+        return;
+    }
+    let mut routes = routes();
+    routes.insert("/api/stats/digests?limit=10", (200, "application/json", DIGESTS_SPLIT));
+    routes.insert("/api/stats/probe", (200, "application/json", PROBE));
+    let dom = dump(&serve(routes));
+    let has = |needle: &str| assert!(dom.contains(needle), "missing {needle:?} in the DOM:\n{dom}");
+    has(r#"<body data-loaded="1">"#);
+    has(r#"<section id="split-section">"#);
+    has("probe: attached to dispatch_command in pid 7 (/usr/sbin/mariadbd)");
+    has(concat!(
+        r#"<tr><td class="l sql" title="SELECT SLEEP(?)">SELECT SLEEP(?)</td><td>10</td><td>210.0 ms</td>"#,
+        "<td>100 µs</td><td>9.90 ms</td><td>200.0 ms</td><td>201.0 ms</td><td>202.0 ms</td>",
+        r#"<td class="l"><div class="bar" title="sluice 100 µs · network/queue 9.90 ms · server 200.0 ms">"#,
+    ));
+    has(r#"<span class="k-server" style="width: 95.24%;"></span>"#);
+}
+
+#[test]
+fn dashboard_shows_the_split_only_with_the_probe() {
+    if !browser() {
+        return;
+    }
+    let dom = dump(&serve(routes()));
+    assert!(dom.contains(r#"<section id="split-section" hidden="">"#), "{dom}");
 }
 
 #[test]

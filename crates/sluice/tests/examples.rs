@@ -73,7 +73,7 @@ fn run_example(name: &str) {
 }
 
 /// Every folder under `examples/`, each run by the test of the same name below.
-const EXAMPLES: [&str; 15] = [
+const EXAMPLES: [&str; 16] = [
     "query-rules",
     "cache",
     "firewall",
@@ -89,6 +89,7 @@ const EXAMPLES: [&str; 15] = [
     "graceful-shutdown",
     "sharding",
     "traffic",
+    "probe",
 ];
 
 #[test]
@@ -178,4 +179,10 @@ fn graceful_shutdown() {
 #[test]
 fn sharding() {
     run_example("sharding");
+}
+
+/// Skips (exit 0, saying why) where the probe is not permitted.
+#[test]
+fn probe() {
+    run_example("probe");
 }

@@ -244,6 +244,12 @@ const DIGEST_COLUMNS: &str = "
     p95_us INTEGER NOT NULL,
     p99_us INTEGER NOT NULL,
     errors INTEGER NOT NULL,
+    server_count INTEGER NOT NULL,
+    server_time_us INTEGER NOT NULL,
+    server_p50_us INTEGER NOT NULL,
+    server_p99_us INTEGER NOT NULL,
+    proxy_count INTEGER NOT NULL,
+    proxy_time_us INTEGER NOT NULL,
     PRIMARY KEY (hostgroup, schemaname, username, client_address, digest)";
 
 /// stats_mysql_commands_counters: the command, its totals, then the latency buckets.
@@ -316,6 +322,13 @@ impl StatsTable {
                 "p95_us",
                 "p99_us",
                 "errors",
+                // The server-time probe's (docs/probe.md): the server's own time and sluice's.
+                "server_count",
+                "server_time_us",
+                "server_p50_us",
+                "server_p99_us",
+                "proxy_count",
+                "proxy_time_us",
             ],
             StatsTable::ConnectionPool => &[
                 "hostgroup",

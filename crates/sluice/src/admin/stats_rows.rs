@@ -86,6 +86,12 @@ fn digest_rows(rows: Vec<crate::stats::DigestRow>) -> Vec<Vec<Cell>> {
                 d.p95_us.into(),
                 d.p99_us.into(),
                 d.errors.into(),
+                d.server_count.into(),
+                d.server_time_us.into(),
+                d.server_p50_us.into(),
+                d.server_p99_us.into(),
+                d.proxy_count.into(),
+                d.proxy_time_us.into(),
             ]
         })
         .collect()

@@ -17,8 +17,8 @@
 
 use super::{quoted, Module, RowError};
 use crate::config::{
-    CacheSection, FileConfig, FirewallSection, MirrorSection, MonitorSection, PoolSection, ProxySection, QueryLogSection, StatsSection,
-    TlsSection,
+    CacheSection, FileConfig, FirewallSection, MirrorSection, MonitorSection, PoolSection, ProbeSection, ProxySection, QueryLogSection,
+    StatsSection, TlsSection,
 };
 use serde::de::{self, Deserializer, Visitor};
 use std::sync::OnceLock;
@@ -88,6 +88,7 @@ const SECTIONS: &[(&str, Fields)] = &[
     ("cache", field_names::<CacheSection>),
     ("firewall", field_names::<FirewallSection>),
     ("mirror", field_names::<MirrorSection>),
+    ("probe", field_names::<ProbeSection>),
 ];
 
 /// One global variable and the config field it stands for.
@@ -210,6 +211,7 @@ pub fn apply(rows: &[(String, String)], module: Module, into: &mut FileConfig) -
     into.cache = new.cache;
     into.firewall = new.firewall;
     into.mirror = new.mirror;
+    into.probe = new.probe;
     if module == Module::MysqlVariables {
         // An empty monitor login is the same as no [monitor] section.
         into.monitor = new.monitor.filter(|m| *m != MonitorSection::default());
@@ -360,6 +362,7 @@ mod tests {
         fc.monitor = Some(MonitorSection::login("mon", "pw"));
         fc.pool.multiplexing = false;
         fc.querylog.path = Some(PathBuf::from("/tmp/q.log"));
+        fc.probe = crate::config::ProbeSection { enabled: true, binary: Some("/usr/sbin/mariadbd".into()), symbol: None };
         fc.proxy.runtime = crate::config::RuntimeKind::PerCore;
         fc
     }

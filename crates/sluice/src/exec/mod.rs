@@ -95,6 +95,20 @@ pub struct Request<'a> {
     /// Watch the tail for words sluice must see before a backend does (`KeywordWatch`): a
     /// statement text whose rest could hide a KILL.
     pub watch_tail: bool,
+    /// Note when the request went and when the reply's first bytes came and went on
+    /// (`Outcome::timing`; the server-time probe is on).
+    pub timed: bool,
+}
+
+/// When a timed request's steps happened, for sluice's own share of the statement's time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Timing {
+    /// Just before the request was written to the backend.
+    pub sending: Option<Instant>,
+    /// The reply's first bytes read from the backend.
+    pub first_read: Option<Instant>,
+    /// Its first bytes written to the client.
+    pub first_write: Option<Instant>,
 }
 
 /// How a forwarded request ended.
@@ -112,6 +126,10 @@ pub struct Outcome {
     pub affected_rows: u64,
     pub error_code: u16,
     pub reply_bytes: u64,
+    /// Filled in for a timed request.
+    pub timing: Timing,
+    /// The statement's time split (the session fills it in from `timing` and the probe).
+    pub split: Option<crate::stats::Split>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -211,7 +229,8 @@ pub async fn forward(
     limits: &Limits,
     mut tap: Tap<'_>,
 ) -> Result<Outcome, ExecError> {
-    let Request { packets, reply, format, tail, watch_tail } = request;
+    let Request { packets, reply, format, tail, watch_tail, timed } = request;
+    let mut timing = Timing { sending: timed.then(Instant::now), ..Timing::default() };
     // The reply continues the sequence from the request's last chunk.
     let mut request_seq = proto::frame::frame(packets, usize::MAX).ok().flatten().map_or(0, |f| f.last_seq);
     if backend.write_all(packets).await.is_err() {
@@ -229,7 +248,18 @@ pub async fn forward(
     let mut scanner = Scanner::new(reply, format.deprecate_eof).with_mariadb_capabilities(format.mariadb_caps);
     let mut reply_bytes = 0;
     loop {
-        let step = match stream_reply(client, backend, &mut scanner, limits, request_seq, &mut reply_bytes, &mut tap).await {
+        let step = match stream_reply(
+            client,
+            backend,
+            &mut scanner,
+            limits,
+            request_seq,
+            &mut reply_bytes,
+            &mut tap,
+            timed.then_some(&mut timing),
+        )
+        .await
+        {
             Err(ExecError::BackendLost { reply_seq, .. }) => {
                 return Err(ExecError::BackendLost { reply_seq, before_reply: reply_bytes == 0 })
             }
@@ -246,6 +276,8 @@ pub async fn forward(
                     affected_rows: scanner.affected_rows(),
                     error_code: scanner.error_code(),
                     reply_bytes,
+                    timing,
+                    split: None,
                 });
             }
             Event::LocalInfile => {
@@ -357,6 +389,8 @@ enum Step {
 
 /// Streams reply bytes from `backend` to `client` until the scanner reports the end of the
 /// reply or a LOCAL INFILE request. Reading and writing overlap; the buffer is bounded.
+/// `timing`: note when the reply's first bytes are read and written.
+#[allow(clippy::too_many_arguments)]
 async fn stream_reply(
     client: &mut Conn,
     backend: &mut Conn,
@@ -365,6 +399,7 @@ async fn stream_reply(
     request_seq: u8,
     reply_bytes: &mut u64,
     tap: &mut Tap<'_>,
+    mut timing: Option<&mut Timing>,
 ) -> Result<Event, ExecError> {
     let Conn { stream: bstream, rbuf: buf } = backend;
     let wm = limits.watermarks;
@@ -410,6 +445,9 @@ async fn stream_reply(
                             buf.advance(n);
                             scanned -= n;
                             progress = true;
+                            if let Some(t) = timing.as_deref_mut().filter(|t| t.first_write.is_none()) {
+                                t.first_write = Some(Instant::now());
+                            }
                         }
                         Poll::Pending if event != Event::More => return Poll::Ready(Ok(Step::Drain)),
                         Poll::Pending => {}
@@ -432,7 +470,12 @@ async fn stream_reply(
                     }
                     match tokio_util::io::poll_read_buf(Pin::new(&mut *bstream), cx, buf) {
                         Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Err(Lost)),
-                        Poll::Ready(Ok(_)) => progress = true,
+                        Poll::Ready(Ok(_)) => {
+                            progress = true;
+                            if let Some(t) = timing.as_deref_mut().filter(|t| t.first_read.is_none()) {
+                                t.first_read = Some(Instant::now());
+                            }
+                        }
                         Poll::Pending => {}
                     }
                 }
@@ -446,7 +489,8 @@ async fn stream_reply(
             Ok(Step::Done(ev)) => break Ok(ev),
             Ok(Step::Drain) => {
                 let ended = event != Event::More;
-                match drain(&mut client.stream, bstream, buf, &mut scanned, ended, limits).await {
+                let first_write = timing.as_deref_mut().map(|t| &mut t.first_write);
+                match drain(&mut client.stream, bstream, buf, &mut scanned, ended, limits, first_write).await {
                     Ok(()) if ended => break Ok(event),
                     Ok(()) => {}
                     Err(Drained::BackendReset) => break Err(Lost),
@@ -503,6 +547,7 @@ async fn drain(
     scanned: &mut usize,
     ended: bool,
     limits: &Limits,
+    mut first_write: Option<&mut Option<Instant>>,
 ) -> Result<(), Drained> {
     let reset = bstream.tcp().ready(tokio::io::Interest::ERROR);
     tokio::pin!(reset);
@@ -527,6 +572,9 @@ async fn drain(
                     buf.advance(n);
                     *scanned -= n;
                     last_progress = Instant::now();
+                    if let Some(w) = first_write.as_deref_mut().filter(|w| w.is_none()) {
+                        *w = Some(last_progress);
+                    }
                     if !ended && buf.len() <= limits.watermarks.low {
                         return Ok(());
                     }

@@ -1,6 +1,7 @@
 //! Beside the data path: `/metrics`, the statistics in Prometheus text format. Names are
 //! `sluice_*`; per-digest series are left out (unbounded cardinality: the JSON and the admin
-//! tables have them).
+//! tables have them), but for the server-time probe's split of the `PROBE_DIGESTS` digests
+//! with the most server time, while `[probe] enabled`.
 
 use super::prometheus::{Exposition, Kind};
 use crate::admin::stats_rows;
@@ -89,6 +90,8 @@ pub fn render(data: &DataPath) -> String {
     }
     monitor(&mut e, data);
 
+    probe(&mut e, data);
+
     e.family("sluice_rule_hits_total", "Statements each query rule matched (since its last LOAD)", Kind::Counter);
     for (rule, hits) in snapshot.config.rules.hits() {
         e.sample("", &[("rule_id", &rule.to_string())], hits as f64);
@@ -106,6 +109,78 @@ pub fn render(data: &DataPath) -> String {
         );
     }
     e.finish()
+}
+
+/// Digests given per-digest series by the probe: those with the most server time.
+const PROBE_DIGESTS: usize = 20;
+
+/// The server-time probe: its state, the split over all statements, and per digest (the
+/// `PROBE_DIGESTS` with the most server time) total, server and proxy time.
+fn probe(e: &mut Exposition, data: &DataPath) {
+    let status = data.probe.status();
+    let flag = |b: bool| f64::from(u8::from(b));
+    e.family("sluice_probe_enabled", "1 while [probe] enabled: statements are timed", Kind::Gauge).sample("", &[], flag(status.enabled));
+    e.family("sluice_probe_attached", "1 while the probe is attached to a backend server process", Kind::Gauge).sample(
+        "",
+        &[],
+        flag(status.attached),
+    );
+    if !status.enabled {
+        return;
+    }
+    let us = |v: u64| v as f64 / 1e6;
+    let t = data.stats.split_totals();
+    e.family("sluice_probe_server_seconds", "Server time per statement, from the probe (HDR histogram)", Kind::Summary).summary(
+        &[],
+        &[(0.5, us(t.server.p50_us)), (0.99, us(t.server.p99_us))],
+        us(t.server_sum_us),
+        t.server.count,
+    );
+    e.family("sluice_probe_proxy_seconds_total", "sluice's own time in the statements timed", Kind::Counter).sample(
+        "",
+        &[],
+        us(t.proxy_sum_us),
+    );
+    e.family("sluice_probe_timed_total", "Statements timed while the probe was enabled", Kind::Counter).sample(
+        "",
+        &[],
+        t.proxy_count as f64,
+    );
+    e.family("sluice_probe_misses_total", "Timed statements whose server time the probe did not see", Kind::Counter).sample(
+        "",
+        &[],
+        data.probe.misses() as f64,
+    );
+    let mut digests = data.stats.digests();
+    digests.retain(|d| d.proxy_count > 0);
+    digests.sort_by_key(|d| std::cmp::Reverse(d.server_time_us));
+    digests.truncate(PROBE_DIGESTS);
+    type Value = fn(&crate::stats::DigestRow) -> f64;
+    let families: [(&str, &str, Kind, Value); 6] = [
+        ("sluice_digest_statements_total", "Statements of the digest", Kind::Counter, |d| d.count_star as f64),
+        ("sluice_digest_seconds_total", "Total time of the digest's statements through sluice", Kind::Counter, |d| {
+            d.sum_time_us as f64 / 1e6
+        }),
+        ("sluice_digest_server_seconds_total", "Server time of the digest's statements (probe)", Kind::Counter, |d| {
+            d.server_time_us as f64 / 1e6
+        }),
+        ("sluice_digest_server_p50_seconds", "Median server time of the digest's statements", Kind::Gauge, |d| {
+            d.server_p50_us as f64 / 1e6
+        }),
+        ("sluice_digest_server_p99_seconds", "99th percentile server time of the digest's statements", Kind::Gauge, |d| {
+            d.server_p99_us as f64 / 1e6
+        }),
+        ("sluice_digest_proxy_seconds_total", "sluice's own time in the digest's statements", Kind::Counter, |d| {
+            d.proxy_time_us as f64 / 1e6
+        }),
+    ];
+    for (name, help, kind, value) in families {
+        e.family(name, help, kind);
+        for d in &digests {
+            let (hg, id) = (d.hostgroup.to_string(), sql::digest::format_id(d.digest));
+            e.sample("", &[("hostgroup", &hg), ("digest", &id)], value(d));
+        }
+    }
 }
 
 /// What the monitor found, per server (hostname:port).

@@ -48,6 +48,7 @@ fn router(data: Arc<DataPath>) -> Router {
         .route("/api/stats/rates", get(rates))
         .route("/api/stats/latency", get(latency))
         .route("/api/stats/digests", get(digests))
+        .route("/api/stats/probe", get(probe))
         .route("/api/stats/commands", get(commands))
         .route("/api/stats/pools", get(pools))
         .route("/api/stats/rules", get(rules))
@@ -175,10 +176,33 @@ async fn digests(State(data): S, Query(q): Query<Limit>) -> Json<Value> {
                     "sum_time_us": d.sum_time_us, "min_time_us": d.min_time_us, "max_time_us": d.max_time_us,
                     "p50_us": d.p50_us, "p95_us": d.p95_us, "p99_us": d.p99_us,
                     "sum_rows_sent": d.sum_rows_sent, "sum_rows_affected": d.sum_rows_affected, "errors": d.errors,
+                    "server_count": d.server_count, "server_time_us": d.server_time_us,
+                    "server_p50_us": d.server_p50_us, "server_p99_us": d.server_p99_us,
+                    "proxy_count": d.proxy_count, "proxy_time_us": d.proxy_time_us,
                 })
             })
             .collect(),
     )
+}
+
+/// The server-time probe: its state, the time splits over all statements, and the server
+/// threads' totals from the BPF map.
+async fn probe(State(data): S) -> Json<Value> {
+    let status = data.probe.status();
+    let totals = data.stats.split_totals();
+    let threads = tokio::task::spawn_blocking({
+        let data = data.clone();
+        move || data.probe.threads()
+    })
+    .await
+    .unwrap_or_default();
+    Json(json!({
+        "enabled": status.enabled, "attached": status.attached, "state": status.state, "pids": status.pids,
+        "timed": totals.proxy_count, "proxy_time_us": totals.proxy_sum_us,
+        "server_count": totals.server.count, "server_time_us": totals.server_sum_us,
+        "server_p50_us": totals.server.p50_us, "server_p99_us": totals.server.p99_us,
+        "misses": data.probe.misses(), "threads": threads,
+    }))
 }
 
 async fn commands(State(data): S) -> Json<Value> {

@@ -162,6 +162,10 @@ pub struct Backend {
     /// The server's OK to the login (its session-state information tells clients their
     /// character set): answered to each client that starts a session on this connection.
     pub login_ok: Vec<u8>,
+    /// The OS thread id of the server thread serving it, for the server-time probe: 0 until
+    /// learned (its first statement timed with the probe attached), u32::MAX if the server
+    /// would not say (`probe::TID_QUERIES`).
+    pub probe_tid: u32,
     /// Counted against its server's max_connections; goes back to the pool.
     pub pooled: bool,
     /// In an unknown protocol state (a reply cut short): closed, never reused.
@@ -681,6 +685,7 @@ async fn connect_inner(p: &ConnectParams<'_>) -> Result<Backend, BackendError> {
         status,
         last_insert_id: 0,
         login_ok: ok,
+        probe_tid: 0,
         pooled: false,
         broken: false,
         needs_reset: false,

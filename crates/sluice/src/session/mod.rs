@@ -13,6 +13,7 @@ mod prepared;
 mod processlist_table;
 mod replay;
 mod sharded;
+mod split;
 mod statement;
 mod status;
 
@@ -81,6 +82,8 @@ struct Session {
     tail: Option<proto::frame::Tail>,
     /// The plan asks exec to watch that rest (`Plan::watch_tail`); reset by each forward.
     watch_tail: bool,
+    /// When the current command arrived, while statements are timed (`[probe] enabled`).
+    received: Option<std::time::Instant>,
     /// The client's stream is out of step (a request could not be read to its end): the
     /// session ends.
     client_broken: bool,
@@ -263,6 +266,7 @@ async fn start(
         out: Vec::new(),
         tail: None,
         watch_tail: false,
+        received: None,
         client_broken: false,
         idle: IdleTimer::default(),
         _counted: counted,
@@ -543,6 +547,7 @@ impl Session {
             };
             // The command runs under the config in force when it arrived.
             self.follow_reload();
+            self.received = self.snap.config.probe.enabled.then(std::time::Instant::now);
             self.tail = tail;
             if let Some(tail) = tail {
                 let cmd = frame.first_chunk(&self.client.rbuf).first().copied().unwrap_or(0);
@@ -753,6 +758,10 @@ impl Session {
         may_retry: bool,
         tap: exec::Tap<'_>,
     ) -> Forwarded {
+        let timed = self.received.is_some();
+        if timed {
+            self.learn_server_thread(backend).await;
+        }
         // Counted while it runs: the pool sends new statements to the least busy server.
         let _running = backend.server.run_statement();
         let format = backend.format();
@@ -775,7 +784,7 @@ impl Session {
             let exchange = exec::forward(
                 &mut self.client,
                 &mut backend.conn,
-                exec::Request { packets: request, reply, format, tail, watch_tail },
+                exec::Request { packets: request, reply, format, tail, watch_tail, timed },
                 &limits,
                 tap,
             );
@@ -813,7 +822,10 @@ impl Session {
             let _ = tokio::time::timeout(connect_timeout * 3, k).await;
         }
         match result {
-            Ok(o) => {
+            Ok(mut o) => {
+                if timed {
+                    o.split = self.split(backend, &o.timing);
+                }
                 if reply.is_some() && !o.error {
                     backend.status = o.status;
                 }

@@ -61,6 +61,7 @@ impl Session {
             bytes_sent: request_len as u64,
             bytes_recv: outcome.reply_bytes,
             ended,
+            split: outcome.split,
         });
         let Some(log) = self.snap.query_log.as_deref() else { return };
         if w.log_rule.is_some() || log.enabled() {

@@ -65,6 +65,56 @@ pub(crate) struct Entry {
     errors: u64,
     /// `None` only if the histogram could not be made (it always can with the bounds above).
     hist: Option<Histogram<u32>>,
+    /// Time splits (the probe on), made at the first: 8 bytes per entry until then.
+    split: Option<Box<SplitTimes>>,
+}
+
+/// An entry's time splits: sluice's own time, the server's and its histogram.
+#[derive(Clone, Default)]
+struct SplitTimes {
+    proxy_count: u64,
+    proxy_sum: u64,
+    server_count: u64,
+    server_sum: u64,
+    server_max: u64,
+    server: Option<Histogram<u32>>,
+}
+
+impl SplitTimes {
+    fn add(&mut self, s: &super::Split) {
+        self.proxy_count += 1;
+        self.proxy_sum += s.proxy_us;
+        if let Some(us) = s.server_us {
+            self.server_count += 1;
+            self.server_sum += us;
+            self.server_max = self.server_max.max(us);
+            if self.server.is_none() {
+                self.server = new_hist();
+            }
+            if let Some(h) = &mut self.server {
+                h.saturating_record(us);
+            }
+        }
+    }
+
+    fn absorb(&mut self, o: SplitTimes) {
+        self.proxy_count += o.proxy_count;
+        self.proxy_sum += o.proxy_sum;
+        self.server_count += o.server_count;
+        self.server_sum += o.server_sum;
+        self.server_max = self.server_max.max(o.server_max);
+        match (&mut self.server, o.server) {
+            (Some(mine), Some(theirs)) => {
+                let _ = mine.add(&theirs);
+            }
+            (mine @ None, theirs) => *mine = theirs,
+            (Some(_), None) => {}
+        }
+    }
+
+    fn percentile(&self, q: f64) -> u64 {
+        self.server.as_ref().map_or(0, |h| h.value_at_quantile(q)).min(self.server_max)
+    }
 }
 
 impl Entry {
@@ -90,6 +140,7 @@ impl Entry {
             rows_affected: 0,
             errors: 0,
             hist,
+            split: None,
         }
     }
 
@@ -126,6 +177,9 @@ impl Entry {
         if let Some(h) = &mut self.hist {
             h.saturating_record(q.duration_us);
         }
+        if let Some(split) = &q.split {
+            self.split.get_or_insert_with(Box::default).add(split);
+        }
     }
 
     /// Folds another thread's entry for the same key into this one.
@@ -147,11 +201,17 @@ impl Entry {
             (mine @ None, theirs) => *mine = theirs,
             (Some(_), None) => {}
         }
+        match (&mut self.split, o.split) {
+            (Some(mine), Some(theirs)) => mine.absorb(*theirs),
+            (mine @ None, theirs) => *mine = theirs,
+            (Some(_), None) => {}
+        }
     }
 
     pub(crate) fn row(&self) -> DigestRow {
         // A bucket's highest equivalent value can exceed the largest value seen.
         let pct = |q: f64| self.hist.as_ref().map_or(0, |h| h.value_at_quantile(q)).min(self.max_time);
+        let split = self.split.as_deref();
         DigestRow {
             hostgroup: self.hostgroup,
             schemaname: self.schema().to_owned(),
@@ -170,6 +230,12 @@ impl Entry {
             sum_rows_sent: self.rows_sent,
             sum_rows_affected: self.rows_affected,
             errors: self.errors,
+            server_count: split.map_or(0, |s| s.server_count),
+            server_time_us: split.map_or(0, |s| s.server_sum),
+            server_p50_us: split.map_or(0, |s| s.percentile(0.50)),
+            server_p99_us: split.map_or(0, |s| s.percentile(0.99)),
+            proxy_count: split.map_or(0, |s| s.proxy_count),
+            proxy_time_us: split.map_or(0, |s| s.proxy_sum),
         }
     }
 
@@ -361,6 +427,7 @@ mod tests {
             bytes_sent: 0,
             bytes_recv: 0,
             ended: std::time::Instant::now(),
+            split: None,
         }
     }
 
@@ -384,6 +451,29 @@ mod tests {
         assert_eq!((r.username.as_str(), r.schemaname.as_str(), r.digest_text.as_str()), ("u", "db", "select ?"));
         assert!(r.p50_us >= 9 && r.p50_us <= 10, "{}", r.p50_us);
         assert_eq!(r.p99_us, 30);
+    }
+
+    #[test]
+    fn time_splits_are_summed_apart_from_the_statements_without_one() {
+        use crate::stats::Split;
+        let mut t = DigestTable::default();
+        t.record(&ev("u", 7, b"select ?", 250), 100, 10, 100);
+        assert_eq!(t.snapshot()[0].row().server_count, 0, "no split, no server time");
+        let split = |proxy_us, server_us| Some(Split { proxy_us, server_us });
+        t.record(&StatementRecord { split: split(20, Some(200)), ..ev("u", 7, b"select ?", 250) }, 101, 10, 100);
+        t.record(&StatementRecord { split: split(30, Some(100)), ..ev("u", 7, b"select ?", 150) }, 102, 10, 100);
+        t.record(&StatementRecord { split: split(10, None), ..ev("u", 7, b"select ?", 50) }, 103, 10, 100);
+        let r = t.snapshot()[0].row();
+        assert_eq!((r.count_star, r.server_count, r.server_time_us, r.proxy_count, r.proxy_time_us), (4, 2, 300, 3, 60));
+        // Within the histogram's precision, never above the largest.
+        assert!((100..=106).contains(&r.server_p50_us) && r.server_p99_us == 200, "{r:?}");
+        // Merged across threads like the rest of the entry.
+        let mut all = DigestTable::default();
+        for e in t.snapshot().into_iter().chain(t.snapshot()) {
+            all.absorb(e, usize::MAX);
+        }
+        let r = all.snapshot()[0].row();
+        assert_eq!((r.server_count, r.server_time_us, r.proxy_count, r.proxy_time_us, r.server_p99_us), (4, 600, 6, 120, 200));
     }
 
     #[test]

@@ -51,6 +51,29 @@ pub struct StatementRecord<'a> {
     pub bytes_recv: u64,
     /// When the reply ended: the digest entry's last_seen.
     pub ended: Instant,
+    /// Its time split, when it was timed (`[probe] enabled`).
+    pub split: Option<Split>,
+}
+
+/// A statement's time split, while the probe is on (docs/probe.md): sluice's own part and the
+/// server's; the rest of its time went on the network and in queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Split {
+    /// sluice's own time: from the statement's arrival to the write of its request, and from
+    /// the reply's first bytes read from the server to their write to the client.
+    pub proxy_us: u64,
+    /// The server's own time (its command dispatch), when the probe saw it.
+    pub server_us: Option<u64>,
+}
+
+/// Time splits over every statement timed (`Stats::split_totals`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SplitTotals {
+    pub proxy_count: u64,
+    pub proxy_sum_us: u64,
+    pub server_sum_us: u64,
+    /// Server time percentiles over the statements the probe saw (`count` of them).
+    pub server: Percentiles,
 }
 
 /// A stats_mysql_query_digest row, merged over threads.
@@ -75,6 +98,15 @@ pub struct DigestRow {
     pub sum_rows_sent: u64,
     pub sum_rows_affected: u64,
     pub errors: u64,
+    /// Statements given a server time by the probe, and its total, like sum_time (µs).
+    pub server_count: u64,
+    pub server_time_us: u64,
+    /// Server time percentiles (within ~6%, never above the largest).
+    pub server_p50_us: u64,
+    pub server_p99_us: u64,
+    /// Statements timed while the probe was enabled, and sluice's own time in them (µs).
+    pub proxy_count: u64,
+    pub proxy_time_us: u64,
 }
 
 /// A stats_mysql_commands_counters row; `buckets` follow `BUCKET_COLUMNS`.
@@ -165,6 +197,51 @@ struct LocalData {
     latency_max: u64,
     digests: DigestTable,
     servers: ServerMap,
+    /// Time splits (the probe on): none until the first.
+    split: Option<Box<SplitLocal>>,
+}
+
+/// A thread's time splits, summed.
+#[derive(Clone, Default)]
+struct SplitLocal {
+    proxy_count: u64,
+    proxy_sum: u64,
+    server_sum: u64,
+    server_max: u64,
+    server: Option<Histogram<u64>>,
+}
+
+impl SplitLocal {
+    fn add(&mut self, s: &Split) {
+        self.proxy_count += 1;
+        self.proxy_sum += s.proxy_us;
+        if let Some(us) = s.server_us {
+            self.server_sum += us;
+            self.server_max = self.server_max.max(us);
+            if self.server.is_none() {
+                self.server = new_latency_hist();
+            }
+            if let Some(h) = &mut self.server {
+                h.saturating_record(us);
+            }
+        }
+    }
+
+    fn absorb(&mut self, o: &SplitLocal) {
+        self.proxy_count += o.proxy_count;
+        self.proxy_sum += o.proxy_sum;
+        self.server_sum += o.server_sum;
+        self.server_max = self.server_max.max(o.server_max);
+        if let Some(h) = &o.server {
+            match &mut self.server {
+                // Same bounds on both sides, so the add cannot fail.
+                Some(mine) => {
+                    let _ = mine.add(h);
+                }
+                None => self.server = Some(h.clone()),
+            }
+        }
+    }
 }
 
 impl Default for LocalData {
@@ -175,6 +252,7 @@ impl Default for LocalData {
             latency_max: 0,
             digests: DigestTable::default(),
             servers: ServerMap::default(),
+            split: None,
         }
     }
 }
@@ -218,6 +296,9 @@ impl LocalData {
         into.latency_max = into.latency_max.max(self.latency_max);
         for (id, t) in &self.servers {
             into.servers.entry(*id).or_default().absorb(t);
+        }
+        if let Some(s) = &self.split {
+            into.split.get_or_insert_with(Box::default).absorb(s);
         }
     }
 }
@@ -346,6 +427,9 @@ impl Stats {
             }
             let mut d = lock(&local.data);
             d.count_command(q.command, q.duration_us);
+            if let Some(split) = &q.split {
+                d.split.get_or_insert_with(Box::default).add(split);
+            }
             if q.server != 0 {
                 let t = ServerTraffic { queries: 1, bytes_sent: q.bytes_sent, bytes_recv: q.bytes_recv, latency_sum_us: q.duration_us };
                 d.servers.entry(q.server).or_default().absorb(&t);
@@ -452,6 +536,19 @@ impl Stats {
             p99_us: h.value_at_quantile(0.99).min(max),
             max_us: max,
         }
+    }
+
+    /// Time splits over every statement timed (the probe on).
+    pub fn split_totals(&self) -> SplitTotals {
+        let Some(s) = self.totals().split else { return SplitTotals::default() };
+        let server = s.server.as_ref().map_or(Percentiles::default(), |h| Percentiles {
+            count: h.len(),
+            p50_us: h.value_at_quantile(0.50).min(s.server_max),
+            p95_us: h.value_at_quantile(0.95).min(s.server_max),
+            p99_us: h.value_at_quantile(0.99).min(s.server_max),
+            max_us: s.server_max,
+        });
+        SplitTotals { proxy_count: s.proxy_count, proxy_sum_us: s.proxy_sum, server_sum_us: s.server_sum, server }
     }
 
     /// Called once a second (a background task): samples `counters()` for `rates()`.

@@ -24,6 +24,7 @@ fn ev(digest: u64, us: u64) -> StatementRecord<'static> {
         bytes_sent: 0,
         bytes_recv: 0,
         ended: std::time::Instant::now(),
+        split: None,
     }
 }
 

@@ -582,6 +582,13 @@ fn stats_tables_are_filled_then_read() {
         Cell::from(12u64),
         Cell::from(15u64),
         Cell::from(0u64),
+        // server_count, server_time_us, server_p50_us, server_p99_us, proxy_count, proxy_time_us
+        Cell::from(3u64),
+        Cell::from(24u64),
+        Cell::from(8u64),
+        Cell::from(9u64),
+        Cell::from(3u64),
+        Cell::from(2u64),
     ];
     store.fill_stats(StatsTable::QueryDigest, vec![digest]).unwrap();
     assert_eq!(rows_of(store.query("SELECT digest_text, count_star FROM stats_mysql_query_digest").unwrap())[0][1].as_deref(), Some("3"));
