@@ -10,7 +10,6 @@ mod common;
 use common::*;
 use mysql_async::prelude::*;
 use mysql_async::Conn;
-use std::path::PathBuf;
 use std::process::Command;
 use testkit::MariaDb;
 
@@ -256,17 +255,6 @@ async fn bad_rows_are_refused_by_name_and_the_running_firewall_stays() {
     assert!(e.contains("mysql_firewall_whitelist_users[1].username") && e.contains("listed twice"), "{e}");
 }
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
-
-fn run(mut cmd: Command, what: &str) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: cannot run ({e}); .ci/run installs the tools"));
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{what} failed through sluice:\n{text}");
-    text
-}
-
 /// sysbench oltp_read_write for `secs` seconds against `port`; its output, after checking it
 /// had no errors.
 fn sysbench(port: u16, schema: &str, secs: u32) -> String {
@@ -279,18 +267,8 @@ fn sysbench(port: u16, schema: &str, secs: u32) -> String {
         "--db-ps-mode=auto".into(),
         "run".into(),
     ]);
-    let text = run(bench, "sysbench oltp_read_write through sluice");
-    let field = |name: &str| {
-        text.lines()
-            .find(|l| l.trim_start().starts_with(name))
-            .and_then(|l| l.split(':').nth(1))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or_else(|| panic!("no `{name}` in sysbench output:\n{text}"))
-    };
-    assert_eq!(field("ignored errors"), 0.0, "{text}");
-    assert_eq!(field("reconnects"), 0.0, "{text}");
-    assert!(field("transactions") > 0.0, "{text}");
+    let text = run_tool(bench, "sysbench oltp_read_write through sluice");
+    assert_sysbench_clean(&text);
     text
 }
 
@@ -314,7 +292,7 @@ fn sysbench_runs_clean_in_protecting_mode_after_learning_with_the_heuristic_on()
     db.sql(&format!("CREATE DATABASE {schema}")).unwrap();
     let mut prepare = Command::new("sysbench");
     prepare.args(sysbench_args(db.port(), &schema)).arg("prepare");
-    run(prepare, "sysbench prepare (direct)");
+    run_tool(prepare, "sysbench prepare (direct)");
     let proxy = proxy(db, &detecting(true));
     sysbench(proxy.port, &schema, 3);
     assert!(proxy.counter("Firewall_detected") > 0);
@@ -364,12 +342,12 @@ fn client_suites_run_clean_with_the_heuristic_on() {
         "-k",
         "not large_result and not wait_timeout and not kill_other and not tls and not large_value and not connector_cext",
     ]);
-    let text = run(py, "Python suite with the firewall's heuristic on");
+    let text = run_tool(py, "Python suite with the firewall's heuristic on");
     assert!(text.contains(" passed"), "{text}");
     println!("Python suite: {}", text.lines().last().unwrap_or_default());
     let mut cli = suite_command(proxy.port, "bash");
     cli.arg("tests/cli/run.sh");
-    let text = run(cli, "mariadb CLI suite with the firewall's heuristic on");
+    let text = run_tool(cli, "mariadb CLI suite with the firewall's heuristic on");
     assert!(text.contains(" passed, 0 failed"), "{text}");
     println!("CLI suite: {}", text.lines().last().unwrap_or_default());
     assert_eq!(proxy.counter("Firewall_sqli_blocked"), 0, "the heuristic flagged a client suite's statement");

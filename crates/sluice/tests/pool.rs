@@ -349,12 +349,7 @@ fn sysbench_prepared_statements_run_on_any_of_two_connections() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
-    let field = |name: &str| -> f64 {
-        text.lines()
-            .find_map(|l| l.trim_start().strip_prefix(name)?.strip_prefix(':'))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or_else(|| panic!("no `{name}` in sysbench output:\n{text}"))
-    };
+    let field = |name: &str| sysbench_figure(&text, name);
     assert_eq!(field("ignored errors"), 0.0, "{text}");
     assert!(field("queries") > 100.0, "{text}");
     let executes = global_status(&db, "Com_stmt_execute") - executes_before;

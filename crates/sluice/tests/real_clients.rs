@@ -6,13 +6,8 @@
 mod common;
 
 use common::*;
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
 
 /// sluice for these suites: root from the config, every other account from the backend
 /// (the suites create users and log in as them), TLS on with a generated certificate.
@@ -58,13 +53,6 @@ fn env_command(program: &str) -> Command {
     c
 }
 
-fn run(mut cmd: Command, what: &str) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: cannot run ({e}); .ci/run installs the tools"));
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{what} failed through sluice:\n{text}");
-    text
-}
-
 #[test]
 fn c_api_suite() {
     let dir = tempfile::tempdir().unwrap();
@@ -73,8 +61,8 @@ fn c_api_suite() {
     let flags = String::from_utf8_lossy(&flags.stdout).replace('\n', " ");
     let mut cc = Command::new("cc");
     cc.args(["-O1", "-Wall", "-o"]).arg(&bin).arg(repo().join("tests/clients/capi.c")).args(flags.split_whitespace());
-    run(cc, "compiling tests/clients/capi.c");
-    let text = run(env_command(bin.to_str().unwrap()), "C API suite");
+    run_tool(cc, "compiling tests/clients/capi.c");
+    let text = run_tool(env_command(bin.to_str().unwrap()), "C API suite");
     assert!(text.contains(" passed, 0 failed"), "{text}");
 }
 
@@ -82,7 +70,7 @@ fn c_api_suite() {
 fn python_drivers_suite() {
     let mut cmd = env_command("python3");
     cmd.args(["-m", "pytest", "tests/python", "-q", "-p", "no:cacheprovider"]);
-    let text = run(cmd, "Python suite (PyMySQL, mysql-connector pure and C extension)");
+    let text = run_tool(cmd, "Python suite (PyMySQL, mysql-connector pure and C extension)");
     assert!(text.contains(" passed"), "{text}");
 }
 
@@ -90,7 +78,7 @@ fn python_drivers_suite() {
 fn mariadb_cli_suite() {
     let mut cmd = env_command("bash");
     cmd.arg("tests/cli/run.sh");
-    let text = run(cmd, "mariadb CLI suite");
+    let text = run_tool(cmd, "mariadb CLI suite");
     assert!(text.contains(" passed, 0 failed"), "{text}");
 }
 
@@ -113,20 +101,10 @@ fn sysbench_oltp_read_write_has_no_errors() {
     };
     let mut prepare = Command::new("sysbench");
     prepare.args(args(db.port())).arg("prepare");
-    run(prepare, "sysbench prepare (direct)");
+    run_tool(prepare, "sysbench prepare (direct)");
     let mut bench = Command::new("sysbench");
     bench.args(args(proxy_port())).args(["--threads=4", "--time=10", "--report-interval=0", "--db-ps-mode=auto", "run"]);
-    let text = run(bench, "sysbench oltp_read_write through sluice");
-    let field = |name: &str| {
-        text.lines()
-            .find(|l| l.trim_start().starts_with(name))
-            .and_then(|l| l.split(':').nth(1))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or_else(|| panic!("no `{name}` in sysbench output:\n{text}"))
-    };
-    assert_eq!(field("ignored errors"), 0.0, "{text}");
-    assert_eq!(field("reconnects"), 0.0, "{text}");
-    assert!(field("transactions") > 0.0, "{text}");
+    let text = run_tool(bench, "sysbench oltp_read_write through sluice");
+    assert_sysbench_clean(&text);
     db.sql(&format!("DROP DATABASE {schema}")).unwrap();
 }

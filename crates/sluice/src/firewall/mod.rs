@@ -314,30 +314,24 @@ impl Firewall {
             if mode == Mode::Off || self.listed(s) {
                 return Verdict::Allowed;
             }
-            if mode == Mode::Protecting {
-                // Once per digest, as in DETECTING: a client retrying in a loop must not flood
-                // the log (the counter counts each).
-                if self.first_time(s.username, s.digest) {
-                    tracing::warn!(
-                        user = s.username,
-                        client = s.client_address,
-                        schema = s.schemaname,
-                        digest = %sql::digest::format_id(s.digest),
-                        digest_text = %String::from_utf8_lossy(s.digest_text),
-                        "firewall: refused a statement not on the allowlist (PROTECTING)"
-                    );
-                }
-                return Verdict::Blocked;
-            }
+            // Logged once per user and digest in either mode: a client retrying in a loop must
+            // not flood the log (the counters count each).
             if self.first_time(s.username, s.digest) {
+                let what = match mode {
+                    Mode::Protecting => "firewall: refused a statement not on the allowlist (PROTECTING)",
+                    _ => "firewall: a statement not on the allowlist ran (DETECTING)",
+                };
                 tracing::warn!(
                     user = s.username,
                     client = s.client_address,
                     schema = s.schemaname,
                     digest = %sql::digest::format_id(s.digest),
                     digest_text = %String::from_utf8_lossy(s.digest_text),
-                    "firewall: a statement not on the allowlist ran (DETECTING)"
+                    "{what}"
                 );
+            }
+            if mode == Mode::Protecting {
+                return Verdict::Blocked;
             }
             verdict = Verdict::Detected;
         }

@@ -328,3 +328,31 @@ pub fn wait_until_listening(port: u16) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// The repository's root.
+pub fn repo() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// Runs a tool to its end: its output (stdout, then stderr), after asserting it succeeded.
+pub fn run_tool(mut cmd: std::process::Command, what: &str) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: cannot run ({e}); .ci/run installs the tools"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{what} failed through sluice:\n{text}");
+    text
+}
+
+/// A figure of sysbench's summary (`transactions:`, `ignored errors:`, `queries:`…).
+pub fn sysbench_figure(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.trim_start().strip_prefix(name)?.trim_start().strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no `{name}` in sysbench output:\n{text}"))
+}
+
+/// sysbench's summary: transactions ran, none with an ignored error or a reconnect.
+pub fn assert_sysbench_clean(text: &str) {
+    assert_eq!(sysbench_figure(text, "ignored errors"), 0.0, "{text}");
+    assert_eq!(sysbench_figure(text, "reconnects"), 0.0, "{text}");
+    assert!(sysbench_figure(text, "transactions") > 0.0, "{text}");
+}
