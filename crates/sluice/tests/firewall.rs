@@ -305,24 +305,6 @@ fn sysbench_runs_clean_in_protecting_mode_after_learning_with_the_heuristic_on()
     db.sql(&format!("DROP DATABASE {schema}")).unwrap();
 }
 
-/// The client suites' environment, against a sluice with the allowlist on (every user the
-/// suites log in as DETECTING: ProxySQL would block an unlisted user) and the heuristic on.
-fn suite_command(port: u16, program: &str) -> Command {
-    let db = testkit::shared();
-    let mut c = Command::new(program);
-    c.current_dir(repo())
-        .env("SLUICE_HOST", "127.0.0.1")
-        .env("SLUICE_PORT", port.to_string())
-        .env("SLUICE_USER", "root")
-        .env("SLUICE_PASSWORD", "")
-        .env("SLUICE_DB", "test")
-        .env("DIRECT_HOST", "127.0.0.1")
-        .env("DIRECT_PORT", db.port().to_string())
-        .env("DIRECT_USER", "root")
-        .env("DIRECT_PASSWORD", "");
-    c
-}
-
 #[test]
 fn client_suites_run_clean_with_the_heuristic_on() {
     let db = testkit::shared();
@@ -331,7 +313,7 @@ fn client_suites_run_clean_with_the_heuristic_on() {
     // for timeouts). The C extension is left out: in this binary it crashed now and then in its
     // own close() at a test's teardown (a segfault, with no statement refused by the firewall);
     // real_clients.rs runs it.
-    let mut py = suite_command(proxy.port, "python3");
+    let mut py = client_suite_command(proxy.port, "python3");
     py.args([
         "-m",
         "pytest",
@@ -345,7 +327,7 @@ fn client_suites_run_clean_with_the_heuristic_on() {
     let text = run_tool(py, "Python suite with the firewall's heuristic on");
     assert!(text.contains(" passed"), "{text}");
     println!("Python suite: {}", text.lines().last().unwrap_or_default());
-    let mut cli = suite_command(proxy.port, "bash");
+    let mut cli = client_suite_command(proxy.port, "bash");
     cli.arg("tests/cli/run.sh");
     let text = run_tool(cli, "mariadb CLI suite with the firewall's heuristic on");
     assert!(text.contains(" passed, 0 failed"), "{text}");

@@ -37,19 +37,8 @@ password = ""
 }
 
 fn env_command(program: &str) -> Command {
-    let db = testkit::shared();
-    let mut c = Command::new(program);
-    c.current_dir(repo())
-        .env("SLUICE_HOST", "127.0.0.1")
-        .env("SLUICE_PORT", proxy_port().to_string())
-        .env("SLUICE_USER", "root")
-        .env("SLUICE_PASSWORD", "")
-        .env("SLUICE_DB", "test")
-        .env("SLUICE_TLS", "1")
-        .env("DIRECT_HOST", "127.0.0.1")
-        .env("DIRECT_PORT", db.port().to_string())
-        .env("DIRECT_USER", "root")
-        .env("DIRECT_PASSWORD", "");
+    let mut c = client_suite_command(proxy_port(), program);
+    c.env("SLUICE_TLS", "1");
     c
 }
 

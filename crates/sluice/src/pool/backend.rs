@@ -255,6 +255,12 @@ impl Backend {
         column_type(def, self.mariadb_caps)
     }
 
+    /// The server is MariaDB (by its greeting's version), not MySQL: they name GTID positions,
+    /// replication status and thread views differently.
+    pub fn is_mariadb(&self) -> bool {
+        self.greeting.server_version.contains("MariaDB")
+    }
+
     pub fn deprecate_eof(&self) -> bool {
         self.capabilities.contains(CapabilityFlags::CLIENT_DEPRECATE_EOF)
     }

@@ -30,11 +30,6 @@ pub(super) struct Watermark {
     confirmed: Vec<u32>,
 }
 
-/// MariaDB and MySQL name GTID positions and the wait for them differently.
-fn is_mariadb(b: &Backend) -> bool {
-    b.greeting.server_version.contains("MariaDB")
-}
-
 impl Session {
     /// The user's replication pair, if its writer is `writer`.
     fn pair(&self, writer: u32) -> Option<&ReplicationHostgroupRow> {
@@ -54,7 +49,7 @@ impl Session {
             return;
         }
         // MySQL has no GTID of the session's own: its executed set covers it.
-        let sql = if is_mariadb(&held.backend) { "SELECT @@last_gtid" } else { "SELECT @@gtid_executed" };
+        let sql = if held.backend.is_mariadb() { "SELECT @@last_gtid" } else { "SELECT @@gtid_executed" };
         if let Some(gtid) = read_position(&mut held.backend, sql).await {
             self.raise_watermark(gtid);
         }
@@ -96,7 +91,7 @@ impl Session {
             return false;
         }
         let seconds = f64::from(timeout_ms) / 1000.0;
-        let sql = if is_mariadb(&held.backend) {
+        let sql = if held.backend.is_mariadb() {
             format!("SELECT MASTER_GTID_WAIT('{}', {seconds})", w.gtid)
         } else {
             format!("SELECT WAIT_FOR_EXECUTED_GTID_SET('{}', {seconds})", w.gtid)
@@ -118,7 +113,7 @@ impl Session {
     /// one of its connections; `None` when it could not be read.
     async fn writer_position(&mut self, writer: u32) -> Option<String> {
         let mut held = self.acquire(writer, 0, Needs::default()).await.ok()?;
-        let sql = if is_mariadb(&held.backend) { "SELECT @@gtid_binlog_pos" } else { "SELECT @@gtid_executed" };
+        let sql = if held.backend.is_mariadb() { "SELECT @@gtid_binlog_pos" } else { "SELECT @@gtid_executed" };
         let position = read_position(&mut held.backend, sql).await;
         self.settle(held);
         position

@@ -569,21 +569,9 @@ impl Session {
 
     async fn answer_processlist(&mut self, full: bool, own_command: &'static str, binary: bool, seq: u8) -> Result<bool, BackendError> {
         let privileges = self.privileges().await?;
-        let mut held = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await?;
-        let sql = if full { "SHOW FULL PROCESSLIST" } else { "SHOW PROCESSLIST" };
-        let server = read_raw_result(&mut held.backend, sql.as_bytes()).await;
-        if let Err(e) = &server {
-            held.backend.note_failure(e);
-        }
-        let pool_id = held.backend.server.pool.id;
-        let deprecate_eof = held.backend.deprecate_eof();
-        let types: Vec<u8> = match &server {
-            Ok(r) if binary => r.columns.iter().map(|c| held.backend.column_type(c).unwrap_or(proto::resultset::TYPE_VAR_STRING)).collect(),
-            _ => Vec::new(),
-        };
-        self.settle(held);
-        let server = server?;
-        self.status = server.status;
+        let sql: &[u8] = if full { b"SHOW FULL PROCESSLIST" } else { b"SHOW PROCESSLIST" };
+        let run = self.run_for_client(self.unrouted_hostgroup(), 1, binary, |_| sql.to_vec()).await?;
+        let (server, pool_id, deprecate_eof, types) = (run.result, run.pool, run.deprecate_eof, run.types);
         let names: Vec<&[u8]> = server.columns.iter().map(|c| proto::resultset::column_name(c).unwrap_or_default()).collect();
         let column = |name: &str| names.iter().position(|n| n.eq_ignore_ascii_case(name.as_bytes()));
         let (id_col, state_col, progress_col, info_col) = (column("Id"), column("State"), column("Progress"), column("Info"));
@@ -735,6 +723,45 @@ impl Session {
             });
         }
         rows
+    }
+}
+
+/// What `Session::run_for_client` brought back: the result, the server pool it came from, and
+/// how the client takes it (its terminator, and the column types for binary rows).
+pub(super) struct ClientResult {
+    pub result: RawResult,
+    pub pool: u32,
+    pub deprecate_eof: bool,
+    pub types: Vec<u8>,
+}
+
+impl Session {
+    /// Runs a statement whose result sluice edits before the client gets it (SHOW PROCESSLIST,
+    /// SHOW STATUS, INFORMATION_SCHEMA.PROCESSLIST) on a connection of `hostgroup`; `sql`
+    /// builds its text for that connection. The session follows its status flags. `binary`:
+    /// the column types are wanted, for rows in the binary protocol.
+    pub(super) async fn run_for_client(
+        &mut self,
+        hostgroup: u32,
+        retries: u32,
+        binary: bool,
+        sql: impl FnOnce(&Backend) -> Vec<u8>,
+    ) -> Result<ClientResult, BackendError> {
+        let mut held = self.acquire(hostgroup, retries, Needs::default()).await?;
+        let text = sql(&held.backend);
+        let server = read_raw_result(&mut held.backend, &text).await;
+        if let Err(e) = &server {
+            held.backend.note_failure(e);
+        }
+        let (pool, deprecate_eof) = (held.backend.server.pool.id, held.backend.deprecate_eof());
+        let types: Vec<u8> = match &server {
+            Ok(r) if binary => r.columns.iter().map(|c| held.backend.column_type(c).unwrap_or(proto::resultset::TYPE_VAR_STRING)).collect(),
+            _ => Vec::new(),
+        };
+        self.settle(held);
+        let result = server?;
+        self.status = result.status;
+        Ok(ClientResult { result, pool, deprecate_eof, types })
     }
 }
 

@@ -5,8 +5,7 @@
 //! table of the sessions' rows, joined with the server's processlist for what only the server
 //! knows of a running statement (State, Progress, memory, rows examined).
 
-use super::kill::{read_raw_result, Privileges, ResultShape, SessionRow};
-use super::multiplex::Needs;
+use super::kill::{Privileges, ResultShape, SessionRow};
 use super::{Flow, Session};
 use crate::pool::BackendError;
 use std::fmt::Write;
@@ -43,32 +42,13 @@ impl Session {
 
     async fn answer_processlist_select(&mut self, text: &[u8], seq: u8) -> Result<bool, BackendError> {
         let rows = self.processlist_rows().await?;
-        let mut held = self.acquire(self.unrouted_hostgroup(), 1, Needs::default()).await?;
         let with_id = crate::plan::rewrite_connection_id(text, self.id, !self.pseudo_thread_id_set(), true);
         let text = with_id.as_deref().unwrap_or(text);
-        let b = &held.backend;
-        let sent = match sql::classify::processlist_sites(text) {
-            Some(sites) => {
-                let mariadb = b.greeting.server_version.contains("MariaDB");
-                let spelling = |name: &str| sql::classify::spelling(text, name);
-                let derived = derived_table(&rows, b.server.pool.id, self.id, b.thread_id, mariadb, spelling);
-                sql::classify::replace_processlist(text, &sites, &derived)
-            }
-            None => text.to_vec(),
-        };
-        let server = read_raw_result(&mut held.backend, &sent).await;
-        if let Err(e) = &server {
-            held.backend.note_failure(e);
-        }
-        let deprecate_eof = held.backend.deprecate_eof();
-        let types: Vec<u8> = match &server {
-            Ok(r) => r.columns.iter().map(|c| held.backend.column_type(c).unwrap_or(proto::resultset::TYPE_VAR_STRING)).collect(),
-            Err(_) => Vec::new(),
-        };
-        self.settle(held);
-        let server = server?;
-        self.status = server.status;
-        let shape = ResultShape { deprecate_eof, binary: true, types: &types };
+        let own = self.id;
+        let sent = |b: &crate::pool::Backend| with_sessions(text, &rows, b, own).unwrap_or_else(|| text.to_vec());
+        let run = self.run_for_client(self.unrouted_hostgroup(), 1, true, sent).await?;
+        let server = run.result;
+        let shape = ResultShape { deprecate_eof: run.deprecate_eof, binary: true, types: &run.types };
         Ok(self.send_result(&server.columns, &server.rows, server.status, &shape, seq).await)
     }
 }
@@ -82,11 +62,21 @@ pub(super) fn prepared_processlist_select(text: &[u8]) -> bool {
         && !sql::lexer::code_tokens(text).any(|t| t.text(text) == b"?" || t.text(text) == b";")
 }
 
+/// `text` with each `information_schema.processlist` it reads replaced by the derived table of
+/// `rows` (`derived_table`), for backend connection `b`, session `own` sending it; `None` when
+/// it reads none that can be replaced.
+pub(super) fn with_sessions(text: &[u8], rows: &[SessionRow], b: &crate::pool::Backend, own: u32) -> Option<Vec<u8>> {
+    let sites = sql::classify::processlist_sites(text)?;
+    let spelling = |name: &str| sql::classify::spelling(text, name);
+    let derived = derived_table(rows, b.server.pool.id, own, b.thread_id, b.is_mariadb(), spelling);
+    Some(sql::classify::replace_processlist(text, &sites, &derived))
+}
+
 /// The derived table that stands for INFORMATION_SCHEMA.PROCESSLIST: `rows`, with the server's
 /// columns for the statements running on `pool` (whose threads the server can see), the session
 /// itself (`own`) on thread `own_thread` there. `mariadb`: MariaDB's columns (10.5 to 11.x; MySQL
 /// has the first eight only).
-pub(super) fn derived_table<'a>(
+fn derived_table<'a>(
     rows: &[SessionRow],
     pool: u32,
     own: u32,

@@ -242,12 +242,7 @@ impl Session {
                 Some(packet) => packet.get(5..).unwrap_or_default(),
                 None => frame.first_chunk(&self.client.rbuf).get(1..).unwrap_or_default(),
             };
-            if let Some(sites) = sql::classify::processlist_sites(text) {
-                let b = &held.backend;
-                let mariadb = b.greeting.server_version.contains("MariaDB");
-                let spelling = |name: &str| sql::classify::spelling(text, name);
-                let derived = super::processlist_table::derived_table(&rows, b.server.pool.id, self.id, b.thread_id, mariadb, spelling);
-                let sent = sql::classify::replace_processlist(text, &sites, &derived);
+            if let Some(sent) = super::processlist_table::with_sessions(text, &rows, &held.backend, self.id) {
                 if sent.len() < proto::frame::MAX_CHUNK {
                     plan.rewrite = Some(plan::query_packet(&sent, frame.first_seq));
                 }

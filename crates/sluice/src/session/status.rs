@@ -5,8 +5,7 @@
 //! the one its clients can act on, and it matches the rows of SHOW PROCESSLIST (sluice's
 //! sessions too).
 
-use super::kill::{read_raw_result, ResultShape};
-use super::multiplex::Needs;
+use super::kill::ResultShape;
 use super::{Flow, Session};
 use crate::pool::BackendError;
 
@@ -24,19 +23,8 @@ impl Session {
     }
 
     async fn answer_status(&mut self, text: &[u8], hostgroup: u32, retries: u32, binary: bool, seq: u8) -> Result<bool, BackendError> {
-        let mut held = self.acquire(hostgroup, retries, Needs::default()).await?;
-        let server = read_raw_result(&mut held.backend, text).await;
-        if let Err(e) = &server {
-            held.backend.note_failure(e);
-        }
-        let deprecate_eof = held.backend.deprecate_eof();
-        let types: Vec<u8> = match &server {
-            Ok(r) if binary => r.columns.iter().map(|c| held.backend.column_type(c).unwrap_or(proto::resultset::TYPE_VAR_STRING)).collect(),
-            _ => Vec::new(),
-        };
-        self.settle(held);
-        let mut server = server?;
-        self.status = server.status;
+        let run = self.run_for_client(hostgroup, retries, binary, |_| text.to_vec()).await?;
+        let mut server = run.result;
         let sessions = self.data.registry.len().to_string().into_bytes();
         let name_col = column(&server.columns, "Variable_name");
         let value_col = column(&server.columns, "Value");
@@ -49,7 +37,7 @@ impl Session {
                 }
             }
         }
-        let shape = ResultShape { deprecate_eof, binary, types: &types };
+        let shape = ResultShape { deprecate_eof: run.deprecate_eof, binary, types: &run.types };
         Ok(self.send_result(&server.columns, &server.rows, server.status, &shape, seq).await)
     }
 }

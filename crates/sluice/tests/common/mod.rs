@@ -356,3 +356,21 @@ pub fn assert_sysbench_clean(text: &str) {
     assert_eq!(sysbench_figure(text, "reconnects"), 0.0, "{text}");
     assert!(sysbench_figure(text, "transactions") > 0.0, "{text}");
 }
+
+/// A client suite (tests/python, tests/cli) pointed at sluice on `port` and at the shared
+/// MariaDB directly, as root, through the environment the suites read.
+pub fn client_suite_command(port: u16, program: &str) -> std::process::Command {
+    let db = testkit::shared();
+    let mut c = std::process::Command::new(program);
+    c.current_dir(repo())
+        .env("SLUICE_HOST", "127.0.0.1")
+        .env("SLUICE_PORT", port.to_string())
+        .env("SLUICE_USER", "root")
+        .env("SLUICE_PASSWORD", "")
+        .env("SLUICE_DB", "test")
+        .env("DIRECT_HOST", "127.0.0.1")
+        .env("DIRECT_PORT", db.port().to_string())
+        .env("DIRECT_USER", "root")
+        .env("DIRECT_PASSWORD", "");
+    c
+}
