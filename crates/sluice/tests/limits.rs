@@ -140,7 +140,8 @@ async fn a_users_concurrent_statements_are_capped_over_its_sessions_with_1226() 
     let db = testkit::shared();
     let proxy = limited_proxy(db, "max_concurrent_queries = 1", "");
     let mut a = connect(proxy.port).await;
-    let mut b = connect(proxy.port).await;
+    // a's last statement of its login may be counted a moment after its reply.
+    let mut b = connect_once_freed(proxy.port, 1226).await;
     let sleeping = tokio::spawn(async move {
         a.query_drop("SELECT SLEEP(1.01)").await.unwrap();
         a
@@ -151,7 +152,9 @@ async fn a_users_concurrent_statements_are_capped_over_its_sessions_with_1226() 
     assert!(e.to_string().contains("User 'root' has exceeded the 'max_concurrent_queries' resource (current value: 1)"), "{e}");
     assert_eq!(proxy.counter("Query_limit_concurrent_refused"), 1);
     let mut a = sleeping.await.unwrap();
-    // Once it ended, the next statement of either session runs.
+    // Once it ended (and sluice uncounted it, a moment after its reply), the next statement
+    // of either session runs.
+    tokio::time::sleep(Duration::from_millis(50)).await;
     b.query_drop("SELECT 1").await.unwrap();
     a.query_drop("SELECT 1").await.unwrap();
     assert_eq!(proxy.counter("Query_limit_concurrent_refused"), 1);
@@ -173,6 +176,7 @@ async fn a_rule_caps_one_statement_shape_for_everyone_and_a_user_rate_allows_a_s
     assert!(e.to_string().contains("Query rule 7 has exceeded the 'max_concurrent_queries' resource (current value: 1)"), "{e}");
     b.query_drop("SELECT 2").await.expect("other statements are not the rule's");
     sleeping.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
     b.query_drop("SELECT SLEEP(0)").await.expect("free again");
 
     // 20 a second: after a second's rest, a burst of 40 gets about 20 through.
@@ -206,4 +210,55 @@ async fn a_rule_caps_one_statement_shape_for_everyone_and_a_user_rate_allows_a_s
     let out = mariadb_cli(admin, "admin", Some("admin"), "SELECT max_concurrent_queries FROM runtime_mysql_query_rules WHERE rule_id = 7")
         .unwrap();
     assert!(out.trim().ends_with('1'), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_executes_meet_the_users_and_the_rules_limits_even_when_prepared_before_the_rule() {
+    let db = testkit::shared();
+    let proxy = limited_proxy(db, "max_concurrent_queries = 1", "");
+    let mut a = connect(proxy.port).await;
+    // a's last statement of its login may be counted a moment after its reply.
+    let mut b = connect_once_freed(proxy.port, 1226).await;
+    let sleep = a.prep("SELECT SLEEP(?)").await.unwrap();
+    let one = b.prep("SELECT ? + 0").await.unwrap();
+    let sleeping = tokio::spawn(async move {
+        a.exec_drop(&sleep, (1.03,)).await.unwrap();
+        a
+    });
+    wait_running(db, "SELECT SLEEP(").await;
+    let e = b.exec_drop(&one, (1,)).await.expect_err("an execute of the user while a statement runs");
+    assert_eq!(server_code(&e), Some(1226), "{e}");
+    assert!(e.to_string().contains("User 'root' has exceeded the 'max_concurrent_queries' resource (current value: 1)"), "{e}");
+    sleeping.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    b.exec_drop(&one, (1,)).await.expect("free again");
+
+    // A rule added by a reload limits the statement the client prepared before it existed.
+    let admin = proxy.admin_port();
+    mariadb_cli(
+        admin,
+        "admin",
+        Some("admin"),
+        "INSERT INTO mysql_query_rules (rule_id, active, match_digest, max_queries_per_second, apply) \
+         VALUES (9, 1, '^SELECT [?] [+]', 2, 0); LOAD MYSQL QUERY RULES TO RUNTIME",
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (mut passed, mut refused) = (0, 0);
+    for _ in 0..10 {
+        match b.exec_drop(&one, (1,)).await {
+            Ok(()) => passed += 1,
+            Err(e) => {
+                assert_eq!(server_code(&e), Some(1226), "{e}");
+                assert!(
+                    e.to_string().contains("Query rule 9 has exceeded the 'max_queries_per_second' resource (current value: 2)"),
+                    "{e}"
+                );
+                refused += 1;
+            }
+        }
+    }
+    assert!((2..=4).contains(&passed), "passed {passed}, refused {refused}");
+    assert_eq!(proxy.counter("Query_limit_rate_refused"), refused);
+    b.query_drop("SELECT 1").await.expect("other statements are not the rule's");
 }

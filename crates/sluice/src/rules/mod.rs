@@ -78,6 +78,8 @@ pub struct RuleSet {
     proven: Vec<Proven>,
     /// Some rule tests the digest: only then is it computed.
     needs_digest: bool,
+    /// Some rule has a statement limit: only then are prepared executes evaluated (`limits`).
+    has_limits: bool,
     hits: Hits,
     /// Every pattern of the rows, active or not, for the next reload to reuse.
     patterns: compile::Patterns,
@@ -90,6 +92,7 @@ impl Default for RuleSet {
             chains: Vec::new(),
             proven: Vec::new(),
             needs_digest: false,
+            has_limits: false,
             hits: Hits::new(0),
             patterns: Default::default(),
         }
@@ -118,7 +121,8 @@ impl RuleSet {
             })
             .collect();
         let needs_digest = rules.iter().any(|r| r.digest.is_some() || r.match_digest.is_some());
-        Ok(RuleSet { hits: Hits::new(rules.len()), needs_digest, rules, chains, proven, patterns })
+        let has_limits = rules.iter().any(|r| r.actions.limit.is_some());
+        Ok(RuleSet { hits: Hits::new(rules.len()), needs_digest, has_limits, rules, chains, proven, patterns })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -127,6 +131,11 @@ impl RuleSet {
 
     pub fn needs_digest(&self) -> bool {
         self.needs_digest
+    }
+
+    /// Some rule limits the statements it matches (`max_concurrent_queries`, `max_queries_per_second`).
+    pub fn has_limits(&self) -> bool {
+        self.has_limits
     }
 
     pub fn len(&self) -> usize {

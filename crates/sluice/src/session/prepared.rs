@@ -399,6 +399,18 @@ impl Session {
         let digest = if self.digests_on() { entry.digest } else { 0 };
         let routed = self.route_execute(&entry);
         let watch = self.watch(&entry.sql, crate::stats::Command::from_sql(&entry.sql), digest, routed.target.hostgroup(), None);
+        // Statement limits (user's, rule's) apply to each execute as to a text statement.
+        let rule_limit = self.execute_rule_limit(&entry);
+        let _limits = match self.enter_limits(rule_limit.as_ref()) {
+            Ok(guards) => guards,
+            Err(message) => {
+                let outcome = crate::exec::Outcome { error: true, error_code: ER_USER_LIMIT_REACHED, ..Default::default() };
+                self.observed(&watch, None, &outcome, 0, &entry.digest_text, &entry.sql);
+                self.client.consume(frame.wire_len);
+                self.reply_err(seq, ER_USER_LIMIT_REACHED, SQLSTATE_NOT_SUPPORTED, &message).await;
+                return Flow::Continue;
+            }
+        };
         let lookup = match &cached_execute {
             Some((ttl, keyed)) => self.cache_lookup_as(&entry.sql, keyed, *ttl, routed.target.hostgroup()),
             None => Lookup::Bypass,

@@ -67,6 +67,8 @@ impl Session {
     /// Carries out a plan whose statement runs on several shards.
     pub(super) async fn forward_sharded(&mut self, plan: Plan, sharded: Box<ShardPlan>, frame: Frame, seq: u8) -> Flow {
         let watch = self.watch_query(&frame, &plan);
+        // Statement limits (user's, rule's) count a fan-out as one statement.
+        let Some(_limits) = self.admit_query(&plan, &watch, &frame, seq).await else { return Flow::Continue };
         self.client.consume(frame.wire_len);
         let mut held: Vec<Held> = Vec::with_capacity(sharded.targets.len());
         for target in &sharded.targets {

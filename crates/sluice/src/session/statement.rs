@@ -179,16 +179,7 @@ impl Session {
         }
         let watch = self.watch_query(&frame, &plan);
         // Statement limits (user's, rule's): counted running until this statement ends.
-        let _limits = match self.enter_limits(&plan) {
-            Ok(guards) => guards,
-            Err(message) => {
-                let outcome = crate::exec::Outcome { error: true, error_code: ER_USER_LIMIT_REACHED, ..Default::default() };
-                self.observe_unsent(&watch, &outcome, &frame);
-                self.client.consume(frame.wire_len);
-                self.reply_err(seq, ER_USER_LIMIT_REACHED, SQLSTATE_NOT_SUPPORTED, &message).await;
-                return Flow::Continue;
-            }
-        };
+        let Some(_limits) = self.admit_query(&plan, &watch, &frame, seq).await else { return Flow::Continue };
         // The result cache, only when a rule gave the statement a cache_ttl.
         let mut lookup = Lookup::Bypass;
         if let Some(ttl) = plan.decision.actions.cache_ttl.filter(|&ms| ms > 0) {
@@ -448,10 +439,30 @@ impl Session {
         }
     }
 
-    /// Admits a planned statement under its user's and its rule's statement limits
-    /// (`limits`): the guards that count it running, or the 1226 message of the one reached.
-    fn enter_limits(&self, plan: &Plan) -> Result<[Option<crate::limits::Running>; 2], String> {
-        let rule = plan.decision.actions.limit.as_ref();
+    /// `enter_limits` for a COM_QUERY's plan: `None` when it was refused, answered with 1226
+    /// and observed here (the frame consumed).
+    pub(super) async fn admit_query(
+        &mut self,
+        plan: &Plan,
+        watch: &super::observe::Watch,
+        frame: &Frame,
+        seq: u8,
+    ) -> Option<[Option<crate::limits::Running>; 2]> {
+        match self.enter_limits(plan.decision.actions.limit.as_ref()) {
+            Ok(guards) => Some(guards),
+            Err(message) => {
+                let outcome = crate::exec::Outcome { error: true, error_code: ER_USER_LIMIT_REACHED, ..Default::default() };
+                self.observe_unsent(watch, &outcome, frame);
+                self.client.consume(frame.wire_len);
+                self.reply_err(seq, ER_USER_LIMIT_REACHED, SQLSTATE_NOT_SUPPORTED, &message).await;
+                None
+            }
+        }
+    }
+
+    /// Admits a statement under its user's and its rule's statement limits (`limits`): the
+    /// guards that count it running, or the 1226 message of the one reached.
+    pub(super) fn enter_limits(&self, rule: Option<&crate::limits::RuleLimit>) -> Result<[Option<crate::limits::Running>; 2], String> {
         if self.user.caps.is_none() && rule.is_none() {
             return Ok([None, None]);
         }
@@ -535,6 +546,20 @@ impl Session {
     }
 
     /// The rules' actions on COM_STMT_PREPARE text (error_msg, cache_ttl).
+    /// The statement limit of the rules in force for an execute of `entry`: evaluated at each
+    /// execute (by the digest read at its prepare), so a limit added by a reload reaches
+    /// statements that pooled clients prepared long before. Only when some rule has a limit.
+    pub(super) fn execute_rule_limit(&mut self, entry: &crate::pool::prepared::Entry) -> Option<crate::limits::RuleLimit> {
+        let rules = &self.snap.config.rules;
+        if !rules.has_limits() {
+            return None;
+        }
+        let who = self.origin.who(&self.user.name, self.state.schema.as_deref());
+        self.plan_scratch.digest_text.clear();
+        self.plan_scratch.digest_text.extend_from_slice(&entry.digest_text);
+        self.plan_scratch.decide(rules, &who, &entry.sql, entry.digest).actions.limit
+    }
+
     pub(super) fn prepare_actions(&mut self, text: &[u8]) -> crate::rules::Actions {
         let who = self.origin.who(&self.user.name, self.state.schema.as_deref());
         plan::prepare_actions(text, &who, &self.snap.config.rules, &mut self.plan_scratch)
