@@ -353,12 +353,12 @@ impl Plan {
 /// The rules' actions on COM_STMT_PREPARE text: its `error_msg` blocks the prepare, its
 /// `cache_ttl` makes the statement's executes cacheable. (Prepared statements are not routed
 /// by rules: they go where the session's other commands go.)
-pub fn prepare_actions(text: &[u8], who: &Who, rules: &RuleSet, scratch: &mut PlanScratch) -> crate::rules::Actions {
+pub fn prepare_decision(text: &[u8], who: &Who, rules: &RuleSet, scratch: &mut PlanScratch) -> crate::rules::Decision {
     if rules.is_empty() {
         return Default::default();
     }
     let digest = scratch.digest(rules, text, false);
-    scratch.decide(rules, who, text, digest).actions
+    scratch.decide(rules, who, text, digest)
 }
 
 /// `sql` with CONNECTION_ID() answered with the session's id (`sql::classify::rewrite_connection_id`),

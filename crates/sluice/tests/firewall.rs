@@ -336,3 +336,39 @@ fn client_suites_run_clean_with_the_heuristic_on() {
     assert_eq!(proxy.counter("Firewall_blocked"), 0);
     assert!(proxy.counter("Firewall_detected") > 100);
 }
+
+/// ProxySQL's flagIN: an allowlist rule matches the flag the query rules left the statement
+/// with, for text statements and for executes of statements prepared before the rule.
+#[tokio::test]
+async fn allowlist_rules_match_the_flag_the_query_rules_left() {
+    captured_logs();
+    let db = testkit::shared();
+    let digest = |text: &str| sql::digest::format_id(sql::digest::digest_into(text.as_bytes(), &mut Vec::new()).id);
+    let (tagged, plain) = (digest("SELECT ABS(?)"), digest("SELECT SIGN(?)"));
+    // Statements with a `/* tagged */` comment leave the rules with flag 5.
+    let extra = format!(
+        "{}[[mysql_query_rules]]\nrule_id = 1\nactive = 1\nmatch_pattern = \"tagged\"\nflag_out = 5\napply = 0\n\
+         [[mysql_firewall_whitelist_rules]]\nusername = \"root\"\nschemaname = \"test\"\nflagIN = 5\ndigest = \"{tagged}\"\n\
+         [[mysql_firewall_whitelist_rules]]\nusername = \"root\"\nschemaname = \"test\"\nflagIN = 0\ndigest = \"{plain}\"\n",
+        detecting(false)
+    );
+    let proxy = proxy(db, &extra);
+    // Connected (the driver's own statements run) in DETECTING, then PROTECTING.
+    let mut c = connect(proxy.port).await;
+    admin(proxy.admin_port(), "UPDATE mysql_firewall_whitelist_users SET mode = 'PROTECTING'; LOAD MYSQL FIREWALL TO RUNTIME").unwrap();
+    let tagged_stmt = c.prep("SELECT /* tagged */ ABS(?)").await.expect("flag 5 and its flagIN = 5 rule");
+    c.exec_drop(&tagged_stmt, (1,)).await.expect("its execute too");
+    c.query_drop("SELECT /* tagged */ ABS(1)").await.expect("the text statement with flag 5");
+    c.query_drop("SELECT SIGN(1)").await.expect("flag 0 and its flagIN = 0 rule");
+    // The same digests with the other flag are not on the list.
+    let e = c.query_drop("SELECT ABS(1)").await.expect_err("flag 0: only a flagIN = 5 rule lists it");
+    assert_eq!(server_code(&e), Some(1148), "{e}");
+    let e = c.query_drop("SELECT /* tagged */ SIGN(1)").await.expect_err("flag 5: only a flagIN = 0 rule lists it");
+    assert_eq!(server_code(&e), Some(1148), "{e}");
+
+    // A reload that drops the query rule: the statement prepared under it now has flag 0.
+    admin(proxy.admin_port(), "DELETE FROM mysql_query_rules; LOAD MYSQL QUERY RULES TO RUNTIME").unwrap();
+    let e = c.exec_drop(&tagged_stmt, (1,)).await.expect_err("flag 0 now");
+    assert_eq!(server_code(&e), Some(1148), "{e}");
+    c.query_drop("SELECT SIGN(2)").await.expect("the session goes on");
+}

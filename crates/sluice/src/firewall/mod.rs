@@ -201,6 +201,9 @@ pub struct Statement<'a> {
     pub client_address: &'a str,
     pub schemaname: &'a str,
     pub digest: u64,
+    /// The flag the query rules left it with (`rules::Decision::flag`): a rule's `flagIN`
+    /// must equal it, as in ProxySQL.
+    pub flag: i64,
     pub text: &'a [u8],
     /// Its normalized text (for the DETECTING line); may be empty.
     pub digest_text: &'a [u8],
@@ -215,6 +218,8 @@ const SEEN_PROBES: usize = 8;
 #[derive(Debug)]
 pub struct Firewall {
     enabled: bool,
+    /// Some rule's flagIN is not 0.
+    uses_flags: bool,
     sqli: bool,
     errormsg: Box<str>,
     /// username → (client address, mode); active rows only.
@@ -255,10 +260,12 @@ impl Firewall {
             });
         }
         let enabled = section.enabled;
+        let uses_flags = by_digest.values().flatten().any(|r| r.flag_in != 0);
         // Only the tables of an enabled feature cost anything to keep.
         let seen = if enabled { (0..SEEN_SLOTS).map(|_| AtomicU64::new(0)).collect() } else { Box::default() };
         Firewall {
             enabled,
+            uses_flags,
             sqli: section.sqli,
             errormsg: section.errormsg.as_str().into(),
             users: by_user,
@@ -266,6 +273,12 @@ impl Firewall {
             fingerprints: fingerprints.iter().filter(|f| f.active).map(|f| f.fingerprint.as_str().into()).collect(),
             seen,
         }
+    }
+
+    /// Some allowlist rule has a flagIN other than 0: the statement's flag must be known
+    /// (a prepared statement's execute evaluates the query rules for it).
+    pub fn uses_flags(&self) -> bool {
+        self.uses_flags
     }
 
     /// Whether statements are checked at all (the statement path's only cost when it is off).
@@ -296,7 +309,7 @@ impl Firewall {
             &*r.username == s.username
                 && (r.client_address.is_empty() || &*r.client_address == s.client_address)
                 && &*r.schemaname == s.schemaname
-                && r.flag_in == 0
+                && r.flag_in == s.flag
         })
     }
 

@@ -17,7 +17,7 @@ fn rule(name: &str, addr: &str, schema: &str, digest: u64) -> FirewallRuleRow {
 }
 
 fn stmt<'a>(user: &'a str, addr: &'a str, schema: &'a str, digest: u64, text: &'a str) -> Statement<'a> {
-    Statement { username: user, client_address: addr, schemaname: schema, digest, text: text.as_bytes(), digest_text: b"" }
+    Statement { username: user, client_address: addr, schemaname: schema, digest, flag: 0, text: text.as_bytes(), digest_text: b"" }
 }
 
 fn on(sqli: bool) -> FirewallSection {

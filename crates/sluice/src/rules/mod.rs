@@ -38,6 +38,9 @@ pub struct Decision {
     pub rewritten: Option<Vec<u8>>,
     /// rule_id of the last rule that matched.
     pub last_rule: Option<u32>,
+    /// The flag the rules left the statement with (ProxySQL's flagIN at the end of the
+    /// evaluation: the last flagOUT taken, else where it started); the firewall's rules match it.
+    pub flag: i64,
 }
 
 impl Decision {
@@ -189,6 +192,7 @@ impl RuleSet {
                 d.take(rule);
                 let rewrote = d.rewrite(rule, q.text);
                 if rule.apply {
+                    flag = rule.flag_out.unwrap_or(flag);
                     break 'chains;
                 }
                 match rule.flag_out {
@@ -208,6 +212,7 @@ impl RuleSet {
             }
             break;
         }
+        d.flag = flag;
         d
     }
 
@@ -226,13 +231,14 @@ impl RuleSet {
             matched(pos);
             d.take(rule);
             d.rewrite(rule, q.text);
-            if rule.apply {
-                break;
-            }
             if let Some(out) = rule.flag_out {
                 flag = out;
             }
+            if rule.apply {
+                break;
+            }
         }
+        d.flag = flag;
         d
     }
 }

@@ -262,22 +262,25 @@ impl Session {
         let text = frame.payload(&self.client.rbuf).get(1..).unwrap_or_default().to_vec();
         self.client.consume(frame.wire_len);
         let mut cache_ttl = None;
+        let mut flag = 0;
+        if !self.snap.config.rules.is_empty() {
+            let decision = self.prepare_decision(&text);
+            // A rule's error_msg comes before the firewall's, as in ProxySQL.
+            if let Some(msg) = decision.actions.error_msg {
+                self.reply_err(seq, ER_NOT_ALLOWED_COMMAND, SQLSTATE_NOT_SUPPORTED, &msg).await;
+                return Flow::Continue;
+            }
+            cache_ttl = decision.actions.cache_ttl.filter(|&ms| ms > 0);
+            flag = decision.flag;
+        }
         if self.snap.config.firewall_compiled.active() {
             let snap = self.snap.clone();
             let digest =
                 if snap.config.firewall_compiled.enabled() { self.plan_scratch.digest(&snap.config.rules, &text, true) } else { 0 };
-            if let Some(msg) = self.firewall(&text, digest, &self.plan_scratch.digest_text) {
+            if let Some(msg) = self.firewall(&text, digest, &self.plan_scratch.digest_text, flag) {
                 self.reply_err(seq, ER_NOT_ALLOWED_COMMAND, SQLSTATE_NOT_SUPPORTED, &msg).await;
                 return Flow::Continue;
             }
-        }
-        if !self.snap.config.rules.is_empty() {
-            let actions = self.prepare_actions(&text);
-            if let Some(msg) = actions.error_msg {
-                self.reply_err(seq, ER_NOT_ALLOWED_COMMAND, SQLSTATE_NOT_SUPPORTED, &msg).await;
-                return Flow::Continue;
-            }
-            cache_ttl = actions.cache_ttl.filter(|&ms| ms > 0);
         }
         if self.snap.shards.mentions(&text) {
             // Not routed at EXECUTE yet: at the default hostgroup it would read whatever table of
@@ -364,9 +367,13 @@ impl Session {
         // The allowlist judges each execute too, so a statement prepared before the user's mode
         // or list changed meets the list in force (the heuristic read its text at the prepare:
         // an empty text here).
+        let decision = match self.statements.by_id.get(&id).map(|s| s.entry.clone()) {
+            Some(entry) => self.execute_decision(&entry),
+            None => Default::default(),
+        };
         if self.snap.config.firewall_compiled.enabled() {
             if let Some(entry) = self.statements.by_id.get(&id).map(|s| s.entry.clone()) {
-                if let Some(msg) = self.firewall(b"", entry.digest, &entry.digest_text) {
+                if let Some(msg) = self.firewall(b"", entry.digest, &entry.digest_text, decision.flag) {
                     self.client.consume(frame.wire_len);
                     self.reply_err(seq, ER_NOT_ALLOWED_COMMAND, SQLSTATE_NOT_SUPPORTED, &msg).await;
                     return Flow::Continue;
@@ -400,8 +407,7 @@ impl Session {
         let routed = self.route_execute(&entry);
         let watch = self.watch(&entry.sql, crate::stats::Command::from_sql(&entry.sql), digest, routed.target.hostgroup(), None);
         // Statement limits (user's, rule's) apply to each execute as to a text statement.
-        let rule_limit = self.execute_rule_limit(&entry);
-        let _limits = match self.enter_limits(rule_limit.as_ref()) {
+        let _limits = match self.enter_limits(decision.actions.limit.as_ref()) {
             Ok(guards) => guards,
             Err(message) => {
                 let outcome = crate::exec::Outcome { error: true, error_code: ER_USER_LIMIT_REACHED, ..Default::default() };

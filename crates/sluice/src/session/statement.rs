@@ -82,7 +82,7 @@ impl Session {
         let mut plan = plan::plan(&stmt, &facts, &self.snap.config.rules, &mut self.plan_scratch);
         // The firewall sees what reaches a server: a statement sluice answers alone is not checked.
         if self.snap.config.firewall_compiled.active() && matches!(plan.action, Action::Forward | Action::ShowStatus) {
-            if let Some(message) = self.firewall(stmt.text, plan.digest, &self.plan_scratch.digest_text) {
+            if let Some(message) = self.firewall(stmt.text, plan.digest, &self.plan_scratch.digest_text, plan.decision.flag) {
                 plan.action = Action::Answer { error: true, message };
             }
         }
@@ -90,13 +90,14 @@ impl Session {
     }
 
     /// The firewall's verdict on a statement, counted; the error it gets when it is refused.
-    pub(super) fn firewall(&self, text: &[u8], digest: u64, digest_text: &[u8]) -> Option<Box<str>> {
+    pub(super) fn firewall(&self, text: &[u8], digest: u64, digest_text: &[u8], flag: i64) -> Option<Box<str>> {
         let fw = &self.snap.config.firewall_compiled;
         let verdict = fw.check(&crate::firewall::Statement {
             username: &self.user.name,
             client_address: &self.origin.client_ip,
             schemaname: self.state.schema.as_deref().unwrap_or(""),
             digest,
+            flag,
             text,
             digest_text,
         });
@@ -546,22 +547,24 @@ impl Session {
     }
 
     /// The rules' actions on COM_STMT_PREPARE text (error_msg, cache_ttl).
-    /// The statement limit of the rules in force for an execute of `entry`: evaluated at each
-    /// execute (by the digest read at its prepare), so a limit added by a reload reaches
-    /// statements that pooled clients prepared long before. Only when some rule has a limit.
-    pub(super) fn execute_rule_limit(&mut self, entry: &crate::pool::prepared::Entry) -> Option<crate::limits::RuleLimit> {
-        let rules = &self.snap.config.rules;
-        if !rules.has_limits() {
-            return None;
+    /// What the rules in force say of an execute of `entry` (evaluated by the text and digest
+    /// read at its prepare): its statement limit and its flag for the firewall. So a limit or
+    /// an allowlist a reload brings reaches statements pooled clients prepared long before.
+    /// Evaluated only when some rule has a limit or some allowlist rule a flagIN.
+    pub(super) fn execute_decision(&mut self, entry: &crate::pool::prepared::Entry) -> crate::rules::Decision {
+        let config = &self.snap.config;
+        let rules = &config.rules;
+        if !(rules.has_limits() || config.firewall_compiled.enabled() && config.firewall_compiled.uses_flags()) {
+            return Default::default();
         }
         let who = self.origin.who(&self.user.name, self.state.schema.as_deref());
         self.plan_scratch.digest_text.clear();
         self.plan_scratch.digest_text.extend_from_slice(&entry.digest_text);
-        self.plan_scratch.decide(rules, &who, &entry.sql, entry.digest).actions.limit
+        self.plan_scratch.decide(rules, &who, &entry.sql, entry.digest)
     }
 
-    pub(super) fn prepare_actions(&mut self, text: &[u8]) -> crate::rules::Actions {
+    pub(super) fn prepare_decision(&mut self, text: &[u8]) -> crate::rules::Decision {
         let who = self.origin.who(&self.user.name, self.state.schema.as_deref());
-        plan::prepare_actions(text, &who, &self.snap.config.rules, &mut self.plan_scratch)
+        plan::prepare_decision(text, &who, &self.snap.config.rules, &mut self.plan_scratch)
     }
 }
