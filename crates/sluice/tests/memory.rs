@@ -10,80 +10,26 @@ mod common;
 use common::*;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MIB: usize = 1 << 20;
 
-/// The `sluice` binary in front of `db`, with `proxy` lines added to `[proxy]`.
-struct ProxyProcess {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
+/// The `sluice` binary in front of `db`, with `proxy` lines added to `[proxy]`, and client-side
+/// TLS offered (a self-signed certificate made at start-up) or not.
+fn start_tls(db: &testkit::MariaDb, proxy: &str, tls: bool) -> ProxyProcess {
+    ProxyProcess::spawn(|port| {
+        format!(
+            "[proxy]\nlisten = [\"127.0.0.1:{port}\"]\nworkers = 2\nadmin_listen = \"\"\nhttp_listen = \"\"\n{proxy}\n\
+             [tls]\nenabled = {tls}\n\
+             [[mysql_servers]]\nhostgroup_id = 0\nhostname = \"127.0.0.1\"\nport = {}\n\
+             [[mysql_users]]\nusername = \"root\"\npassword = \"\"\ndefault_hostgroup = 0\n",
+            db.port()
+        )
+    })
 }
 
-impl ProxyProcess {
-    fn start(db: &testkit::MariaDb, proxy: &str) -> ProxyProcess {
-        ProxyProcess::start_tls(db, proxy, false)
-    }
-
-    /// With client-side TLS offered (a self-signed certificate made at start-up) or not.
-    fn start_tls(db: &testkit::MariaDb, proxy: &str, tls: bool) -> ProxyProcess {
-        let dir = tempfile::tempdir().unwrap();
-        for _ in 0..5 {
-            let port = testkit::free_port();
-            let text = format!(
-                "[proxy]\nlisten = [\"127.0.0.1:{port}\"]\nworkers = 2\nadmin_listen = \"\"\nhttp_listen = \"\"\n{proxy}\n\
-                 [tls]\nenabled = {tls}\n\
-                 [[mysql_servers]]\nhostgroup_id = 0\nhostname = \"127.0.0.1\"\nport = {}\n\
-                 [[mysql_users]]\nusername = \"root\"\npassword = \"\"\ndefault_hostgroup = 0\n",
-                db.port()
-            );
-            let path = dir.path().join("sluice.toml");
-            std::fs::write(&path, text).unwrap();
-            // SLUICE_TEST_BIN runs another build (an allocator or version to compare).
-            let bin = std::env::var_os("SLUICE_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_sluice").into());
-            let child = Command::new(bin)
-                .arg("--config")
-                .arg(&path)
-                .env("SLUICE_LOG", std::env::var("SLUICE_LOG").unwrap_or_else(|_| "warn".into()))
-                .stdin(Stdio::null())
-                .spawn()
-                .expect("sluice starts");
-            let mut p = ProxyProcess { child, port, _dir: tempfile::tempdir().unwrap() };
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = p.child.try_wait() {
-                    break; // the port was taken meanwhile: try another
-                }
-                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    p._dir = dir;
-                    return p;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = p.child.kill();
-        }
-        panic!("sluice did not start");
-    }
-
-    /// A field of /proc/PID/status, in bytes (VmRSS: resident now; VmHWM: the peak).
-    fn status_bytes(&self, field: &str) -> usize {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("{field} in {status}"));
-        line.split_whitespace().nth(1).unwrap().parse::<usize>().unwrap() * 1024
-    }
-
-    fn rss(&self) -> usize {
-        self.status_bytes("VmRSS:")
-    }
-}
-
-impl Drop for ProxyProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn start(db: &testkit::MariaDb, proxy: &str) -> ProxyProcess {
+    start_tls(db, proxy, false)
 }
 
 /// Writes one logical packet of `len` payload bytes, made by `byte_at`, without holding it:
@@ -146,7 +92,7 @@ fn single_value(reply: &[u8]) -> String {
 #[test]
 fn a_200_mib_statement_is_relayed_with_bounded_memory() {
     let db = testkit::shared();
-    let proxy = ProxyProcess::start(db, "");
+    let proxy = start(db, "");
     let mut c = RawClient::connect(proxy.port, "root", "");
     c.stream.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
     c.send(b"\x03SELECT 1");
@@ -183,7 +129,7 @@ fn binary_integer(c: &mut RawClient) -> u64 {
 #[test]
 fn large_execute_and_long_data_packets_are_relayed_with_bounded_memory() {
     let db = testkit::shared();
-    let proxy = ProxyProcess::start(db, "");
+    let proxy = start(db, "");
     let mut c = RawClient::connect(proxy.port, "root", "");
     c.stream.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
     c.send(b"\x16SELECT LENGTH(?)");
@@ -246,7 +192,7 @@ async fn half_open_handshakes_do_not_keep_clients_out() {
     let db = testkit::shared();
     // Without separate limits these 3000 sockets would count toward max_connections. The
     // handshake limits are the defaults: 1000 in all, 100 per client address.
-    let proxy = ProxyProcess::start(db, "max_connections = 500\n");
+    let proxy = start(db, "max_connections = 500\n");
     let port = proxy.port;
     let mut idle: Vec<TcpStream> = tokio::task::spawn_blocking(move || {
         (0..3000).map(|_| connect_from("127.0.0.2:0", port).expect("connects (the kernel accepts; sluice answers)")).collect()
@@ -272,7 +218,7 @@ async fn half_open_handshakes_do_not_keep_clients_out() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_burst_of_logins_from_one_client_waits_for_handshake_slots() {
     let db = testkit::shared();
-    let proxy = ProxyProcess::start(db, "max_handshakes_per_host = 2\n");
+    let proxy = start(db, "max_handshakes_per_host = 2\n");
     let port = proxy.port;
     let logins: Vec<_> = (0..40)
         .map(|_| {
@@ -305,8 +251,7 @@ fn client_hello() -> Vec<u8> {
 #[test]
 fn memory_returns_after_a_burst_of_half_open_handshakes() {
     let db = testkit::shared();
-    let proxy =
-        ProxyProcess::start_tls(db, "max_handshakes = 20000\nmax_handshakes_per_host = 20000\nclient_connect_timeout_ms = 120000\n", true);
+    let proxy = start_tls(db, "max_handshakes = 20000\nmax_handshakes_per_host = 20000\nclient_connect_timeout_ms = 120000\n", true);
     let mut c = RawClient::connect(proxy.port, "root", "");
     c.send(b"\x03SELECT 1");
     c.read_reply(proto::response::Reply::Query).unwrap();

@@ -374,3 +374,65 @@ pub fn client_suite_command(port: u16, program: &str) -> std::process::Command {
         .env("DIRECT_PASSWORD", "");
     c
 }
+
+/// The `sluice` binary as its own process (its own allocator), so that its resident memory is
+/// read from /proc without the test's allocations in it. Killed on drop.
+pub struct ProxyProcess {
+    pub child: std::process::Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl ProxyProcess {
+    /// Starts it with the configuration `config(port)` makes for a free listen port (another
+    /// port is tried when that one was taken meanwhile).
+    pub fn spawn(config: impl Fn(u16) -> String) -> ProxyProcess {
+        use std::time::Instant;
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().unwrap();
+            let port = testkit::free_port();
+            let path = dir.path().join("sluice.toml");
+            std::fs::write(&path, config(port)).unwrap();
+            // SLUICE_TEST_BIN runs another build (an allocator or version to compare).
+            let bin = std::env::var_os("SLUICE_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_sluice").into());
+            let child = std::process::Command::new(bin)
+                .arg("--config")
+                .arg(&path)
+                .env("SLUICE_LOG", std::env::var("SLUICE_LOG").unwrap_or_else(|_| "warn".into()))
+                .stdin(std::process::Stdio::null())
+                .spawn()
+                .expect("sluice starts");
+            let mut p = ProxyProcess { child, port, _dir: dir };
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = p.child.try_wait() {
+                    break; // the port was taken meanwhile: try another
+                }
+                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return p;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = p.child.kill();
+        }
+        panic!("sluice did not start");
+    }
+
+    /// A field of /proc/PID/status, in bytes (VmRSS: resident now; VmHWM: the peak).
+    pub fn status_bytes(&self, field: &str) -> usize {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("{field} in {status}"));
+        line.split_whitespace().nth(1).unwrap().parse::<usize>().unwrap() * 1024
+    }
+
+    pub fn rss(&self) -> usize {
+        self.status_bytes("VmRSS:")
+    }
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
