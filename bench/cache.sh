@@ -63,7 +63,7 @@ log "${#THREAD_LIST[@]} thread count(s) × $ROUNDS round(s) × ${#VARIANTS[@]} v
 pick_sluice
 
 WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX)
-DB_PID="" DB_PORT="" SLUICE_PID="" SLUICE_PORT="" ADMIN_PORT=""
+DB_PORT="" SLUICE_PID="" SLUICE_PORT="" ADMIN_PORT=""
 SOCK=$WORK/mysqld.sock
 cleanup() {
 	local rc=$?
@@ -73,7 +73,7 @@ cleanup() {
 		[ -s "$WORK/sluice.log" ] && { echo "--- last lines of sluice's log:" >&2; tail -n 20 "$WORK/sluice.log" >&2; }
 	fi
 	[ -z "$SLUICE_PID" ] || stop_supervised "$SLUICE_PID" "$WORK/sluice" sluice
-	[ -z "$DB_PID" ] || stop_proc "$DB_PID" mariadbd 60
+	stop_mariadbs
 	finish_work "$rc"
 }
 trap_cleanup
@@ -83,21 +83,8 @@ admin() { mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$ADMIN_PORT" -uadm
 counter() { admin "SELECT Variable_Value FROM stats_mysql_global WHERE Variable_Name = '$1'"; }
 
 log "initialising a private MariaDB in $WORK"
-mariadb-install-db --no-defaults --datadir="$WORK/data" --auth-root-authentication-method=normal \
-	--skip-test-db --user=root >"$WORK/install.log" 2>&1 || die "mariadb-install-db failed (see $WORK/install.log)"
-DB_PORT=$(free_port)
-mariadbd --no-defaults --datadir="$WORK/data" --bind-address=127.0.0.1 --port="$DB_PORT" \
-	--socket="$SOCK" --pid-file="$WORK/mysqld.pid" --log-error="$WORK/mysqld.err" --user=root \
-	--skip-name-resolve --max-connections=1000 --innodb-buffer-pool-size=256M --skip-log-bin \
-	</dev/null >/dev/null 2>&1 &
-DB_PID=$!
-for ((i = 0; i < 600; i++)); do
-	alive "$DB_PID" || die "mariadbd exited during start-up"
-	mariadb-admin --no-defaults -S "$SOCK" -uroot --connect-timeout=1 ping >/dev/null 2>&1 && break
-	sleep 0.1
-done
-sql -e "CREATE USER IF NOT EXISTS root@'127.0.0.1' IDENTIFIED BY '';
-	GRANT ALL PRIVILEGES ON *.* TO root@'127.0.0.1' WITH GRANT OPTION; CREATE DATABASE IF NOT EXISTS sbtest;"
+start_mariadb "$WORK"
+DB_PORT=$MARIADB_PORT
 DB_VERSION=$(sql -e 'SELECT VERSION()')
 
 sb_args() { # THREADS PORT SECONDS

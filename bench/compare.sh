@@ -297,28 +297,8 @@ sluice_workers() {
 # with nbthread = sluice's workers, in the foreground (-db) so that its pid is the one process
 # whose CPU is read. Waits until SELECT 1 works through it.
 start_haproxy() {
-	HAPROXY_PORT=$(free_port)
 	HAPROXY_THREADS=$(sluice_workers)
-	cat >"$WORK/haproxy.cfg" <<-CFG
-		global
-		    nbthread $HAPROXY_THREADS
-		    maxconn 4096
-		defaults
-		    mode tcp
-		    timeout connect 5s
-		    timeout client 1h
-		    timeout server 1h
-		listen mysql
-		    bind 127.0.0.1:$HAPROXY_PORT
-		    server db 127.0.0.1:$DB_PORT
-	CFG
-	"$HAPROXY_BIN" -c -q -f "$WORK/haproxy.cfg" >>"$WORK/haproxy.log" 2>&1 ||
-		{ tail -n 20 "$WORK/haproxy.log" >&2; die "haproxy rejects its config ($WORK/haproxy.cfg)"; }
-	echo "=== $(date +%T) start: $HAPROXY_BIN -db -f $WORK/haproxy.cfg" >>"$WORK/haproxy.log"
-	spawn_supervised "$WORK/haproxy" "$WORK/haproxy.log" "$HAPROXY_BIN" -db -f "$WORK/haproxy.cfg"
-	HAPROXY_PID=$SPAWNED_PID
-	await_answer haproxy "$HAPROXY_PID" "$HAPROXY_PORT"
-	log "haproxy listening on 127.0.0.1:$HAPROXY_PORT (pid $HAPROXY_PID, nbthread $HAPROXY_THREADS)"
+	start_haproxy_tcp "$DB_PORT" "$HAPROXY_THREADS"
 }
 
 # endpoint VARIANT: sets EP_PORT and EP_PID (empty for direct) of the variant's endpoint.

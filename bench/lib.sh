@@ -1,4 +1,4 @@
-# bench/lib.sh: helpers shared by bench/compare.sh and bench/rules.sh. Sourced, not run.
+# bench/lib.sh: helpers shared by the bench scripts. Sourced, not run.
 # The sourcing script sets PROG (its name, used in messages) first. run_bounded sets the
 # global RUN_PID while its command runs, so that the script's cleanup can stop it.
 # shellcheck shell=bash
@@ -320,4 +320,66 @@ trap_cleanup() {
 # vmrss_kib PID: the process's resident set size in KiB (VmRSS in /proc/PID/status).
 vmrss_kib() {
 	awk '/^VmRSS:/ { print $2; found = 1 } END { exit !found }' "/proc/$1/status" 2>/dev/null
+}
+
+# start_mariadb DIR [MARIADBD_ARGS...]: a private MariaDB initialised in DIR (datadir DIR/data,
+# socket DIR/mysqld.sock, logs DIR/install.log and DIR/mysqld.err) on a free 127.0.0.1 port:
+# 256M buffer pool, no binlog, root@127.0.0.1 without a password, database sbtest. Extra
+# mariadbd arguments come last (they win). Sets MARIADB_PID and MARIADB_PORT, and adds the pid
+# to MARIADB_PIDS, which stop_mariadbs stops (call it from the script's cleanup).
+MARIADB_PIDS=()
+start_mariadb() {
+	local dir=$1 i
+	shift
+	mkdir -p "$dir"
+	mariadb-install-db --no-defaults --datadir="$dir/data" --auth-root-authentication-method=normal \
+		--skip-test-db --user=root >"$dir/install.log" 2>&1 || die "mariadb-install-db failed (see $dir/install.log)"
+	take_port MARIADB_PORT
+	mariadbd --no-defaults --datadir="$dir/data" --bind-address=127.0.0.1 --port="$MARIADB_PORT" \
+		--socket="$dir/mysqld.sock" --pid-file="$dir/mysqld.pid" --log-error="$dir/mysqld.err" --user=root \
+		--skip-name-resolve --max-connections=1000 --innodb-buffer-pool-size=256M --skip-log-bin "$@" \
+		</dev/null >/dev/null 2>&1 &
+	MARIADB_PID=$!
+	MARIADB_PIDS+=("$MARIADB_PID")
+	for ((i = 0; i < 600; i++)); do
+		alive "$MARIADB_PID" || die "mariadbd in $dir exited during start-up (see $dir/mysqld.err)"
+		mariadb-admin --no-defaults -S "$dir/mysqld.sock" -uroot --connect-timeout=1 ping >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	mariadb --no-defaults -S "$dir/mysqld.sock" -uroot -e "CREATE USER IF NOT EXISTS root@'127.0.0.1' IDENTIFIED BY '';
+		GRANT ALL PRIVILEGES ON *.* TO root@'127.0.0.1' WITH GRANT OPTION; CREATE DATABASE IF NOT EXISTS sbtest;" ||
+		die "cannot set up the MariaDB in $dir"
+}
+stop_mariadbs() {
+	local p
+	for p in ${MARIADB_PIDS[@]+"${MARIADB_PIDS[@]}"}; do stop_proc "$p" mariadbd 60; done
+}
+
+# start_haproxy_tcp BACKEND_PORT THREADS: HAProxy ($HAPROXY_BIN, default haproxy) as a plain TCP
+# forwarder (mode tcp, nbthread THREADS) to 127.0.0.1:BACKEND_PORT, in the foreground (-db) so
+# that its pid is the one process whose CPU is read; config and log in $WORK. Sets HAPROXY_PID
+# and HAPROXY_PORT once SELECT 1 works through it.
+start_haproxy_tcp() {
+	local bin=${HAPROXY_BIN:-haproxy}
+	take_port HAPROXY_PORT
+	cat >"$WORK/haproxy.cfg" <<-CFG
+		global
+		    nbthread $2
+		    maxconn 4096
+		defaults
+		    mode tcp
+		    timeout connect 5s
+		    timeout client 1h
+		    timeout server 1h
+		listen mysql
+		    bind 127.0.0.1:$HAPROXY_PORT
+		    server db 127.0.0.1:$1
+	CFG
+	"$bin" -c -q -f "$WORK/haproxy.cfg" >>"$WORK/haproxy.log" 2>&1 ||
+		{ tail -n 20 "$WORK/haproxy.log" >&2; die "haproxy rejects its config ($WORK/haproxy.cfg)"; }
+	echo "=== $(date +%T) start: $bin -db -f $WORK/haproxy.cfg" >>"$WORK/haproxy.log"
+	spawn_supervised "$WORK/haproxy" "$WORK/haproxy.log" "$bin" -db -f "$WORK/haproxy.cfg"
+	HAPROXY_PID=$SPAWNED_PID
+	await_answer haproxy "$HAPROXY_PID" "$HAPROXY_PORT"
+	log "haproxy listening on 127.0.0.1:$HAPROXY_PORT (pid $HAPROXY_PID, nbthread $2)"
 }

@@ -62,7 +62,7 @@ log "${#THREAD_LIST[@]} thread count(s) × $ROUNDS round(s) × ${#VARIANTS[@]} v
 pick_sluice
 
 WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX)
-DB_PIDS=() SLUICE_PID="" SLUICE_PORT="" ADMIN_PORT=""
+SLUICE_PID="" SLUICE_PORT="" ADMIN_PORT=""
 cleanup() {
 	local rc=$? p
 	trap - EXIT INT TERM
@@ -71,7 +71,7 @@ cleanup() {
 		[ -s "$WORK/sluice.log" ] && { echo "--- last lines of sluice's log:" >&2; tail -n 20 "$WORK/sluice.log" >&2; }
 	fi
 	[ -z "$SLUICE_PID" ] || stop_supervised "$SLUICE_PID" "$WORK/sluice" sluice
-	for p in ${DB_PIDS[@]+"${DB_PIDS[@]}"}; do stop_proc "$p" mariadbd 60; done
+	stop_mariadbs
 	finish_work "$rc"
 }
 trap_cleanup
@@ -82,24 +82,8 @@ counter() { admin "SELECT Variable_Value FROM stats_mysql_global WHERE Variable_
 
 # start_db NAME: a private MariaDB in $WORK/NAME; sets DB_PORT.
 start_db() {
-	local dir=$WORK/$1 i pid
-	mkdir -p "$dir"
-	mariadb-install-db --no-defaults --datadir="$dir/data" --auth-root-authentication-method=normal \
-		--skip-test-db --user=root >"$dir/install.log" 2>&1 || die "mariadb-install-db failed (see $dir/install.log)"
-	DB_PORT=$(free_port)
-	mariadbd --no-defaults --datadir="$dir/data" --bind-address=127.0.0.1 --port="$DB_PORT" \
-		--socket="$dir/mysqld.sock" --pid-file="$dir/mysqld.pid" --log-error="$dir/mysqld.err" --user=root \
-		--skip-name-resolve --max-connections=1000 --innodb-buffer-pool-size=128M --skip-log-bin \
-		</dev/null >/dev/null 2>&1 &
-	pid=$!
-	DB_PIDS+=("$pid")
-	for ((i = 0; i < 600; i++)); do
-		alive "$pid" || die "mariadbd ($1) exited during start-up"
-		mariadb-admin --no-defaults -S "$dir/mysqld.sock" -uroot --connect-timeout=1 ping >/dev/null 2>&1 && break
-		sleep 0.1
-	done
-	sql "$1" -e "CREATE USER IF NOT EXISTS root@'127.0.0.1' IDENTIFIED BY '';
-		GRANT ALL PRIVILEGES ON *.* TO root@'127.0.0.1' WITH GRANT OPTION; CREATE DATABASE IF NOT EXISTS sbtest;"
+	start_mariadb "$WORK/$1" --innodb-buffer-pool-size=128M
+	DB_PORT=$MARIADB_PORT
 }
 
 log "initialising two private MariaDBs (primary, mirror) in $WORK"

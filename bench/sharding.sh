@@ -78,7 +78,7 @@ log "${#WORKLOAD_LIST[@]} workload(s) × ${#THREAD_LIST[@]} thread count(s) × $
 pick_sluice
 
 WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX)
-A_PID="" B_PID="" A_PORT="" B_PORT="" SLUICE_PID="" SLUICE_PORT="" HAPROXY_PID="" HAPROXY_PORT=""
+A_PORT="" B_PORT="" SLUICE_PID="" SLUICE_PORT="" HAPROXY_PID="" HAPROXY_PORT=""
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
@@ -88,45 +88,22 @@ cleanup() {
 	fi
 	[ -z "$SLUICE_PID" ] || stop_supervised "$SLUICE_PID" "$WORK/sluice" sluice
 	[ -z "$HAPROXY_PID" ] || stop_supervised "$HAPROXY_PID" "$WORK/haproxy" haproxy
-	[ -z "$A_PID" ] || stop_proc "$A_PID" "mariadbd A" 60
-	[ -z "$B_PID" ] || stop_proc "$B_PID" "mariadbd B" 60
+	stop_mariadbs
 	finish_work "$rc"
 }
 trap_cleanup
 
-# start_db NAME: a private mariadbd in $WORK/NAME; sets DB_STARTED_PID and DB_STARTED_PORT.
-start_db() {
-	local dir=$WORK/$1 port i
-	mariadb-install-db --no-defaults --datadir="$dir/data" --auth-root-authentication-method=normal \
-		--skip-test-db --user=root >"$dir.install.log" 2>&1 || die "mariadb-install-db failed (see $dir.install.log)"
-	take_port port
-	mariadbd --no-defaults --datadir="$dir/data" --bind-address=127.0.0.1 --port="$port" \
-		--socket="$dir.sock" --pid-file="$dir.pid" --log-error="$dir.err" --user=root \
-		--skip-name-resolve --max-connections=1000 --innodb-buffer-pool-size=256M --skip-log-bin \
-		</dev/null >/dev/null 2>&1 &
-	DB_STARTED_PID=$!
-	for ((i = 0; i < 600; i++)); do
-		alive "$DB_STARTED_PID" || die "mariadbd $1 exited during start-up (see $dir.err)"
-		mariadb-admin --no-defaults -S "$dir.sock" -uroot --connect-timeout=1 ping >/dev/null 2>&1 && break
-		sleep 0.1
-	done
-	DB_STARTED_PORT=$port
-}
 sql_on() { # NAME SQL
-	mariadb --no-defaults -S "$WORK/$1.sock" -uroot -N -B -e "$2"
+	mariadb --no-defaults -S "$WORK/$1/mysqld.sock" -uroot -N -B -e "$2"
 }
 
 log "starting two private MariaDB servers in $WORK"
-start_db a
-A_PID=$DB_STARTED_PID A_PORT=$DB_STARTED_PORT
-start_db b
-B_PID=$DB_STARTED_PID B_PORT=$DB_STARTED_PORT
-for n in a b; do
-	sql_on "$n" "CREATE USER IF NOT EXISTS root@'127.0.0.1' IDENTIFIED BY '';
-		GRANT ALL PRIVILEGES ON *.* TO root@'127.0.0.1' WITH GRANT OPTION; CREATE DATABASE sbshard;"
-done
-sql_on a "CREATE DATABASE sbtest; CREATE DATABASE ds_0; CREATE DATABASE ds_1;"
-sql_on b "CREATE DATABASE ds_2; CREATE DATABASE ds_3;"
+start_mariadb "$WORK/a"
+A_PORT=$MARIADB_PORT
+start_mariadb "$WORK/b"
+B_PORT=$MARIADB_PORT
+sql_on a "CREATE DATABASE sbshard; CREATE DATABASE ds_0; CREATE DATABASE ds_1;"
+sql_on b "CREATE DATABASE sbshard; CREATE DATABASE ds_2; CREATE DATABASE ds_3;"
 DB_VERSION=$(sql_on a 'SELECT VERSION()')
 
 # The shard map: each sysbench table over 4 shards by id ranges of equal size.
@@ -166,23 +143,7 @@ SLUICE_PID=$SPAWNED_PID
 await_answer sluice "$SLUICE_PID" "$SLUICE_PORT"
 
 if [[ " ${VARIANTS[*]} " == *" haproxy "* ]]; then
-	take_port HAPROXY_PORT
-	cat >"$WORK/haproxy.cfg" <<-CFG
-		global
-		    nbthread $(nproc)
-		    maxconn 4096
-		defaults
-		    mode tcp
-		    timeout connect 5s
-		    timeout client 1h
-		    timeout server 1h
-		listen mysql
-		    bind 127.0.0.1:$HAPROXY_PORT
-		    server db 127.0.0.1:$A_PORT
-	CFG
-	spawn_supervised "$WORK/haproxy" "$WORK/haproxy.log" "$HAPROXY_BIN" -db -f "$WORK/haproxy.cfg"
-	HAPROXY_PID=$SPAWNED_PID
-	await_answer haproxy "$HAPROXY_PID" "$HAPROXY_PORT"
+	start_haproxy_tcp "$A_PORT" "$(nproc)"
 fi
 
 sb_args() { # WORKLOAD THREADS PORT DB SECONDS
@@ -200,8 +161,8 @@ for ((t = 1; t <= TABLES; t++)); do
 		n=a
 		((s < 2)) || n=b
 		[ "$(sql_on "$n" "SELECT COUNT(*) FROM ds_$s.sbtest$t")" -gt 0 ] || die "shard ds_$s got no rows of sbtest$t"
-		mariadb-dump --no-defaults -S "$WORK/$n.sock" -uroot --no-create-info --skip-triggers "ds_$s" "sbtest$t" |
-			mariadb --no-defaults -S "$WORK/a.sock" -uroot sbtest || die "copying ds_$s.sbtest$t into sbtest failed"
+		mariadb-dump --no-defaults -S "$WORK/$n/mysqld.sock" -uroot --no-create-info --skip-triggers "ds_$s" "sbtest$t" |
+			mariadb --no-defaults -S "$WORK/a/mysqld.sock" -uroot sbtest || die "copying ds_$s.sbtest$t into sbtest failed"
 	done
 done
 [ "$(sql_on a "SELECT COUNT(*) FROM sbtest.sbtest1")" = "$TABLE_SIZE" ] || die "sbtest.sbtest1 does not have $TABLE_SIZE rows"
