@@ -157,6 +157,19 @@ impl Scanner {
         self
     }
 
+    /// The status flags to report until the reply carries its own (a lone ERR carries none:
+    /// the server's state did not change).
+    /// Only the flags of the session's state are kept (transaction, autocommit, backslash
+    /// escapes), not those of the last reply (more results, cursor, session state changed).
+    pub fn with_status(mut self, status: u16) -> Self {
+        let session = StatusFlags::SERVER_STATUS_IN_TRANS
+            | StatusFlags::SERVER_STATUS_AUTOCOMMIT
+            | StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES
+            | StatusFlags::SERVER_STATUS_IN_TRANS_READONLY;
+        self.status = status & session.bits();
+        self
+    }
+
     /// Resumes after the client's LOCAL INFILE data: the server's OK or ERR comes next.
     pub fn after_infile(&mut self, last_client_seq: u8) {
         self.state = State::First;

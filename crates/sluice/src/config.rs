@@ -579,10 +579,19 @@ pub struct ShardDatabaseRow {
     /// aggregate): past it the statement ends with an error.
     #[serde(default = "default_max_merge_buffer_bytes")]
     pub max_merge_buffer_bytes: u64,
+    /// The largest statement naming a sharded or broadcast table that sluice parses: its
+    /// syntax tree takes about 200 bytes per byte of text, so a client must not be able to
+    /// make sluice parse megabytes at will.
+    #[serde(default = "default_max_statement_bytes")]
+    pub max_statement_bytes: u64,
 }
 
 fn default_max_merge_buffer_bytes() -> u64 {
     64 << 20
+}
+
+fn default_max_statement_bytes() -> u64 {
+    1 << 20
 }
 
 fn default_max_connections_per_query() -> u32 {
@@ -1257,6 +1266,9 @@ impl FileConfig {
                 if d.nodes[..j].iter().any(|o| o.hostgroup == n.hostgroup && o.database == n.database) {
                     out.push(problem(at("database"), format!("node {}.{} is listed twice", n.hostgroup, n.database)));
                 }
+            }
+            if d.max_statement_bytes < 1024 {
+                out.push(problem(at("max_statement_bytes"), "must be at least 1024"));
             }
             if d.max_connections_per_query == 0 {
                 out.push(problem(at("max_connections_per_query"), "must be at least 1"));

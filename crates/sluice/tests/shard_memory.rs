@@ -104,3 +104,38 @@ fn a_deep_offset_over_shards_is_merged_within_a_fixed_memory_bound() {
 fn a_deep_offset_over_ten_million_rows_is_merged_within_a_fixed_memory_bound() {
     deep_offset(10_000_000, 1_000_000);
 }
+
+/// Hostile input: a statement on a sharded table of megabytes (a syntax tree costs about 200
+/// bytes per byte of it) is refused past `max_statement_bytes` before it is parsed, and the
+/// session goes on. And an error reply (which carries no status flags) does not make the
+/// session look as if it were in a transaction, where statements on shards would be refused.
+#[test]
+fn a_statement_past_max_statement_bytes_is_refused_unparsed_and_an_error_keeps_autocommit() {
+    let (a, b) = (MariaDb::start().unwrap(), MariaDb::start().unwrap());
+    load(&a, &b, 1000);
+    let proxy = ProxyProcess::spawn(|port| config(port, &a, &b));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut c = mysql_async::Conn::new(opts(proxy.port, "root", "").db_name(Some("shop"))).await.unwrap();
+        let e = c.query_drop("SELECT no_such_column FROM t_big WHERE id = 1").await.expect_err("the server's error");
+        assert_eq!(server_code(&e), Some(1054), "{e}");
+        let n: u64 = c.query_first("SELECT COUNT(*) FROM t_big").await.expect("after an error: still autocommit").unwrap();
+        assert_eq!(n, 1000);
+
+        let in_list = |n: usize| {
+            let list: Vec<String> = (0..n).map(|i| (i % 1000).to_string()).collect();
+            format!("SELECT COUNT(*) FROM t_big WHERE id IN ({})", list.join(","))
+        };
+        let baseline = proxy.status_bytes("VmHWM:");
+        let big = in_list(1_000_000);
+        let e = c.query_drop(&big).await.expect_err("3.9 MB: over the 1 MiB default");
+        assert_eq!(server_code(&e), Some(1235), "{e}");
+        assert!(e.to_string().contains("max_statement_bytes"), "{e}");
+        let peak = proxy.status_bytes("VmHWM:");
+        eprintln!("a {} byte statement refused: sluice peak RSS {} -> {} MiB", big.len(), baseline / MIB, peak / MIB);
+        assert!(peak < baseline + BOUND, "sluice's peak RSS grew from {} to {} MiB", baseline / MIB, peak / MIB);
+        // Under the limit it is parsed and runs.
+        let n: u64 = c.query_first(in_list(200_000)).await.unwrap().unwrap();
+        assert_eq!(n, 1000);
+    });
+}

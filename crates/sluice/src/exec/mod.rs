@@ -29,6 +29,9 @@ use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 pub struct Format {
     pub deprecate_eof: bool,
     pub mariadb_caps: u32,
+    /// The connection's status flags before the request: a reply that carries none (a lone
+    /// ERR) leaves them as they were, rather than reading as "autocommit off".
+    pub status: u16,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -245,7 +248,7 @@ pub async fn forward(
     let Some(reply) = reply else {
         return Ok(Outcome::default());
     };
-    let mut scanner = Scanner::new(reply, format.deprecate_eof).with_mariadb_capabilities(format.mariadb_caps);
+    let mut scanner = Scanner::new(reply, format.deprecate_eof).with_mariadb_capabilities(format.mariadb_caps).with_status(format.status);
     let mut reply_bytes = 0;
     loop {
         let step = match stream_reply(

@@ -267,7 +267,7 @@ impl Backend {
 
     /// What the reply scanner must know about this connection's packet formats.
     pub fn format(&self) -> crate::exec::Format {
-        crate::exec::Format { deprecate_eof: self.deprecate_eof(), mariadb_caps: self.mariadb_caps }
+        crate::exec::Format { deprecate_eof: self.deprecate_eof(), mariadb_caps: self.mariadb_caps, status: self.status }
     }
 
     /// Runs a statement whose result is small and returns its rows as text (NULL as `None`).

@@ -157,6 +157,45 @@ pub fn generate_key(worker_id: u16) -> i64 {
     (key & (i64::MAX as u64)) as i64
 }
 
+/// The largest `max_statement_bytes` of the logical databases.
+fn databases_rows_max(rows: &[ShardDatabaseRow]) -> usize {
+    rows.iter().map(|d| usize::try_from(d.max_statement_bytes).unwrap_or(usize::MAX)).max().unwrap_or(0)
+}
+
+/// Bytes of statement text being parsed for sharding now, over every session: large parses
+/// take a share of a budget (`Parsing`), so that many clients cannot make sluice hold many
+/// syntax trees of megabytes at once.
+static PARSING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Statements up to this size are parsed without counting (their trees are small).
+const UNCOUNTED_PARSE: usize = 64 << 10;
+
+/// A large statement's share of the parse budget; returned on drop.
+pub struct Parsing(usize);
+
+impl Parsing {
+    /// Takes `len` bytes of a budget of `budget` (none for small statements), or `None` when
+    /// other sessions' parses hold too much of it.
+    pub fn take(len: usize, budget: usize) -> Option<Parsing> {
+        use std::sync::atomic::Ordering;
+        if len <= UNCOUNTED_PARSE {
+            return Some(Parsing(0));
+        }
+        PARSING
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| used.checked_add(len).filter(|&n| n <= budget))
+            .ok()
+            .map(|_| Parsing(len))
+    }
+}
+
+impl Drop for Parsing {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            PARSING.fetch_sub(self.0, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
+}
+
 /// The compiled shard map.
 #[derive(Debug, Default)]
 pub struct ShardMap {
@@ -164,6 +203,8 @@ pub struct ShardMap {
     pub tables: Vec<ShardedTable>,
     /// Lower-cased names of every sharded and broadcast table, for `mentions`.
     names: Vec<Box<[u8]>>,
+    /// The largest statement parsed (the largest `max_statement_bytes` of the databases).
+    pub max_statement_bytes: usize,
 }
 
 /// What a table name resolves to.
@@ -177,6 +218,7 @@ pub enum Relation<'a> {
 impl ShardMap {
     /// Compiles validated rows (`FileConfig::check_sharding` ran).
     pub fn build(databases: &[ShardDatabaseRow], tables: &[ShardedTableRow]) -> ShardMap {
+        let databases_rows = databases;
         let databases: Vec<LogicalDatabase> = databases
             .iter()
             .map(|d| LogicalDatabase {
@@ -217,7 +259,8 @@ impl ShardMap {
             .collect();
         names.sort();
         names.dedup();
-        ShardMap { databases, tables, names }
+        let max_statement_bytes = databases_rows_max(databases_rows);
+        ShardMap { databases, tables, names, max_statement_bytes }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -339,6 +382,7 @@ mod tests {
                 max_connections_per_query: 4,
                 key_worker_id: 0,
                 max_merge_buffer_bytes: 1 << 20,
+                max_statement_bytes: 1 << 20,
             }],
             &[ShardedTableRow {
                 database: "shop".into(),

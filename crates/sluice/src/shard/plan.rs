@@ -219,6 +219,22 @@ type Refusal = String;
 
 /// Plans `sql` (as the backend would get it) for a session in `schema` (`""`: none).
 pub fn plan(map: &ShardMap, schema: &str, sql: &[u8], in_transaction: bool) -> Sharding {
+    if sql.len() > map.max_statement_bytes {
+        return Sharding::Refused(format!(
+            "this statement names a sharded or broadcast table and is {} bytes; sluice parses at most {} \
+             (shard_databases.max_statement_bytes): split it",
+            sql.len(),
+            map.max_statement_bytes
+        ));
+    }
+    // Two of the largest at once, over all sessions: a syntax tree takes ~200 bytes per byte.
+    let Some(_parsing) = super::Parsing::take(sql.len(), 2 * map.max_statement_bytes) else {
+        return Sharding::Refused(
+            "sluice is parsing other large statements on sharded tables at the moment \
+             (twice shard_databases.max_statement_bytes at once): retry"
+                .into(),
+        );
+    };
     let Ok(text) = std::str::from_utf8(sql) else {
         return Sharding::Refused("sluice shards only UTF-8 statement text".into());
     };

@@ -28,6 +28,7 @@ fn map() -> ShardMap {
             max_connections_per_query: 16,
             key_worker_id: 3,
             max_merge_buffer_bytes: 1 << 20,
+            max_statement_bytes: 1 << 20,
         }],
         &[
             table("t_order", "user_id", "mod", Some("order")),
