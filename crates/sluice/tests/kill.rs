@@ -473,9 +473,9 @@ async fn prepared_kill_and_processlist_are_sluices_own() {
     assert!(alice.ping().await.is_err(), "alice's connection was killed");
 }
 
-/// CONNECTION_ID() through COM_STMT_PREPARE/EXECUTE is the session id the greeting gave, as in
-/// the text protocol, for every session preparing the same text; KILL QUERY of it stops the
-/// session's running statement.
+/// CONNECTION_ID() through COM_STMT_PREPARE/EXECUTE (and in dynamic SQL's text) is the session
+/// id the greeting gave, as in the text protocol, for every session preparing the same text;
+/// KILL QUERY of it stops the session's running statement.
 #[tokio::test]
 async fn connection_id_in_prepared_statements_is_the_session_id() {
     let db = shared();
@@ -495,6 +495,11 @@ async fn connection_id_in_prepared_statements_is_the_session_id() {
         let text: Option<u32> = c.query_first("(SELECT CONNECTION_ID())").await.unwrap();
         let binary: Option<u32> = c.exec_first("(SELECT CONNECTION_ID())", ()).await.unwrap();
         assert_eq!((text, binary), (Some(c.id()), Some(c.id())));
+        // Dynamic SQL: the text it runs asks for the id too.
+        let immediate: Option<u32> = c.query_first("EXECUTE IMMEDIATE 'SELECT CONNECTION_ID()'").await.unwrap();
+        c.query_drop("PREPARE s FROM 'SELECT connection_id() + 0'").await.unwrap();
+        let prepared: Option<u32> = c.query_first("EXECUTE s").await.unwrap();
+        assert_eq!((immediate, prepared), (Some(c.id()), Some(c.id())));
     }
     let mut runner = conns.pop().unwrap();
     let id: u32 = runner.exec_first("SELECT CONNECTION_ID()", ()).await.unwrap().unwrap();

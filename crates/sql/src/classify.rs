@@ -603,7 +603,9 @@ fn source(sql: &[u8], mut ahead: Code) -> Source {
                 text.extend_from_slice(&unquote(more.text(sql)));
                 next = ahead.next();
             }
-            if ends(next) {
+            // A text that asks for the connection's id is evaluated by the session like an
+            // expression, which answers it with the client's id (not the server thread's).
+            if ends(next) && !mentions_connection_id(&text) {
                 Source::Literal(text)
             } else {
                 dynamic_expression(sql, rest)
@@ -1393,6 +1395,11 @@ mod tests {
         assert_eq!(i("PREPARE s FROM 'SELECT ' || @x"), expression("PREPARE s FROM ", "'SELECT ' || @x", "", true));
         assert_eq!(i("PREPARE s FROM @x + 0"), expression("PREPARE s FROM ", "@x + 0", "", true));
         assert_eq!(i("EXECUTE IMMEDIATE X'4B494C4C2035'"), expression("EXECUTE IMMEDIATE ", "X'4B494C4C2035'", "", false));
+        assert_eq!(
+            i("EXECUTE IMMEDIATE 'SELECT CONNECTION_ID()'"),
+            expression("EXECUTE IMMEDIATE ", "'SELECT CONNECTION_ID()'", "", false),
+            "the session answers the id in the text it runs"
+        );
         assert_eq!(i("EXECUTE IMMEDIATE CONCAT('SELECT ', KILL)"), REFUSE_TEXT, "a KILL anywhere is seen");
         assert_eq!(i("EXECUTE IMMEDIATE 'SELECT 1', 'x'"), REFUSE_UNSEEN, "not one expression");
         assert_eq!(i("EXECUTE IMMEDIATE"), None, "the server's syntax error");

@@ -127,7 +127,8 @@ fn is_plain_number(v: &[u8]) -> bool {
     !v.is_empty() && v.iter().all(|b| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E'))
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// `bytes` as upper-case hex digits (for `X'…'` literals).
+pub(crate) fn hex(bytes: &[u8]) -> String {
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
         s.push_str(&format!("{b:02X}"));

@@ -479,7 +479,11 @@ impl Session {
                 if let Some(i) = sql::classify::intercept(&text) {
                     return Ok((Some(sql::classify::dynamic_refusal(&i)), None));
                 }
-                format!("_{charset} X'{bytes}'")
+                // CONNECTION_ID() in the text it runs is the session's id, as in a statement.
+                match crate::plan::rewrite_connection_id(&text, self.id, !self.pseudo_thread_id_set(), false) {
+                    Some(with_id) => format!("_utf8mb4 X'{}'", crate::pool::state::hex(&with_id)),
+                    None => format!("_{charset} X'{bytes}'"),
+                }
             }
             // NULL: the server refuses to run it, as it refuses the expression.
             _ => "NULL".into(),
