@@ -139,6 +139,8 @@ pub enum Merge {
     },
     /// OK packets: affected rows summed (`sum`), else the first shard's (a broadcast write, DDL).
     Ok { sum: bool },
+    /// One shard's reply as it is (a prepared statement's execute on one shard).
+    One,
 }
 
 /// A statement planned over several shards.
@@ -156,6 +158,7 @@ impl Merge {
         match self {
             Merge::Ok { sum: true } => "OK replies, affected rows summed".into(),
             Merge::Ok { sum: false } => "OK replies, the first shard's affected rows".into(),
+            Merge::One => "one shard: forwarded".into(),
             Merge::Rows { order, then_order, offset, limit, aggregates, grouped, hidden, .. } => {
                 let mut parts = Vec::new();
                 match (aggregates.is_some(), *grouped) {
@@ -247,6 +250,33 @@ pub fn plan(map: &ShardMap, schema: &str, sql: &[u8], in_transaction: bool) -> S
         Ok(s) => s,
         Err(why) => Sharding::Refused(why),
     }
+}
+
+/// `sql` (with its `?` placeholders) with its tables renamed to the first shard's (or a
+/// broadcast table's first node): what a server prepares to describe the statement's parameters
+/// and columns. `None` when it names none of our tables or does not parse.
+pub fn first_shard(map: &ShardMap, schema: &str, sql: &[u8]) -> Option<ShardStatement> {
+    let text = std::str::from_utf8(sql).ok()?;
+    let statements = Parser::new(&MySqlDialect {})
+        .with_recursion_limit(RECURSION_LIMIT)
+        .try_with_sql(text)
+        .and_then(|mut p| p.parse_statements())
+        .ok()?;
+    let [statement] = statements.as_slice() else { return None };
+    let planner = Planner { map, schema };
+    let mut first = None;
+    let _ = visit_relations(statement, |n| match planner.resolve(n) {
+        Some(o) => {
+            first = Some(o.relation);
+            ControlFlow::Break(())
+        }
+        None => ControlFlow::Continue(()),
+    });
+    let target = match first? {
+        Relation::Sharded(t) => Target { node: t.physical(0).0, shard: Some(0), database: t.database },
+        Relation::Broadcast(db) => Target { node: 0, shard: None, database: db },
+    };
+    planner.rewrite(statement, &target).ok()
 }
 
 struct Planner<'a> {
