@@ -242,8 +242,31 @@ async fn prepared_statements_on_shards_match_one_unsharded_server() {
     assert_eq!(n, m);
 
     raw_executes(proxy.port);
+    let python = |port: u16| {
+        let mut cmd = std::process::Command::new("python3");
+        cmd.args(["-c", CONNECTOR_PREPARED, &port.to_string()]);
+        run_tool(cmd, "python3 (mysql-connector-python)")
+    };
+    assert_eq!(python(proxy.port), python(oracle.port()), "mysql-connector-python, cursor(prepared=True)");
     sysbench_point_select(proxy.port, &a, &b);
 }
+
+/// mysql-connector-python's prepared cursor (COM_STMT_PREPARE/EXECUTE), pure Python: what it
+/// prints must be the same through sluice and from the oracle.
+const CONNECTOR_PREPARED: &str = r#"
+import sys, mysql.connector
+c = mysql.connector.connect(host='127.0.0.1', port=int(sys.argv[1]), user='root', password='', database='shop', use_pure=True, autocommit=True)
+cur = c.cursor(prepared=True)
+cur.execute("SELECT id, amount, created, day, ratio, span, flag FROM t_order WHERE user_id = %s ORDER BY id", (5,))
+print(cur.description)
+print(cur.fetchall())
+cur.execute("SELECT status, COUNT(*), SUM(amount), MAX(created) FROM t_order WHERE user_id IN (%s, %s) GROUP BY status", (3, 4))
+print(cur.fetchall())
+cur.execute("SELECT id FROM t_order WHERE note = %s ORDER BY id LIMIT %s", ('n3', 3))
+print(cur.fetchall())
+cur.execute("UPDATE t_order SET qty = qty + 0 * %s WHERE user_id = %s", (1, 6))
+print(cur.rowcount)
+"#;
 
 /// Reads a PREPARE reply (DEPRECATE_EOF): the statement id.
 fn read_prepare(c: &mut RawClient) -> u32 {

@@ -36,10 +36,8 @@ impl Session {
     pub(super) async fn prepare_sharded(&mut self, text: &[u8], seq: u8) -> Option<Flow> {
         let schema: String = self.state.schema.as_deref().unwrap_or_default().to_string();
         let template = Template::new(text);
-        // What sluice would refuse whatever the values is refused now: planned with each
-        // parameter a 0 (the key's value is only known at each execute).
-        let probe = template.fill(&vec!["0".to_string(); template.params()]);
-        match plan::plan(&self.snap.shards, &schema, &probe, false) {
+        // What sluice would refuse whatever the values is refused now.
+        match plan::plan_unbound(&self.snap.shards, &schema, text) {
             Sharding::NotSharded => return None,
             Sharding::Refused(why) => return Some(self.refuse(seq, &why).await),
             Sharding::Single(_) | Sharding::Fanout(_) => {}

@@ -222,6 +222,17 @@ type Refusal = String;
 
 /// Plans `sql` (as the backend would get it) for a session in `schema` (`""`: none).
 pub fn plan(map: &ShardMap, schema: &str, sql: &[u8], in_transaction: bool) -> Sharding {
+    plan_as(map, schema, sql, in_transaction, false)
+}
+
+/// Plans a prepared statement's text, its `?` placeholders unbound: what it gives whatever the
+/// values (a placeholder key could be any shard's, a placeholder LIMIT any count). Its refusal
+/// is every execute's.
+pub fn plan_unbound(map: &ShardMap, schema: &str, sql: &[u8]) -> Sharding {
+    plan_as(map, schema, sql, false, true)
+}
+
+fn plan_as(map: &ShardMap, schema: &str, sql: &[u8], in_transaction: bool, unbound: bool) -> Sharding {
     let Ok(text) = std::str::from_utf8(sql) else {
         return Sharding::Refused("sluice shards only UTF-8 statement text".into());
     };
@@ -233,7 +244,7 @@ pub fn plan(map: &ShardMap, schema: &str, sql: &[u8], in_transaction: bool) -> S
             return Sharding::Refused(format!("sluice could not parse a statement that names a sharded or broadcast table: {e}"));
         }
     };
-    let planner = Planner { map, schema };
+    let planner = Planner { map, schema, unbound };
     let touched: Vec<usize> = statements.iter().enumerate().filter(|(_, s)| planner.touches(s)).map(|(i, _)| i).collect();
     let Some(&first) = touched.first() else { return Sharding::NotSharded };
     if statements.len() > 1 {
@@ -263,7 +274,7 @@ pub fn first_shard(map: &ShardMap, schema: &str, sql: &[u8]) -> Option<ShardStat
         .and_then(|mut p| p.parse_statements())
         .ok()?;
     let [statement] = statements.as_slice() else { return None };
-    let planner = Planner { map, schema };
+    let planner = Planner { map, schema, unbound: true };
     let mut first = None;
     let _ = visit_relations(statement, |n| match planner.resolve(n) {
         Some(o) => {
@@ -282,6 +293,12 @@ pub fn first_shard(map: &ShardMap, schema: &str, sql: &[u8]) -> Option<ShardStat
 struct Planner<'a> {
     map: &'a ShardMap,
     schema: &'a str,
+    /// `?` placeholders stand for values not known yet (`plan_unbound`).
+    unbound: bool,
+}
+
+fn is_placeholder(e: &Expr) -> bool {
+    matches!(e, Expr::Value(v) if matches!(v.value, Value::Placeholder(_)))
 }
 
 /// A table name of the statement that is ours.
@@ -453,6 +470,14 @@ fn has_aggregate_or_window(e: &Expr) -> bool {
 }
 
 impl<'a> Planner<'a> {
+    /// A LIMIT or OFFSET count (a placeholder, unbound: any).
+    fn count(&self, e: &Expr) -> Result<u64, Refusal> {
+        if self.unbound && is_placeholder(e) {
+            return Ok(1);
+        }
+        count(e)
+    }
+
     /// What a table name resolves to, if it is a sharded or broadcast table.
     fn resolve(&self, name: &ObjectName) -> Option<Ours<'a>> {
         let parts = ident_text(name);
@@ -863,10 +888,11 @@ impl<'a> Planner<'a> {
             per_shard.order_by = Some(sqlparser::ast::OrderBy { kind: OrderByKind::Expressions(vec![key]), interpolate: None });
             let (offset, limit) = match &q.limit_clause {
                 None => (0, None),
-                Some(LimitClause::OffsetCommaLimit { offset, limit }) => (count(offset)?, Some(count(limit)?)),
-                Some(LimitClause::LimitOffset { limit, offset, .. }) => {
-                    (offset.as_ref().map(|o| count(&o.value)).transpose()?.unwrap_or(0), limit.as_ref().map(count).transpose()?)
-                }
+                Some(LimitClause::OffsetCommaLimit { offset, limit }) => (self.count(offset)?, Some(self.count(limit)?)),
+                Some(LimitClause::LimitOffset { limit, offset, .. }) => (
+                    offset.as_ref().map(|o| self.count(&o.value)).transpose()?.unwrap_or(0),
+                    limit.as_ref().map(|l| self.count(l)).transpose()?,
+                ),
             };
             let merge = Merge::Rows {
                 order: vec![SortKey { column: SortColumn::Hidden(0), descending: false }],
@@ -937,14 +963,14 @@ impl<'a> Planner<'a> {
         };
         let (offset, limit) = match &q.limit_clause {
             None => (0, None),
-            Some(LimitClause::OffsetCommaLimit { offset, limit }) => (count(offset)?, Some(count(limit)?)),
+            Some(LimitClause::OffsetCommaLimit { offset, limit }) => (self.count(offset)?, Some(self.count(limit)?)),
             Some(LimitClause::LimitOffset { limit, offset, limit_by }) => {
                 if !limit_by.is_empty() {
                     return Err("sluice cannot merge LIMIT BY".into());
                 }
-                let offset = offset.as_ref().map(|o| count(&o.value)).transpose()?.unwrap_or(0);
+                let offset = offset.as_ref().map(|o| self.count(&o.value)).transpose()?.unwrap_or(0);
                 let limit = match limit {
-                    Some(l) => Some(count(l)?),
+                    Some(l) => Some(self.count(l)?),
                     None => None,
                 };
                 (offset, limit)
@@ -1070,6 +1096,11 @@ impl<'a> Planner<'a> {
                 return Err("an INSERT row has fewer values than columns".into());
             };
             let Some(key) = literal(e) else {
+                if self.unbound && is_placeholder(e) {
+                    // Bound at each execute: any shard for now.
+                    by_shard.entry(0).or_default().push(i);
+                    continue;
+                }
                 return Err(format!("the sharding column `{}` of an INSERT must be a literal value, not `{e}`", t.column));
             };
             let Some(shard) = t.shard_of(&key, shards)? else {
