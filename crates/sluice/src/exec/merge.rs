@@ -63,8 +63,11 @@ enum Failure {
 
 /// The first packet of a shard's reply, and what follows it up to the rows.
 enum Head {
-    Ok(packet::Ok),
-    Rows { columns: Vec<Vec<u8>> },
+    /// The OK and its packet.
+    Ok(packet::Ok, Vec<u8>),
+    Rows {
+        columns: Vec<Vec<u8>>,
+    },
 }
 
 /// What the merge writes and counts.
@@ -75,6 +78,9 @@ struct Out<'c> {
     rows: u64,
     /// The sequence id after the last packet written to the client.
     sent_seq: &'c std::sync::atomic::AtomicU8,
+    /// Rows go out in the binary protocol (a prepared statement's execute): the columns' types,
+    /// set once the column definitions are known.
+    binary: Option<Vec<super::binary::BinColumn>>,
 }
 
 impl Out<'_> {
@@ -95,6 +101,21 @@ impl Out<'_> {
             self.buf.clear();
             self.sent_seq.store(self.seq, std::sync::atomic::Ordering::Relaxed);
         }
+        Ok(())
+    }
+
+    /// A text row, as the client's protocol wants it.
+    fn row(&mut self, row: &[u8]) -> Result<(), Failure> {
+        match &self.binary {
+            None => self.packet(row),
+            Some(columns) => {
+                let Some(b) = super::binary::row(row, columns) else {
+                    return Err(Failure::Mismatch("a value does not read as its column's type for the binary protocol".into()));
+                };
+                self.packet(&b);
+            }
+        }
+        self.rows += 1;
         Ok(())
     }
 
@@ -132,7 +153,7 @@ async fn read_head(shards: &mut [Shard<'_>], i: usize) -> Result<Head, Failure> 
         Some(&packet::OK_HEADER) => {
             let ok = packet::parse_ok(&first).map_err(|_| Failure::Mismatch(format!("{} sent a malformed OK", shards[i].label)))?;
             shards[i].status = ok.status;
-            Ok(Head::Ok(ok))
+            Ok(Head::Ok(ok, first))
         }
         Some(&ERR_HEADER) => Err(Failure::Error(i, first)),
         Some(&packet::LOCAL_INFILE_HEADER) => Err(Failure::Mismatch("sluice cannot run LOAD DATA LOCAL on shards".into())),
@@ -172,7 +193,7 @@ async fn next_row(shards: &mut [Shard<'_>], i: usize, ended: &mut [bool]) -> Res
 }
 
 /// Sends each shard its request (a COM_QUERY packet) and writes the merged reply, starting
-/// at sequence id `seq`. A shard whose reply was not read to its end is left `finished == false`: its connection must be closed.
+/// at sequence id `seq`; its rows in the binary protocol with `binary`. A shard whose reply was not read to its end is left `finished == false`: its connection must be closed.
 ///
 /// `sent_seq` holds, at each moment, the sequence id of the next packet the client expects
 /// (what it was sent so far): if the merge is abandoned (KILL, a timeout), an error packet
@@ -184,9 +205,10 @@ pub async fn run(
     merge: &Merge,
     seq: u8,
     sent_seq: &std::sync::atomic::AtomicU8,
+    binary: bool,
 ) -> Result<Outcome, ClientGone> {
     sent_seq.store(seq, std::sync::atomic::Ordering::Relaxed);
-    let mut out = Out { client, buf: Vec::new(), seq, rows: 0, sent_seq };
+    let mut out = Out { client, buf: Vec::new(), seq, rows: 0, sent_seq, binary: None };
     let mut outcome = Outcome::default();
     // Replies read to their end; the others are closed, not pooled.
     let mut ended = vec![false; shards.len()];
@@ -201,8 +223,23 @@ pub async fn run(
         }
         match merge {
             Merge::Ok { sum } => merge_ok(shards, &mut ended, *sum, &mut out, &mut outcome).await,
+            Merge::One => {
+                let rows = RowMerge {
+                    one: true,
+                    order: &[],
+                    then_order: &[],
+                    max_buffered: 0,
+                    offset: 0,
+                    limit: None,
+                    aggregates: None,
+                    having: &[],
+                    hidden: 0,
+                };
+                merge_rows(shards, &mut ended, &rows, &mut out, &mut outcome, binary).await
+            }
             Merge::Rows { order, then_order, max_buffered, offset, limit, aggregates, grouped: _, having, hidden } => {
                 let rows = RowMerge {
+                    one: false,
                     order,
                     then_order,
                     max_buffered: *max_buffered,
@@ -212,7 +249,7 @@ pub async fn run(
                     having,
                     hidden: *hidden,
                 };
-                merge_rows(shards, &mut ended, &rows, &mut out, &mut outcome).await
+                merge_rows(shards, &mut ended, &rows, &mut out, &mut outcome, binary).await
             }
         }
     }
@@ -274,7 +311,7 @@ async fn merge_ok(
     for i in 0..shards.len() {
         // Every shard's reply is read, so a failure on one leaves the others reusable.
         match read_head(shards, i).await {
-            Ok(Head::Ok(ok)) => {
+            Ok(Head::Ok(ok, _)) => {
                 ended[i] = true;
                 let c = combined.get_or_insert(packet::Ok { status: ok.status, ..Default::default() });
                 if sum || i == 0 {
@@ -319,6 +356,8 @@ enum ValueKind {
     /// Other character sets: ASCII letters without case, trailing spaces ignored (as `_ci`
     /// PAD SPACE collations compare ASCII text); dates and times compare bytewise this way too.
     Text,
+    /// TIME: by its signed duration (`-39:30:48` is after `-68:01:00`).
+    Time,
 }
 
 /// What the merge reads of a column definition.
@@ -360,6 +399,7 @@ const MARIADB_CLIENT_EXTENDED_METADATA: u32 = 1 << 3;
 fn kind_of(charset: u16, type_id: u8) -> ValueKind {
     match type_id {
         0x00..=0x05 | 0x08 | 0x09 | 0x0D | 0xF6 => ValueKind::Numeric,
+        0x0B => ValueKind::Time,
         _ if charset == 63 => ValueKind::Binary,
         _ => ValueKind::Text,
     }
@@ -437,6 +477,7 @@ fn cmp_values(a: Option<&[u8]>, b: Option<&[u8]>, kind: ValueKind) -> Ordering {
             ValueKind::Numeric => cmp_numeric(a, b),
             ValueKind::Binary => a.cmp(b),
             ValueKind::Text => cmp_text(a, b),
+            ValueKind::Time => super::binary::time_micros(a).cmp(&super::binary::time_micros(b)),
         },
     }
 }
@@ -463,6 +504,8 @@ fn cmp_rows(a: &[u8], b: &[u8], keys: &[Resolved]) -> Ordering {
 
 /// `Merge::Rows`, borrowed.
 struct RowMerge<'m> {
+    /// One shard's reply as it is: an OK passes through.
+    one: bool,
     order: &'m [SortKey],
     then_order: &'m [SortKey],
     max_buffered: usize,
@@ -497,8 +540,9 @@ async fn merge_rows(
     merge: &RowMerge<'_>,
     out: &mut Out<'_>,
     outcome: &mut Outcome,
+    binary: bool,
 ) -> Result<Result<(), ClientGone>, Failure> {
-    let RowMerge { order, then_order, max_buffered, offset, limit, aggregates, having, hidden } = *merge;
+    let RowMerge { one, order, then_order, max_buffered, offset, limit, aggregates, having, hidden } = *merge;
     // Every shard's head first: they must agree before anything reaches the client.
     let mut columns = None;
     let mut first_failure = None;
@@ -511,7 +555,17 @@ async fn merge_rows(
                 }
                 Some(_) => {}
             },
-            Ok(Head::Ok(_)) => {
+            Ok(Head::Ok(ok, packet)) if one => {
+                // A write or a statement without rows: the shard's OK as it is.
+                ended[i] = true;
+                outcome.affected_rows = ok.affected_rows;
+                outcome.last_insert_id = ok.last_insert_id;
+                outcome.status = ok.status;
+                outcome.warnings = ok.warnings;
+                out.packet(&packet);
+                return Ok(Ok(()));
+            }
+            Ok(Head::Ok(..)) => {
                 ended[i] = true;
                 first_failure.get_or_insert(Failure::Mismatch("a shard answered a query with no rows".into()));
             }
@@ -559,6 +613,13 @@ async fn merge_rows(
         };
         keys.push(Resolved { index, descending: k.descending, kind: column.kind });
     }
+    if binary {
+        let mut types = Vec::with_capacity(visible);
+        for def in &columns[..visible] {
+            types.push(super::binary::BinColumn::of(def, caps).ok_or_else(|| Failure::Mismatch("a malformed column definition".into()))?);
+        }
+        out.binary = Some(types);
+    }
     // The result set's head: column count, definitions, and EOF unless DEPRECATE_EOF.
     let deprecate_eof = shards[0].deprecate_eof();
     let mut head = Vec::with_capacity(9);
@@ -577,8 +638,7 @@ async fn merge_rows(
             while window.room > 0 {
                 let Some(row) = next_row(shards, i, ended).await? else { break };
                 if window.take() {
-                    out.packet(visible_part(&row, visible));
-                    out.rows += 1;
+                    out.row(visible_part(&row, visible))?;
                     if let Err(e) = out.flush_if_full().await {
                         return Ok(Err(e));
                     }
@@ -635,8 +695,7 @@ async fn merge_rows(
                 if let Some(h) = held.as_mut() {
                     h.push(row)?;
                 } else if window.take() {
-                    out.packet(&row);
-                    out.rows += 1;
+                    out.row(&row)?;
                     if let Err(e) = out.flush_if_full().await {
                         return Ok(Err(e));
                     }
@@ -650,24 +709,19 @@ async fn merge_rows(
                 let mut total = Vec::new();
                 write_lenenc_str(&mut total, distinct.to_string().as_bytes());
                 if window.take() {
-                    out.packet(&total);
-                    out.rows += 1;
+                    out.row(&total)?;
                 }
             } else if passes(&row, having) {
                 match held.as_mut() {
                     Some(h) => h.push(row)?,
-                    None if window.take() => {
-                        out.packet(&row);
-                        out.rows += 1;
-                    }
+                    None if window.take() => out.row(&row)?,
                     None => {}
                 }
             }
         } else if counting {
             // No rows at all: COUNT(DISTINCT x) is 0.
             if window.take() {
-                out.packet(&[1, b'0']);
-                out.rows += 1;
+                out.row(&[1, b'0'])?;
             }
         }
         if let Some(mut h) = held {
@@ -686,8 +740,7 @@ async fn merge_rows(
                     break;
                 }
                 if window.take() {
-                    out.packet(&row);
-                    out.rows += 1;
+                    out.row(&row)?;
                     if let Err(e) = out.flush_if_full().await {
                         return Ok(Err(e));
                     }

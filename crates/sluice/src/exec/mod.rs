@@ -12,6 +12,7 @@
 //! freed; and a client that accepts nothing for `Limits::stall` is given up, as the server gives
 //! up on it after `net_write_timeout`.
 
+pub mod binary;
 pub mod merge;
 
 use crate::net::{Conn, Stream, READ_CHUNK};

@@ -10,6 +10,7 @@ mod kill;
 mod multiplex;
 mod observe;
 mod prepared;
+mod prepared_sharded;
 mod processlist_table;
 mod replay;
 mod sharded;

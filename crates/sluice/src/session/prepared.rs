@@ -79,6 +79,8 @@ enum Answered {
     /// A SELECT of INFORMATION_SCHEMA.PROCESSLIST (session/processlist_table.rs): rewritten
     /// and run at each execute.
     ProcesslistSelect,
+    /// A statement on sharded tables (prepared_sharded.rs): planned and run at each execute.
+    Sharded(Box<super::prepared_sharded::ShardedStatement>),
 }
 
 impl Answered {
@@ -132,6 +134,25 @@ impl ClientStatements {
         Some(s)
     }
 
+    /// Registers a statement on sharded tables (its handle already counted).
+    pub(super) fn add_sharded(&mut self, statement: super::prepared_sharded::ShardedStatement, text: &[u8]) -> u32 {
+        let id = self.next_id();
+        let what = Answered::Sharded(Box::new(statement));
+        self.answered.insert(id, AnsweredStatement { what, text: text.into(), param_type: None });
+        id
+    }
+
+    pub(super) fn sharded_mut(&mut self, id: u32) -> Option<&mut super::prepared_sharded::ShardedStatement> {
+        match &mut self.answered.get_mut(&id)?.what {
+            Answered::Sharded(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub(super) fn remove_answered(&mut self, id: u32) {
+        self.remove(id);
+    }
+
     /// Every statement closes (COM_RESET_CONNECTION, COM_CHANGE_USER), as on the server.
     pub fn clear(&mut self) {
         self.registry.close_handles(self.by_id.len() + self.answered.len());
@@ -167,7 +188,7 @@ fn statement_id(payload: &[u8]) -> Option<u32> {
 }
 
 /// Writes the backend's statement id over the client's in a single-chunk or first-chunk packet.
-fn set_statement_id(packet: &mut [u8], id: u32) {
+pub(super) fn set_statement_id(packet: &mut [u8], id: u32) {
     packet[5..9].copy_from_slice(&id.to_le_bytes());
 }
 
@@ -283,12 +304,10 @@ impl Session {
             }
         }
         if self.snap.shards.mentions(&text) {
-            // Not routed at EXECUTE yet: at the default hostgroup it would read whatever table of
-            // that name is there.
-            let msg = "sluice does not prepare statements on sharded or broadcast tables yet (COM_STMT_PREPARE); \
-                       send them as text (see docs/sharding.md)";
-            self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, msg).await;
-            return Flow::Continue;
+            // Routed at each execute by its parameters' values.
+            if let Some(flow) = self.prepare_sharded(&text, seq).await {
+                return flow;
+            }
         }
         let text = match sql::classify::intercept_as(&text, self.backslash_escapes()) {
             Some(Intercept::Kill(k)) => return self.prepare_answered(Answered::Kill(k), text, seq).await,
@@ -696,6 +715,9 @@ impl Session {
 
     /// A COM_STMT_* command for a statement sluice answers itself.
     async fn answered_command(&mut self, cmd: u8, id: u32, frame: Frame, seq: u8) -> Flow {
+        if matches!(self.statements.answered.get(&id).map(|s| &s.what), Some(Answered::Sharded(_))) {
+            return self.sharded_command(cmd, id, frame, seq).await;
+        }
         let payload = frame.first_chunk(&self.client.rbuf);
         let param = match cmd {
             COM_STMT_EXECUTE => self.statements.answered.get_mut(&id).and_then(|s| bound_parameter(s, payload)),
@@ -736,6 +758,8 @@ impl Session {
                 self.handle.begin(&text, &self.state, self.unrouted_hostgroup());
                 self.execute_processlist_select(&text, seq).await
             }
+            // Dispatched at the top.
+            Answered::Sharded(_) => Flow::Continue,
             Answered::Kill(k) => {
                 let mut k = k.clone();
                 if let KillTarget::Parameter { query_id } = k.target {

@@ -16,6 +16,16 @@ const ER_QUERY_INTERRUPTED: u16 = 1317;
 /// MariaDB's extended column metadata: one more string in each column definition.
 const MARIADB_CLIENT_EXTENDED_METADATA: u32 = 1 << 3;
 
+/// How a cross-shard statement runs: the rule's retries and timeout, the digest text its
+/// statistics go under (`None`: the planned statement's), and whether rows go out in the binary
+/// protocol (a prepared statement's execute).
+pub(super) struct Run {
+    pub retries: u32,
+    pub timeout: Option<std::time::Duration>,
+    pub digest_text: Option<Vec<u8>>,
+    pub binary: bool,
+}
+
 impl Session {
     /// Answers `EXPLAIN SHARDING`: one row per shard (its database, hostgroup, statement) and
     /// the merge.
@@ -70,16 +80,24 @@ impl Session {
         // Statement limits (user's, rule's) count a fan-out as one statement.
         let Some(_limits) = self.admit_query(&plan, &watch, &frame, seq).await else { return Flow::Continue };
         self.client.consume(frame.wire_len);
+        let run = Run { retries: plan.retries(), timeout: plan.timeout(), digest_text: None, binary: false };
+        self.run_sharded(&sharded, &watch, run, seq).await
+    }
+
+    /// Runs `sharded` (the client's request already consumed) and writes its merged reply.
+    pub(super) async fn run_sharded(&mut self, sharded: &ShardPlan, watch: &super::observe::Watch, run: Run, seq: u8) -> Flow {
+        let Run { retries, timeout, digest_text, binary } = run;
+        let digest_text = digest_text.as_deref().unwrap_or(&self.plan_scratch.digest_text).to_vec();
         let mut held: Vec<Held> = Vec::with_capacity(sharded.targets.len());
         for target in &sharded.targets {
-            match self.acquire(target.hostgroup, plan.retries(), Needs::default()).await {
+            match self.acquire(target.hostgroup, retries, Needs::default()).await {
                 Ok(h) => held.push(h),
                 Err(e) => {
                     for h in held {
                         self.settle(h);
                     }
                     let outcome = crate::exec::Outcome { error: true, error_code: super::backend_error_code(&e), ..Default::default() };
-                    self.observed(&watch, None, &outcome, 0, &self.plan_scratch.digest_text, b"");
+                    self.observed(watch, None, &outcome, 0, &digest_text, b"");
                     return self.reply_backend_error(seq, &e).await;
                 }
             }
@@ -87,7 +105,6 @@ impl Session {
         let requests: Vec<Vec<u8>> = sharded.targets.iter().map(|t| plan::query_packet(t.sql.as_bytes(), 0).to_vec()).collect();
         let mut ends: Vec<(u16, bool)> = Vec::with_capacity(held.len());
         let sent_seq = std::sync::atomic::AtomicU8::new(seq);
-        let timeout = plan.timeout();
         self.handle.clear_kill_query();
         let result = {
             let mut shards: Vec<Shard> = held
@@ -102,7 +119,7 @@ impl Session {
                 })
                 .collect();
             // Boxed, so that it can be dropped (and its borrows end) when the merge is abandoned.
-            let mut merging = Box::pin(merge::run(&mut self.client, &mut shards, &requests, &sharded.merge, seq, &sent_seq));
+            let mut merging = Box::pin(merge::run(&mut self.client, &mut shards, &requests, &sharded.merge, seq, &sent_seq, binary));
             let result = tokio::select! {
                 biased;
                 r = &mut merging => Some(r),
@@ -131,7 +148,7 @@ impl Session {
                 self.release(h);
             }
             let outcome = crate::exec::Outcome { error: true, error_code: ER_QUERY_INTERRUPTED, ..Default::default() };
-            self.observed(&watch, None, &outcome, 0, &self.plan_scratch.digest_text, b"");
+            self.observed(watch, None, &outcome, 0, &digest_text, b"");
             let mut out = Vec::new();
             let mut seq = sent_seq.load(std::sync::atomic::Ordering::Relaxed);
             proto::packet::write_err(&mut out, &mut seq, ER_QUERY_INTERRUPTED, b"70100", "Query execution was interrupted");
@@ -158,7 +175,7 @@ impl Session {
         }
         let server = held.first().map(|h| h.backend.server.clone());
         let sent = sharded.targets.first().map_or(&b""[..], |t| t.sql.as_bytes());
-        self.observed(&watch, server.as_ref(), &outcome, requests.iter().map(Vec::len).sum(), &self.plan_scratch.digest_text, sent);
+        self.observed(watch, server.as_ref(), &outcome, requests.iter().map(Vec::len).sum(), &digest_text, sent);
         for h in held {
             if h.backend.broken {
                 self.release(h);

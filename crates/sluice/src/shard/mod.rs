@@ -6,6 +6,7 @@
 //! table at all (`ShardMap::mentions`, a lexer scan, no allocation): only those statements are
 //! parsed. With no sharding configured nothing is scanned.
 
+pub mod params;
 pub mod plan;
 
 use crate::config::{ShardDatabaseRow, ShardNode, ShardedTableRow};

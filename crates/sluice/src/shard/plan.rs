@@ -139,6 +139,8 @@ pub enum Merge {
     },
     /// OK packets: affected rows summed (`sum`), else the first shard's (a broadcast write, DDL).
     Ok { sum: bool },
+    /// One shard's reply as it is (a prepared statement's execute on one shard).
+    One,
 }
 
 /// A statement planned over several shards.
@@ -156,6 +158,7 @@ impl Merge {
         match self {
             Merge::Ok { sum: true } => "OK replies, affected rows summed".into(),
             Merge::Ok { sum: false } => "OK replies, the first shard's affected rows".into(),
+            Merge::One => "one shard: forwarded".into(),
             Merge::Rows { order, then_order, offset, limit, aggregates, grouped, hidden, .. } => {
                 let mut parts = Vec::new();
                 match (aggregates.is_some(), *grouped) {
@@ -219,6 +222,17 @@ type Refusal = String;
 
 /// Plans `sql` (as the backend would get it) for a session in `schema` (`""`: none).
 pub fn plan(map: &ShardMap, schema: &str, sql: &[u8], in_transaction: bool) -> Sharding {
+    plan_as(map, schema, sql, in_transaction, false)
+}
+
+/// Plans a prepared statement's text, its `?` placeholders unbound: what it gives whatever the
+/// values (a placeholder key could be any shard's, a placeholder LIMIT any count). Its refusal
+/// is every execute's.
+pub fn plan_unbound(map: &ShardMap, schema: &str, sql: &[u8]) -> Sharding {
+    plan_as(map, schema, sql, false, true)
+}
+
+fn plan_as(map: &ShardMap, schema: &str, sql: &[u8], in_transaction: bool, unbound: bool) -> Sharding {
     if sql.len() > map.max_statement_bytes {
         return Sharding::Refused(format!(
             "this statement names a sharded or broadcast table and is {} bytes; sluice parses at most {} \
@@ -246,7 +260,7 @@ pub fn plan(map: &ShardMap, schema: &str, sql: &[u8], in_transaction: bool) -> S
             return Sharding::Refused(format!("sluice could not parse a statement that names a sharded or broadcast table: {e}"));
         }
     };
-    let planner = Planner { map, schema };
+    let planner = Planner { map, schema, unbound };
     let touched: Vec<usize> = statements.iter().enumerate().filter(|(_, s)| planner.touches(s)).map(|(i, _)| i).collect();
     let Some(&first) = touched.first() else { return Sharding::NotSharded };
     if statements.len() > 1 {
@@ -265,9 +279,46 @@ pub fn plan(map: &ShardMap, schema: &str, sql: &[u8], in_transaction: bool) -> S
     }
 }
 
+/// `sql` (with its `?` placeholders) with its tables renamed to the first shard's (or a
+/// broadcast table's first node): what a server prepares to describe the statement's parameters
+/// and columns. `None` when it names none of our tables or does not parse.
+pub fn first_shard(map: &ShardMap, schema: &str, sql: &[u8]) -> Option<ShardStatement> {
+    if sql.len() > map.max_statement_bytes {
+        return None;
+    }
+    let _parsing = super::Parsing::take(sql.len(), 2 * map.max_statement_bytes)?;
+    let text = std::str::from_utf8(sql).ok()?;
+    let statements = Parser::new(&MySqlDialect {})
+        .with_recursion_limit(RECURSION_LIMIT)
+        .try_with_sql(text)
+        .and_then(|mut p| p.parse_statements())
+        .ok()?;
+    let [statement] = statements.as_slice() else { return None };
+    let planner = Planner { map, schema, unbound: true };
+    let mut first = None;
+    let _ = visit_relations(statement, |n| match planner.resolve(n) {
+        Some(o) => {
+            first = Some(o.relation);
+            ControlFlow::Break(())
+        }
+        None => ControlFlow::Continue(()),
+    });
+    let target = match first? {
+        Relation::Sharded(t) => Target { node: t.physical(0).0, shard: Some(0), database: t.database },
+        Relation::Broadcast(db) => Target { node: 0, shard: None, database: db },
+    };
+    planner.rewrite(statement, &target).ok()
+}
+
 struct Planner<'a> {
     map: &'a ShardMap,
     schema: &'a str,
+    /// `?` placeholders stand for values not known yet (`plan_unbound`).
+    unbound: bool,
+}
+
+fn is_placeholder(e: &Expr) -> bool {
+    matches!(e, Expr::Value(v) if matches!(v.value, Value::Placeholder(_)))
 }
 
 /// A table name of the statement that is ours.
@@ -439,6 +490,14 @@ fn has_aggregate_or_window(e: &Expr) -> bool {
 }
 
 impl<'a> Planner<'a> {
+    /// A LIMIT or OFFSET count (a placeholder, unbound: any).
+    fn count(&self, e: &Expr) -> Result<u64, Refusal> {
+        if self.unbound && is_placeholder(e) {
+            return Ok(1);
+        }
+        count(e)
+    }
+
     /// What a table name resolves to, if it is a sharded or broadcast table.
     fn resolve(&self, name: &ObjectName) -> Option<Ours<'a>> {
         let parts = ident_text(name);
@@ -849,10 +908,11 @@ impl<'a> Planner<'a> {
             per_shard.order_by = Some(sqlparser::ast::OrderBy { kind: OrderByKind::Expressions(vec![key]), interpolate: None });
             let (offset, limit) = match &q.limit_clause {
                 None => (0, None),
-                Some(LimitClause::OffsetCommaLimit { offset, limit }) => (count(offset)?, Some(count(limit)?)),
-                Some(LimitClause::LimitOffset { limit, offset, .. }) => {
-                    (offset.as_ref().map(|o| count(&o.value)).transpose()?.unwrap_or(0), limit.as_ref().map(count).transpose()?)
-                }
+                Some(LimitClause::OffsetCommaLimit { offset, limit }) => (self.count(offset)?, Some(self.count(limit)?)),
+                Some(LimitClause::LimitOffset { limit, offset, .. }) => (
+                    offset.as_ref().map(|o| self.count(&o.value)).transpose()?.unwrap_or(0),
+                    limit.as_ref().map(|l| self.count(l)).transpose()?,
+                ),
             };
             let merge = Merge::Rows {
                 order: vec![SortKey { column: SortColumn::Hidden(0), descending: false }],
@@ -923,14 +983,14 @@ impl<'a> Planner<'a> {
         };
         let (offset, limit) = match &q.limit_clause {
             None => (0, None),
-            Some(LimitClause::OffsetCommaLimit { offset, limit }) => (count(offset)?, Some(count(limit)?)),
+            Some(LimitClause::OffsetCommaLimit { offset, limit }) => (self.count(offset)?, Some(self.count(limit)?)),
             Some(LimitClause::LimitOffset { limit, offset, limit_by }) => {
                 if !limit_by.is_empty() {
                     return Err("sluice cannot merge LIMIT BY".into());
                 }
-                let offset = offset.as_ref().map(|o| count(&o.value)).transpose()?.unwrap_or(0);
+                let offset = offset.as_ref().map(|o| self.count(&o.value)).transpose()?.unwrap_or(0);
                 let limit = match limit {
-                    Some(l) => Some(count(l)?),
+                    Some(l) => Some(self.count(l)?),
                     None => None,
                 };
                 (offset, limit)
@@ -1056,6 +1116,11 @@ impl<'a> Planner<'a> {
                 return Err("an INSERT row has fewer values than columns".into());
             };
             let Some(key) = literal(e) else {
+                if self.unbound && is_placeholder(e) {
+                    // Bound at each execute: any shard for now.
+                    by_shard.entry(0).or_default().push(i);
+                    continue;
+                }
                 return Err(format!("the sharding column `{}` of an INSERT must be a literal value, not `{e}`", t.column));
             };
             let Some(shard) = t.shard_of(&key, shards)? else {

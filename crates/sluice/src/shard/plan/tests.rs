@@ -253,3 +253,25 @@ fn ddl_reaches_every_physical_table() {
     assert_eq!(fanout("DROP TABLE t_order").targets[2].sql, "DROP TABLE `ds_2`.`t_order`");
     assert_eq!(fanout("TRUNCATE TABLE region").targets.len(), 4);
 }
+
+#[test]
+fn unbound_prepared_statements_are_refused_only_whatever_the_values() {
+    let unbound = |sql: &str| plan_unbound(&map(), "shop", sql.as_bytes());
+    // A key or a LIMIT that is a placeholder is known at each execute.
+    for sql in [
+        "INSERT INTO t_order (id, user_id) VALUES (?, ?), (?, ?)",
+        "SELECT id FROM t_order ORDER BY id LIMIT ?, ?",
+        "SELECT id FROM t_order WHERE user_id = ?",
+        "INSERT INTO t_log (id, note) VALUES (?, ?)",
+    ] {
+        assert!(!matches!(unbound(sql), Sharding::Refused(_) | Sharding::NotSharded), "{sql}: {:?}", unbound(sql));
+    }
+    // What no value changes.
+    for sql in ["UPDATE t_order SET user_id = ? WHERE id = ?", "INSERT INTO t_order (id) VALUES (?)", "SELECT DISTINCT * FROM t_order"] {
+        assert!(matches!(unbound(sql), Sharding::Refused(_)), "{sql}: {:?}", unbound(sql));
+    }
+    // The first shard's text keeps its placeholders.
+    let first = first_shard(&map(), "shop", b"SELECT id FROM t_order WHERE user_id = ? LIMIT ?").unwrap();
+    assert_eq!(first.sql, "SELECT id FROM `ds_0`.`t_order` WHERE user_id = ? LIMIT ?");
+    assert_eq!(first_shard(&map(), "shop", b"SELECT 1"), None);
+}

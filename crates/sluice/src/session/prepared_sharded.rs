@@ -1,0 +1,205 @@
+//! ② session, prepared statements on sharded and broadcast tables (docs/sharding.md): sluice
+//! answers COM_STMT_PREPARE itself, with the parameter and column definitions a server gives
+//! for the statement on its first shard, and keeps the statement as a template. Each
+//! COM_STMT_EXECUTE binds its parameters into the template as literals, plans the text as a
+//! COM_QUERY of it would be (route by the key's value, rewrite, merge), runs it on the shards
+//! as text and sends the rows in the binary protocol.
+
+use super::sharded::Run;
+use super::{Flow, Session};
+use crate::shard::params::{bind, Template};
+use crate::shard::plan::{self, Merge, ShardPlan, Sharding};
+use proto::command::*;
+use proto::errors::*;
+use proto::frame::Frame;
+use std::sync::Arc;
+
+/// A prepared statement on sharded tables.
+pub(super) struct ShardedStatement {
+    template: Arc<Template>,
+    /// The schema at its prepare: its unqualified tables are that schema's, as on a server.
+    schema: String,
+    /// The parameter types of the client's last execute that sent them.
+    types: Option<Vec<u8>>,
+    /// COM_STMT_SEND_LONG_DATA, per parameter, until the next execute or reset.
+    long: Vec<Option<Vec<u8>>>,
+    digest: u64,
+    digest_text: Vec<u8>,
+}
+
+/// The cursor flags of COM_STMT_EXECUTE.
+const CURSOR_TYPE_READ_ONLY: u8 = 1;
+
+impl Session {
+    /// COM_STMT_PREPARE of `text`, which names a sharded or broadcast table. `None` when the
+    /// statement is not on the shards after all (the name was something else): prepared as usual.
+    pub(super) async fn prepare_sharded(&mut self, text: &[u8], seq: u8) -> Option<Flow> {
+        let schema: String = self.state.schema.as_deref().unwrap_or_default().to_string();
+        let template = Template::new(text);
+        // What sluice would refuse whatever the values is refused now.
+        match plan::plan_unbound(&self.snap.shards, &schema, text) {
+            Sharding::NotSharded => return None,
+            Sharding::Refused(why) => return Some(self.refuse(seq, &why).await),
+            Sharding::Single(_) | Sharding::Fanout(_) => {}
+        }
+        let Some(first) = plan::first_shard(&self.snap.shards, &schema, text) else {
+            return Some(self.refuse(seq, "sluice could not parse a statement that names a sharded or broadcast table").await);
+        };
+        if let Err(full) = self.data.statements.open_handle() {
+            let msg = format!(
+                "Can't create more than max_prepared_stmt_count statements (current value: {}; sluice's [pool] max_statements)",
+                full.cap
+            );
+            self.reply_err(seq, ER_MAX_PREPARED_STMT_COUNT_REACHED, SQLSTATE_NOT_SUPPORTED, &msg).await;
+            return Some(Flow::Continue);
+        }
+        // The server's description of the statement on one shard: its parameters and columns
+        // are every shard's (the schema names the shard's database, as the text path's do).
+        let mut held = match self.acquire(first.hostgroup, 1, super::multiplex::Needs::default()).await {
+            Ok(h) => h,
+            Err(e) => {
+                self.data.statements.close_handles(1);
+                return Some(self.reply_backend_error(seq, &e).await);
+            }
+        };
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
+        let prepared = held.backend.prepare_for_client(first.sql.as_bytes(), &mut out).await;
+        let mut registered = false;
+        match prepared {
+            Ok(ok) => {
+                if let Err(e) = held.backend.close_statements(&[ok.id]).await {
+                    held.backend.note_failure(&e);
+                }
+                if usize::from(ok.params) == template.params() {
+                    let digest = if self.digests_on() { self.plan_scratch.digest(&self.snap.config.rules, text, true) } else { 0 };
+                    let statement = ShardedStatement {
+                        long: vec![None; template.params()],
+                        template: Arc::new(template),
+                        schema,
+                        types: None,
+                        digest,
+                        digest_text: if digest != 0 { self.plan_scratch.digest_text.clone() } else { Vec::new() },
+                    };
+                    let id = self.statements.add_sharded(statement, text);
+                    super::prepared::set_statement_id(&mut out, id);
+                    registered = true;
+                } else {
+                    out.clear();
+                    let msg = format!(
+                        "sluice found {} parameters in this statement where the server found {}; it cannot bind them",
+                        template.params(),
+                        ok.params
+                    );
+                    proto::packet::write_err(&mut out, &mut seq.clone(), ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, &msg);
+                }
+            }
+            Err(e) => {
+                held.backend.note_failure(&e);
+                out.clear();
+                super::write_backend_error(&mut out, &mut seq.clone(), &e);
+            }
+        }
+        if !registered {
+            self.data.statements.close_handles(1);
+        }
+        let written = self.client.write_all(&out).await.is_ok();
+        self.out = out;
+        self.settle(held);
+        Some(Flow::written(written))
+    }
+
+    /// A COM_STMT_* command (but PREPARE) for a statement on sharded tables.
+    pub(super) async fn sharded_command(&mut self, cmd: u8, id: u32, frame: Frame, seq: u8) -> Flow {
+        match cmd {
+            COM_STMT_EXECUTE => self.execute_sharded(id, frame, seq).await,
+            COM_STMT_SEND_LONG_DATA => {
+                // Statement id (4), parameter (2), data: kept until the execute.
+                let payload = frame.payload(&self.client.rbuf);
+                if let (Some(s), Some(p)) = (self.statements.sharded_mut(id), payload.get(5..7)) {
+                    let param = usize::from(u16::from_le_bytes([p[0], p[1]]));
+                    if let Some(slot) = s.long.get_mut(param) {
+                        slot.get_or_insert_with(Vec::new).extend_from_slice(payload.get(7..).unwrap_or_default());
+                    }
+                }
+                self.client.consume(frame.wire_len);
+                Flow::Continue
+            }
+            COM_STMT_RESET => {
+                self.client.consume(frame.wire_len);
+                if let Some(s) = self.statements.sharded_mut(id) {
+                    s.long.iter_mut().for_each(|l| *l = None);
+                }
+                self.reply_ok(seq, "").await
+            }
+            COM_STMT_CLOSE => {
+                self.client.consume(frame.wire_len);
+                self.statements.remove_answered(id);
+                Flow::Continue
+            }
+            COM_STMT_FETCH => {
+                self.client.consume(frame.wire_len);
+                let msg = format!("The statement ({id}) has no open cursor.");
+                self.reply_err(seq, ER_STMT_HAS_NO_OPEN_CURSOR, SQLSTATE_GENERAL, &msg).await;
+                Flow::Continue
+            }
+            _ => {
+                self.client.consume(frame.wire_len);
+                let msg = "sluice does not run COM_STMT_BULK_EXECUTE on sharded or broadcast tables yet; execute each row";
+                self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, msg).await;
+                Flow::Continue
+            }
+        }
+    }
+
+    /// COM_STMT_EXECUTE: the parameters bound into the template, planned, run on the shards,
+    /// the rows sent in the binary protocol.
+    async fn execute_sharded(&mut self, id: u32, frame: Frame, seq: u8) -> Flow {
+        if self.tail.is_some() || frame.chunks != 1 {
+            self.client.consume(frame.wire_len);
+            return self.refuse(seq, "sluice cannot shard a statement larger than max_buffered_packet or 16 MiB").await;
+        }
+        let backslash_escapes = self.backslash_escapes();
+        let payload = frame.payload(&self.client.rbuf);
+        let Some(s) = self.statements.sharded_mut(id) else {
+            self.client.consume(frame.wire_len);
+            return Flow::Continue;
+        };
+        let bound = bind(&payload, s.template.params(), s.types.as_deref(), &s.long, backslash_escapes);
+        drop(payload);
+        self.client.consume(frame.wire_len);
+        // An execute uses the long data up, whatever its outcome (as on the server).
+        s.long.iter_mut().for_each(|l| *l = None);
+        let bound = match bound {
+            Ok(b) => b,
+            Err(msg) => {
+                self.reply_err(seq, ER_WRONG_ARGUMENTS, SQLSTATE_GENERAL, &msg).await;
+                return Flow::Continue;
+            }
+        };
+        if let Some(t) = bound.sent_types {
+            s.types = Some(t);
+        }
+        let (template, schema, digest, digest_text) = (s.template.clone(), s.schema.clone(), s.digest, s.digest_text.clone());
+        if bound.flags & CURSOR_TYPE_READ_ONLY != 0 {
+            return self
+                .refuse(seq, "sluice does not open cursors on sharded or broadcast tables yet (CURSOR_TYPE_READ_ONLY); execute without one")
+                .await;
+        }
+        let text = template.fill(&bound.literals);
+        let sharded = match plan::plan(&self.snap.shards, &schema, &text, self.may_be_in_transaction()) {
+            Sharding::Refused(why) => return self.refuse(seq, &why).await,
+            Sharding::NotSharded => return self.refuse(seq, "sluice found no sharded table in this statement at its execute").await,
+            Sharding::Single(one) => ShardPlan { targets: vec![one], merge: Merge::One, max_connections: 1 },
+            Sharding::Fanout(p) => p,
+        };
+        let hostgroup = sharded.targets.first().map_or(0, |t| t.hostgroup);
+        let digest = if self.digests_on() { digest } else { 0 };
+        let watch = self.watch(&text, crate::stats::Command::from_sql(&text), digest, hostgroup, None);
+        self.mark_writes(&text, true);
+        let run = Run { retries: 1, timeout: None, digest_text: Some(digest_text), binary: true };
+        let flow = self.run_sharded(&sharded, &watch, run, seq).await;
+        self.settle_writes();
+        flow
+    }
+}
