@@ -7,6 +7,7 @@
 //! parsed. With no sharding configured nothing is scanned.
 
 pub mod plan;
+pub mod xa;
 
 use crate::config::{ShardDatabaseRow, ShardNode, ShardedTableRow};
 use sql::lexer::{code_tokens, Kind};
@@ -20,6 +21,8 @@ pub struct LogicalDatabase {
     pub max_connections_per_query: usize,
     pub key_worker_id: u16,
     pub max_merge_buffer_bytes: usize,
+    /// The recovery log of its cross-shard transactions (`shard::xa`).
+    pub xa_log: Option<String>,
 }
 
 /// How a key picks its shard.
@@ -186,6 +189,7 @@ impl ShardMap {
                 max_connections_per_query: d.max_connections_per_query as usize,
                 key_worker_id: d.key_worker_id,
                 max_merge_buffer_bytes: d.max_merge_buffer_bytes as usize,
+                xa_log: d.xa_log.clone().filter(|p| !p.is_empty()),
             })
             .collect();
         let tables: Vec<ShardedTable> = tables
@@ -339,6 +343,7 @@ mod tests {
                 max_connections_per_query: 4,
                 key_worker_id: 0,
                 max_merge_buffer_bytes: 1 << 20,
+                xa_log: None,
             }],
             &[ShardedTableRow {
                 database: "shop".into(),

@@ -218,7 +218,7 @@ pub enum Sharding {
 type Refusal = String;
 
 /// Plans `sql` (as the backend would get it) for a session in `schema` (`""`: none).
-pub fn plan(map: &ShardMap, schema: &str, sql: &[u8], in_transaction: bool) -> Sharding {
+pub fn plan(map: &ShardMap, schema: &str, sql: &[u8]) -> Sharding {
     let Ok(text) = std::str::from_utf8(sql) else {
         return Sharding::Refused("sluice shards only UTF-8 statement text".into());
     };
@@ -235,13 +235,6 @@ pub fn plan(map: &ShardMap, schema: &str, sql: &[u8], in_transaction: bool) -> S
     let Some(&first) = touched.first() else { return Sharding::NotSharded };
     if statements.len() > 1 {
         return Sharding::Refused("sluice cannot shard a multi-statement text; send the statement on sharded tables alone".into());
-    }
-    if in_transaction {
-        return Sharding::Refused(
-            "sluice does not run statements on sharded tables inside a transaction or with autocommit off yet \
-             (cross-shard transactions are to come); use autocommit"
-                .into(),
-        );
     }
     match planner.statement(&statements[first]) {
         Ok(s) => s,
