@@ -189,6 +189,8 @@ async fn transactions_across_shards_commit_all_or_nothing_and_survive_a_crash() 
     c.query_drop("INSERT INTO t_order (id, user_id) VALUES (500, 1)").await.unwrap();
     let e = c.query_drop("INSERT INTO plain VALUES (2)").await.expect_err("an unsharded write beside branches");
     assert_eq!(server_code(&e), Some(1235), "{e}");
+    let e = c.exec_drop("INSERT INTO plain VALUES (?)", (3,)).await.expect_err("a prepared unsharded write beside branches");
+    assert_eq!(server_code(&e), Some(1235), "{e}");
     let e = c.query_drop("ALTER TABLE t_order ADD COLUMN x INT").await.expect_err("DDL in a transaction");
     assert_eq!(server_code(&e), Some(1235), "{e}");
     c.query_drop("ROLLBACK").await.unwrap();

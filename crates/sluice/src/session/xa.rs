@@ -31,6 +31,10 @@ const ER_XAER_RMERR: u16 = 1397;
 const SQLSTATE_XAER_RMERR: &[u8; 5] = b"XAE03";
 const ER_QUERY_INTERRUPTED: u16 = 1317;
 
+/// The refusal of a statement that may write beside a transaction's branches.
+pub(super) const BESIDE_BRANCHES: &str = "in a transaction with statements on shards, sluice runs only reads beside them: this \
+     statement may write or commit implicitly, which cannot be atomic with the shards' XA branches; COMMIT or ROLLBACK first";
+
 /// A session's transaction on shards.
 pub(super) struct Txn {
     /// The logical database (index in the shard map) its branches are of.
@@ -413,10 +417,8 @@ impl Session {
             None if harmless(text) => None,
             None => {
                 self.client.consume(frame.wire_len);
-                let message = "in a transaction with statements on shards, sluice runs only reads beside them: this statement \
-                               may write or commit implicitly, which cannot be atomic with the shards' XA branches; COMMIT or \
-                               ROLLBACK first";
-                self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, message).await;
+
+                self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, BESIDE_BRANCHES).await;
                 Some(Flow::Continue)
             }
         }
