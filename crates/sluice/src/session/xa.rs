@@ -624,3 +624,30 @@ impl Session {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_commit_and_rollback_end_the_branches() {
+        assert!(control(b"COMMIT") == Some(Control::Commit));
+        assert!(control(b"commit work;") == Some(Control::Commit));
+        assert!(control(b"/* x */ ROLLBACK") == Some(Control::Rollback));
+        assert!(control(b"COMMIT AND CHAIN").is_none());
+        assert!(control(b"ROLLBACK TO SAVEPOINT s").is_none());
+        assert!(control(b"COMMIT; INSERT INTO t VALUES (1)").is_none());
+    }
+
+    #[test]
+    fn beside_branches_only_reads_run() {
+        for ok in ["SELECT * FROM plain", "SHOW TABLES", "SET @x = 1", "DESCRIBE plain"] {
+            assert!(harmless(ok.as_bytes()), "{ok}");
+        }
+        for refused in ["INSERT INTO plain VALUES (1)", "SET autocommit = 1", "BEGIN", "CREATE TABLE x (a INT)", "SAVEPOINT s"] {
+            assert!(!harmless(refused.as_bytes()), "{refused}");
+        }
+        assert!(local_write(b"UPDATE plain SET a = 1"));
+        assert!(!local_write(b"BEGIN") && !local_write(b"SET autocommit = 0") && !local_write(b"SELECT 1"));
+    }
+}
