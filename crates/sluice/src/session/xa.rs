@@ -125,7 +125,8 @@ pub(super) fn harmless(text: &[u8]) -> bool {
     let first = w.first().map_or("", String::as_str);
     match first {
         "SHOW" | "DESCRIBE" | "DESC" | "EXPLAIN" | "HELP" | "USE" => true,
-        "SET" => !w.iter().any(|x| x == "AUTOCOMMIT"),
+        // Any spelling (`@@autocommit`, `@@session.autocommit`) would commit implicitly.
+        "SET" => !String::from_utf8_lossy(text).to_ascii_lowercase().contains("autocommit"),
         _ => sql::rw::class(text) == sql::rw::Class::Read,
     }
 }
@@ -644,7 +645,14 @@ mod tests {
         for ok in ["SELECT * FROM plain", "SHOW TABLES", "SET @x = 1", "DESCRIBE plain"] {
             assert!(harmless(ok.as_bytes()), "{ok}");
         }
-        for refused in ["INSERT INTO plain VALUES (1)", "SET autocommit = 1", "BEGIN", "CREATE TABLE x (a INT)", "SAVEPOINT s"] {
+        for refused in [
+            "INSERT INTO plain VALUES (1)",
+            "SET autocommit = 1",
+            "SET @@session.autocommit=1",
+            "BEGIN",
+            "CREATE TABLE x (a INT)",
+            "SAVEPOINT s",
+        ] {
             assert!(!harmless(refused.as_bytes()), "{refused}");
         }
         assert!(local_write(b"UPDATE plain SET a = 1"));
