@@ -251,7 +251,7 @@ async fn transactions_across_shards_commit_all_or_nothing_and_survive_a_crash() 
         wait_until("the servers see the crashed sluice's connections go", || prepared(&a).len() == 3 && prepared(&b).len() == 2);
         assert_eq!(per_shard(&a, &b, first, first + 100), [0, 0, 0, 0], "{failpoint}: prepared, not committed");
         drop(crashing);
-        let _restarted = Binary::start(&config, port, None, dir.path().join(format!("{failpoint}-restart.log")));
+        let restarted = Binary::start(&config, port, None, dir.path().join(format!("{failpoint}-restart.log")));
         wait_until("recovery resolves the branches", || prepared(&a) == ["foreignx"] && prepared(&b).is_empty());
         let want = if committed { [1, 1, 1, 1] } else { [0, 0, 0, 0] };
         assert_eq!(per_shard(&a, &b, first, first + 100), want, "{failpoint}: all or nothing");
@@ -259,7 +259,20 @@ async fn transactions_across_shards_commit_all_or_nothing_and_survive_a_crash() 
         let n: Option<u64> =
             r.query_first(format!("SELECT COUNT(*) FROM t_order WHERE id >= {first} AND id < {}", first + 100)).await.unwrap();
         assert_eq!(n, Some(if committed { 4 } else { 0 }));
+        drop(r);
+        drop(restarted);
     }
+
+    // A branch's connection fails after the decision: sluice commits it from a new connection
+    // before it answers OK.
+    let _elsewhere = Binary::start(&config, port, Some("xa_commit_elsewhere"), dir.path().join("elsewhere.log"));
+    let mut c = connect_shop(port).await;
+    c.query_drop("BEGIN").await.unwrap();
+    insert_four(&mut c, 3000).await.unwrap();
+    c.query_drop("COMMIT").await.unwrap();
+    assert_eq!(per_shard(&a, &b, 3000, 3100), [1, 1, 1, 1]);
+    assert_eq!(prepared(&a), ["foreignx"]);
+    assert!(prepared(&b).is_empty());
     a.sql("XA ROLLBACK 'foreign','x'").unwrap();
 }
 

@@ -552,10 +552,17 @@ impl Session {
         shard_xa::failpoint("xa_after_decision");
         let total = live.len();
         let mut pending = Vec::new();
-        for mut b in live {
+        // Test-only (`xa_commit_elsewhere`): the last branch's connection fails at its commit.
+        let lose_last = shard_xa::failpoint_on("xa_commit_elsewhere");
+        for (i, mut b) in live.into_iter().enumerate() {
             let xid = shard_xa::xid(&g, &b.bqual);
             let sql = format!("XA COMMIT {xid}");
-            match b.held.backend.query(&sql).await {
+            let committed = if lose_last && i + 1 == total {
+                Err(BackendError::Protocol { server: b.held.backend.server.name.to_string(), what: "failpoint xa_commit_elsewhere".into() })
+            } else {
+                b.held.backend.query(&sql).await
+            };
+            match committed {
                 Ok(_) => self.release(b.held),
                 Err(e) => {
                     // Decided: it must commit. Its connection goes, and a fresh one to the same

@@ -84,6 +84,11 @@ pub fn failpoint(name: &str) {
     let _ = name;
 }
 
+/// Test-only: whether `SLUICE_FAILPOINT=name` is set (debug builds; always false in release).
+pub fn failpoint_on(name: &str) -> bool {
+    cfg!(debug_assertions) && std::env::var("SLUICE_FAILPOINT").is_ok_and(|v| v == name)
+}
+
 /// A recovery log: `C gtrid` (the commit decision) and `E gtrid` (every branch committed).
 pub struct XaLog {
     path: PathBuf,
