@@ -584,6 +584,10 @@ pub struct ShardDatabaseRow {
     /// make sluice parse megabytes at will.
     #[serde(default = "default_max_statement_bytes")]
     pub max_statement_bytes: u64,
+    /// The recovery log of transactions across several of its shards (XA): without it, such a
+    /// transaction is refused (one shard's needs none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xa_log: Option<String>,
 }
 
 fn default_max_merge_buffer_bytes() -> u64 {
@@ -1275,6 +1279,11 @@ impl FileConfig {
             }
             if d.key_worker_id > 1023 {
                 out.push(problem(at("key_worker_id"), "must be from 0 to 1023"));
+            }
+            if let Some(log) = d.xa_log.as_deref().filter(|l| !l.is_empty()) {
+                if self.shard_databases[..i].iter().any(|o| o.xa_log.as_deref() == Some(log)) {
+                    out.push(problem(at("xa_log"), "another shard database has this recovery log; each needs its own"));
+                }
             }
         }
         for (i, t) in self.sharded_tables.iter().enumerate() {

@@ -100,7 +100,7 @@ fn explain(stmt: &[u8], facts: &Facts) -> Action {
         merge: merge.into(),
     };
     let trimmed = String::from_utf8_lossy(stmt).trim().to_string();
-    match crate::shard::plan::plan(facts.shards, facts.who.schema, trimmed.as_bytes(), false) {
+    match crate::shard::plan::plan(facts.shards, facts.who.schema, trimmed.as_bytes()) {
         Sharding::NotSharded => {
             Action::ExplainSharding(vec![row("", facts.default_hostgroup, &trimmed, "not sharded: routed as without sharding")])
         }
@@ -263,9 +263,16 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
     let mut shard_refusal = None;
     let routed = match route::claimed(&route_facts) {
         Some(r) => r,
-        None => match route::by_shard(facts.shards, facts.who.schema, sent, facts.in_transaction) {
+        None => match route::by_shard(facts.shards, facts.who.schema, sent) {
             // Routers 1–3 were asked already: not again.
             None | Some(Sharding::NotSharded) => Routed::default_hostgroup(facts.default_hostgroup),
+            // In a transaction one shard runs on the transaction's branch there too.
+            Some(Sharding::Single(s)) if facts.in_transaction => {
+                let hostgroup = s.hostgroup;
+                let merge = crate::shard::plan::Merge::Ok { sum: false };
+                sharded = Some(Box::new(crate::shard::plan::ShardPlan { targets: vec![s], merge, max_connections: 1 }));
+                Routed::shard(hostgroup)
+            }
             Some(Sharding::Single(s)) => {
                 shard_text = Some(s.sql);
                 Routed::shard(s.hostgroup)

@@ -168,11 +168,11 @@ pub fn claimed(facts: &Facts) -> Option<Routed> {
 /// Router 4: the shard map. `None` when the statement names no sharded or broadcast table
 /// (a lexer scan decides, so other statements are never parsed; with no sharding configured
 /// nothing is scanned).
-pub fn by_shard(map: &crate::shard::ShardMap, schema: &str, text: &[u8], in_transaction: bool) -> Option<crate::shard::plan::Sharding> {
+pub fn by_shard(map: &crate::shard::ShardMap, schema: &str, text: &[u8]) -> Option<crate::shard::plan::Sharding> {
     if !map.mentions(text) {
         return None;
     }
-    match crate::shard::plan::plan(map, schema, text, in_transaction) {
+    match crate::shard::plan::plan(map, schema, text) {
         crate::shard::plan::Sharding::NotSharded => None,
         sharding => Some(sharding),
     }

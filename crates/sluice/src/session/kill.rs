@@ -903,7 +903,7 @@ fn kill_on(
 }
 
 /// The `[monitor]` credentials as a login for `rows_on`.
-fn monitor_login(m: &MonitorSection) -> Login {
+pub(super) fn monitor_login(m: &MonitorSection) -> Login {
     let credential = Credential::from_password(&m.password);
     Login {
         username: m.username.clone(),
@@ -916,7 +916,12 @@ fn monitor_login(m: &MonitorSection) -> Login {
 }
 
 /// Runs one statement on `server` over a short-lived connection with `login`; its rows.
-async fn rows_on(server: &Server, login: &Login, sql: &str, timeout: Duration) -> Result<Vec<Vec<Option<String>>>, BackendError> {
+pub(super) async fn rows_on(
+    server: &Server,
+    login: &Login,
+    sql: &str,
+    timeout: Duration,
+) -> Result<Vec<Vec<Option<String>>>, BackendError> {
     let params = pool::ConnectParams::internal(server, &login.username, &login.credential, timeout);
     let mut conn = pool::connect(&params).await?;
     let r = conn.query(sql).await;

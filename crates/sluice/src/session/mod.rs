@@ -17,6 +17,7 @@ mod sharded;
 mod split;
 mod statement;
 mod status;
+mod xa;
 
 use crate::datapath::DataPath;
 use crate::exec::{self, ExecError, Outcome};
@@ -100,6 +101,10 @@ struct Session {
     /// The tables the session's writes hold for the result cache until their transaction
     /// ends (`cached`).
     write_marks: crate::cache::WriteMarks,
+    /// The transaction's branches on shards (`xa`).
+    xa: Option<xa::Txn>,
+    /// The open transaction wrote on the default side: it cannot take branches on shards.
+    local_writes: bool,
 }
 
 /// One logged-in client in `DataPath::clients`; released on drop.
@@ -246,6 +251,8 @@ async fn start(
         generation,
         state: multiplex::initial_state(database.as_deref(), negotiated.collation),
         held: Vec::new(),
+        xa: None,
+        local_writes: false,
         watermark: None,
         journal: Default::default(),
         last_insert_id: 0,
@@ -449,6 +456,7 @@ impl Session {
     fn may_be_in_transaction(&self) -> bool {
         self.status & proto::StatusFlags::SERVER_STATUS_IN_TRANS.bits() != 0
             || self.status & proto::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits() == 0
+            || self.xa.is_some()
     }
 
     fn max_packet(&self) -> usize {

@@ -317,40 +317,55 @@ impl Session {
                 }
                 h
             }
-            None => {
-                let mut attempt = 0;
-                let backend = loop {
-                    match pool::checkout(&self.snap.hostgroups, hostgroup, &self.pool_request()).await {
-                        Ok(b) => break b,
-                        Err(BackendError::Rejected {
-                            server,
-                            code: code @ (ER_ACCESS_DENIED_ERROR | ER_MUST_CHANGE_PASSWORD_LOGIN | ER_ACCOUNT_HAS_BEEN_LOCKED),
-                            sqlstate,
-                            message,
-                        }) if self.generation.is_past() => {
-                            // The account changed on the server since this session logged in
-                            // (a new password, dropped, locked): the connections of its login
-                            // go on serving it, but the server refuses that login for a new one.
-                            let message = format!(
-                                "{message} (sluice: this session needs a new backend connection, and the server no longer \
-                                 accepts the login it started with, as the account changed; reconnect)"
-                            );
-                            return Err(BackendError::Rejected { server, code, sqlstate, message: message.as_bytes().into() });
-                        }
-                        Err(e @ (BackendError::Rejected { .. } | BackendError::Unavailable(_))) => return Err(e),
-                        Err(e) if attempt >= retries => return Err(e),
-                        Err(e) => debug!(id = self.id, hostgroup, "connect failed, retrying: {e}"),
-                    }
-                    attempt += 1;
-                };
-                Held { backend, pins: Pins::default(), kept: false }
-            }
+            None => Held { backend: self.pool_checkout(hostgroup, retries).await?, pins: Pins::default(), kept: false },
         };
         if let Err(e) = self.sync(&mut held.backend, needs).await {
             self.release(held);
             return Err(e);
         }
         self.handle.set_backend(held.backend.server.pool.id, held.backend.thread_id);
+        Ok(held)
+    }
+
+    /// A connection for `hostgroup` from the pool, never one the session keeps; connecting is
+    /// retried `retries` more times.
+    async fn pool_checkout(&mut self, hostgroup: u32, retries: u32) -> Result<Backend, BackendError> {
+        let mut attempt = 0;
+        let backend = loop {
+            match pool::checkout(&self.snap.hostgroups, hostgroup, &self.pool_request()).await {
+                Ok(b) => break b,
+                Err(BackendError::Rejected {
+                    server,
+                    code: code @ (ER_ACCESS_DENIED_ERROR | ER_MUST_CHANGE_PASSWORD_LOGIN | ER_ACCOUNT_HAS_BEEN_LOCKED),
+                    sqlstate,
+                    message,
+                }) if self.generation.is_past() => {
+                    // The account changed on the server since this session logged in
+                    // (a new password, dropped, locked): the connections of its login
+                    // go on serving it, but the server refuses that login for a new one.
+                    let message = format!(
+                        "{message} (sluice: this session needs a new backend connection, and the server no longer \
+                         accepts the login it started with, as the account changed; reconnect)"
+                    );
+                    return Err(BackendError::Rejected { server, code, sqlstate, message: message.as_bytes().into() });
+                }
+                Err(e @ (BackendError::Rejected { .. } | BackendError::Unavailable(_))) => return Err(e),
+                Err(e) if attempt >= retries => return Err(e),
+                Err(e) => debug!(id = self.id, hostgroup, "connect failed, retrying: {e}"),
+            }
+            attempt += 1;
+        };
+        Ok(backend)
+    }
+
+    /// A new connection from the pool for `hostgroup`, in line with the session's state, that
+    /// the session does not keep among its own (a branch of a transaction on shards).
+    pub(super) async fn checkout_synced(&mut self, hostgroup: u32, retries: u32) -> Result<Held, BackendError> {
+        let mut held = Held { backend: self.pool_checkout(hostgroup, retries).await?, pins: Pins::default(), kept: false };
+        if let Err(e) = self.sync(&mut held.backend, Needs::default()).await {
+            pool::checkin(held.backend, &self.snap.config.pool);
+            return Err(e);
+        }
         Ok(held)
     }
 
@@ -530,6 +545,7 @@ impl Session {
     /// GET_LOCK locks), which must end now as it would with a direct connection, so each is
     /// reset at once, in the background, and pooled only once the server confirmed the reset.
     pub(super) fn release_all(&mut self) {
+        self.abandon_xa();
         for h in std::mem::take(&mut self.held) {
             if h.pins.xa {
                 // Closed, not reset: the server keeps an XA transaction the connection

@@ -399,6 +399,20 @@ impl Session {
                 }
             }
         }
+        // Beside a transaction's branches on shards only reads run; a write here keeps the
+        // transaction from taking branches (`session::xa`).
+        if self.may_be_in_transaction() {
+            if let Some(sql) = self.statements.by_id.get(&id).map(|s| s.entry.sql.clone()) {
+                if self.xa.is_some() && !super::xa::harmless(&sql) {
+                    self.client.consume(frame.wire_len);
+                    self.reply_err(seq, 1235, SQLSTATE_NOT_SUPPORTED, super::xa::BESIDE_BRANCHES).await;
+                    return Flow::Continue;
+                }
+                if self.xa.is_none() && super::xa::local_write(&sql) {
+                    self.local_writes = true;
+                }
+            }
+        }
         let payload = frame.first_chunk(&self.client.rbuf);
         let Some(stmt) = self.statements.by_id.get_mut(&id) else { return Flow::Continue };
         let entry = stmt.entry.clone();

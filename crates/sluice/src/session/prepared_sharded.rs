@@ -186,8 +186,18 @@ impl Session {
                 .refuse(seq, "sluice does not open cursors on sharded or broadcast tables yet (CURSOR_TYPE_READ_ONLY); execute without one")
                 .await;
         }
+        if self.may_be_in_transaction() {
+            // Transactions on shards run text statements on their XA branches (`session::xa`).
+            return self
+                .refuse(
+                    seq,
+                    "sluice runs prepared statements on sharded or broadcast tables in autocommit only yet; \
+                     inside a transaction send them as text (COM_QUERY)",
+                )
+                .await;
+        }
         let text = template.fill(&bound.literals);
-        let sharded = match plan::plan(&self.snap.shards, &schema, &text, self.may_be_in_transaction()) {
+        let sharded = match plan::plan(&self.snap.shards, &schema, &text) {
             Sharding::Refused(why) => return self.refuse(seq, &why).await,
             Sharding::NotSharded => return self.refuse(seq, "sluice found no sharded table in this statement at its execute").await,
             Sharding::Single(one) => ShardPlan { targets: vec![one], merge: Merge::One, max_connections: 1 },

@@ -115,15 +115,37 @@ impl Session {
     pub(super) async fn query(&mut self, frame: Frame, seq: u8) -> Flow {
         let plan = self.plan(&frame);
         let hostgroup = plan.hostgroup();
+        if self.status & proto::StatusFlags::SERVER_STATUS_IN_TRANS.bits() == 0 && self.xa.is_none() {
+            self.local_writes = false;
+        }
         match plan.action {
             Action::Forward if plan.sharded.is_some() => {
                 let mut plan = plan;
+                let in_transaction = self.may_be_in_transaction();
+                if in_transaction && self.local_writes {
+                    self.client.consume(frame.wire_len);
+                    let message = "this transaction wrote to unsharded tables, which cannot commit atomically with its statements on shards; COMMIT first";
+                    self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, message).await;
+                    return Flow::Continue;
+                }
                 match plan.sharded.take() {
+                    Some(sharded) if in_transaction => self.forward_xa(plan, sharded, frame, seq).await,
                     Some(sharded) => self.forward_sharded(plan, sharded, frame, seq).await,
                     None => Flow::Continue,
                 }
             }
-            Action::Forward => self.forward_query(plan, frame, seq).await,
+            Action::Forward => {
+                if self.may_be_in_transaction() {
+                    let text = frame.first_chunk(&self.client.rbuf).get(1..).unwrap_or_default().to_vec();
+                    if let Some(flow) = self.beside_xa(&text, &frame, seq).await {
+                        return flow;
+                    }
+                    if self.xa.is_none() && super::xa::local_write(&text) {
+                        self.local_writes = true;
+                    }
+                }
+                self.forward_query(plan, frame, seq).await
+            }
             Action::Intercept(intercept) => {
                 if matches!(intercept, sql::classify::Intercept::Processlist { .. }) {
                     // The session's own row shows the statement, as on the server.

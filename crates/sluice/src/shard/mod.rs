@@ -8,6 +8,7 @@
 
 pub mod params;
 pub mod plan;
+pub mod xa;
 
 use crate::config::{ShardDatabaseRow, ShardNode, ShardedTableRow};
 use sql::lexer::{code_tokens, Kind};
@@ -21,6 +22,8 @@ pub struct LogicalDatabase {
     pub max_connections_per_query: usize,
     pub key_worker_id: u16,
     pub max_merge_buffer_bytes: usize,
+    /// The recovery log of its cross-shard transactions (`shard::xa`).
+    pub xa_log: Option<String>,
 }
 
 /// How a key picks its shard.
@@ -229,6 +232,7 @@ impl ShardMap {
                 max_connections_per_query: d.max_connections_per_query as usize,
                 key_worker_id: d.key_worker_id,
                 max_merge_buffer_bytes: d.max_merge_buffer_bytes as usize,
+                xa_log: d.xa_log.clone().filter(|p| !p.is_empty()),
             })
             .collect();
         let tables: Vec<ShardedTable> = tables
@@ -384,6 +388,7 @@ mod tests {
                 key_worker_id: 0,
                 max_merge_buffer_bytes: 1 << 20,
                 max_statement_bytes: 1 << 20,
+                xa_log: None,
             }],
             &[ShardedTableRow {
                 database: "shop".into(),

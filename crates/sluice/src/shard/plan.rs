@@ -221,18 +221,18 @@ pub enum Sharding {
 type Refusal = String;
 
 /// Plans `sql` (as the backend would get it) for a session in `schema` (`""`: none).
-pub fn plan(map: &ShardMap, schema: &str, sql: &[u8], in_transaction: bool) -> Sharding {
-    plan_as(map, schema, sql, in_transaction, false)
+pub fn plan(map: &ShardMap, schema: &str, sql: &[u8]) -> Sharding {
+    plan_as(map, schema, sql, false)
 }
 
 /// Plans a prepared statement's text, its `?` placeholders unbound: what it gives whatever the
 /// values (a placeholder key could be any shard's, a placeholder LIMIT any count). Its refusal
 /// is every execute's.
 pub fn plan_unbound(map: &ShardMap, schema: &str, sql: &[u8]) -> Sharding {
-    plan_as(map, schema, sql, false, true)
+    plan_as(map, schema, sql, true)
 }
 
-fn plan_as(map: &ShardMap, schema: &str, sql: &[u8], in_transaction: bool, unbound: bool) -> Sharding {
+fn plan_as(map: &ShardMap, schema: &str, sql: &[u8], unbound: bool) -> Sharding {
     if sql.len() > map.max_statement_bytes {
         return Sharding::Refused(format!(
             "this statement names a sharded or broadcast table and is {} bytes; sluice parses at most {} \
@@ -265,13 +265,6 @@ fn plan_as(map: &ShardMap, schema: &str, sql: &[u8], in_transaction: bool, unbou
     let Some(&first) = touched.first() else { return Sharding::NotSharded };
     if statements.len() > 1 {
         return Sharding::Refused("sluice cannot shard a multi-statement text; send the statement on sharded tables alone".into());
-    }
-    if in_transaction {
-        return Sharding::Refused(
-            "sluice does not run statements on sharded tables inside a transaction or with autocommit off yet \
-             (cross-shard transactions are to come); use autocommit"
-                .into(),
-        );
     }
     match planner.statement(&statements[first]) {
         Ok(s) => s,

@@ -85,11 +85,18 @@ pub enum Counter {
     QueryLimitConcurrentRefused,
     /// …or max_queries_per_second.
     QueryLimitRateRefused,
+    /// Transactions on shards (`shard::xa`) committed: on one shard (ONE PHASE) or several…
+    XaCommits,
+    /// …rolled back (ROLLBACK, a failed PREPARE, a lost branch, the client gone)…
+    XaRollbacks,
+    /// …and branches recovery committed or rolled back after a crash or a lost connection.
+    XaRecoveredCommits,
+    XaRecoveredRollbacks,
 }
 
 impl Counter {
     /// Every counter, in declaration order; `Counter as usize` indexes it.
-    pub const ALL: [Counter; 48] = [
+    pub const ALL: [Counter; 52] = [
         Counter::Questions,
         Counter::SlowQueries,
         Counter::ClientConnectionsCreated,
@@ -138,6 +145,10 @@ impl Counter {
         Counter::MirrorFailed,
         Counter::QueryLimitConcurrentRefused,
         Counter::QueryLimitRateRefused,
+        Counter::XaCommits,
+        Counter::XaRollbacks,
+        Counter::XaRecoveredCommits,
+        Counter::XaRecoveredRollbacks,
     ];
     pub const COUNT: usize = Counter::ALL.len();
 
@@ -192,6 +203,10 @@ impl Counter {
             Counter::MirrorFailed => "Mirror_failed",
             Counter::QueryLimitConcurrentRefused => "Query_limit_concurrent_refused",
             Counter::QueryLimitRateRefused => "Query_limit_rate_refused",
+            Counter::XaCommits => "Shard_xa_commits",
+            Counter::XaRollbacks => "Shard_xa_rollbacks",
+            Counter::XaRecoveredCommits => "Shard_xa_recovered_commits",
+            Counter::XaRecoveredRollbacks => "Shard_xa_recovered_rollbacks",
         }
     }
 }

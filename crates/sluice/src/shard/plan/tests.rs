@@ -29,6 +29,7 @@ fn map() -> ShardMap {
             key_worker_id: 3,
             max_merge_buffer_bytes: 1 << 20,
             max_statement_bytes: 1 << 20,
+            xa_log: None,
         }],
         &[
             table("t_order", "user_id", "mod", Some("order")),
@@ -41,7 +42,7 @@ fn map() -> ShardMap {
 }
 
 fn plan_of(sql: &str) -> Sharding {
-    plan(&map(), "shop", sql.as_bytes(), false)
+    plan(&map(), "shop", sql.as_bytes())
 }
 
 fn single(sql: &str) -> ShardStatement {
@@ -68,8 +69,8 @@ fn refused(sql: &str) -> String {
 #[test]
 fn other_tables_are_not_sharded() {
     assert_eq!(plan_of("SELECT * FROM customers WHERE id = 1"), Sharding::NotSharded);
-    assert_eq!(plan(&map(), "other", b"SELECT * FROM t_order", false), Sharding::NotSharded, "another schema's t_order");
-    assert!(matches!(plan(&map(), "other", b"SELECT * FROM shop.t_order WHERE user_id = 1", false), Sharding::Single(_)));
+    assert_eq!(plan(&map(), "other", b"SELECT * FROM t_order"), Sharding::NotSharded, "another schema's t_order");
+    assert!(matches!(plan(&map(), "other", b"SELECT * FROM shop.t_order WHERE user_id = 1"), Sharding::Single(_)));
 }
 
 #[test]
@@ -203,8 +204,6 @@ fn aggregates_merge_and_unsupported_shapes_are_refused() {
     assert!(refused("SELECT * FROM customers WHERE id IN (SELECT user_id FROM t_order)").contains("not on the shards"));
     assert!(refused("SELECT * FROM t_order WHERE id IN (SELECT id FROM t_item)").contains("subquery"));
     assert!(refused("SELECT * FROM t_order WHERE user_id = 1; SELECT 1").contains("multi-statement"));
-    assert!(plan(&map(), "shop", b"SELECT * FROM t_order WHERE user_id = 1", true) != Sharding::NotSharded);
-    assert!(matches!(plan(&map(), "shop", b"SELECT * FROM t_order", true), Sharding::Refused(_)));
     assert!(refused("SELECT * FROM t_order WHERE").contains("parse"));
     // Single shard: anything goes.
     assert!(matches!(plan_of("SELECT user_id, AVG(amount) FROM t_order WHERE user_id = 2 GROUP BY user_id"), Sharding::Single(_)));
