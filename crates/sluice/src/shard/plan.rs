@@ -14,6 +14,13 @@ use sqlparser::parser::Parser;
 use std::collections::BTreeSet;
 use std::ops::ControlFlow;
 
+/// A parser that keeps string literals as written (escapes and all): the rewritten text the
+/// shards get must read back as the same values (an unescaped `'a\\b'` would be printed
+/// `'a\b'`, which the server reads as another string).
+fn parser() -> Parser<'static> {
+    Parser::new(&MySqlDialect {}).with_options(sqlparser::parser::ParserOptions::new().with_unescape(false))
+}
+
 /// How deep the parser may nest: a bound on its recursion (and so its stack) for any input.
 const RECURSION_LIMIT: usize = 64;
 
@@ -236,8 +243,7 @@ fn plan_as(map: &ShardMap, schema: &str, sql: &[u8], in_transaction: bool, unbou
     let Ok(text) = std::str::from_utf8(sql) else {
         return Sharding::Refused("sluice shards only UTF-8 statement text".into());
     };
-    let parsed =
-        Parser::new(&MySqlDialect {}).with_recursion_limit(RECURSION_LIMIT).try_with_sql(text).and_then(|mut p| p.parse_statements());
+    let parsed = parser().with_recursion_limit(RECURSION_LIMIT).try_with_sql(text).and_then(|mut p| p.parse_statements());
     let statements = match parsed {
         Ok(s) => s,
         Err(e) => {
@@ -268,11 +274,7 @@ fn plan_as(map: &ShardMap, schema: &str, sql: &[u8], in_transaction: bool, unbou
 /// and columns. `None` when it names none of our tables or does not parse.
 pub fn first_shard(map: &ShardMap, schema: &str, sql: &[u8]) -> Option<ShardStatement> {
     let text = std::str::from_utf8(sql).ok()?;
-    let statements = Parser::new(&MySqlDialect {})
-        .with_recursion_limit(RECURSION_LIMIT)
-        .try_with_sql(text)
-        .and_then(|mut p| p.parse_statements())
-        .ok()?;
+    let statements = parser().with_recursion_limit(RECURSION_LIMIT).try_with_sql(text).and_then(|mut p| p.parse_statements()).ok()?;
     let [statement] = statements.as_slice() else { return None };
     let planner = Planner { map, schema, unbound: true };
     let mut first = None;
@@ -417,7 +419,8 @@ fn literal(e: &Expr) -> Option<Key> {
     match e {
         Expr::Value(v) => match &v.value {
             Value::Number(n, _) => Some(Key::text(n)),
-            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => Some(Key::text(s)),
+            Value::SingleQuotedString(s) => Some(Key::text(&unescape(s, '\''))),
+            Value::DoubleQuotedString(s) => Some(Key::text(&unescape(s, '"'))),
             _ => None,
         },
         Expr::UnaryOp { op: UnaryOperator::Minus, expr } => match literal(expr)? {
@@ -427,6 +430,38 @@ fn literal(e: &Expr) -> Option<Key> {
         Expr::Nested(e) => literal(e),
         _ => None,
     }
+}
+
+/// A string literal's value from its text as written (the parser keeps escapes): a doubled
+/// quote is one, and backslash escapes read as the server reads them by default.
+fn unescape(s: &str, quote: char) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c == quote && chars.peek() == Some(&quote) => {
+                chars.next();
+                out.push(quote);
+            }
+            '\\' => match chars.next() {
+                Some('0') => out.push('\0'),
+                Some('n') => out.push('\n'),
+                Some('t') => out.push('\t'),
+                Some('r') => out.push('\r'),
+                Some('b') => out.push('\u{8}'),
+                Some('Z') => out.push('\u{1a}'),
+                // Kept with their backslash (LIKE patterns).
+                Some(c @ ('%' | '_')) => {
+                    out.push('\\');
+                    out.push(c);
+                }
+                Some(c) => out.push(c),
+                None => out.push('\\'),
+            },
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn int_literal(e: &Expr) -> Option<i128> {
@@ -1253,7 +1288,7 @@ fn aggregates(projection: &[SelectItem], group_by: &[Expr], hidden: &mut Vec<Exp
                             return Err("AVG takes one argument".into());
                         };
                         let call = |f: &str| -> Result<Expr, Refusal> {
-                            Parser::new(&MySqlDialect {})
+                            parser()
                                 .try_with_sql(&format!("{f}({arg})"))
                                 .and_then(|mut p| p.parse_expr())
                                 .map_err(|e| format!("sluice could not build {f}({arg}): {e}"))

@@ -274,3 +274,18 @@ fn unbound_prepared_statements_are_refused_only_whatever_the_values() {
     assert_eq!(first.sql, "SELECT id FROM `ds_0`.`t_order` WHERE user_id = ? LIMIT ?");
     assert_eq!(first_shard(&map(), "shop", b"SELECT 1"), None);
 }
+
+#[test]
+fn backslashes_in_strings_survive_the_rewrite() {
+    let s = single(r"SELECT id FROM t_order WHERE user_id = 1 AND note = 'a\\b\'c'");
+    assert_eq!(s.sql, r"SELECT id FROM `ds_1`.`t_order` WHERE user_id = 1 AND note = 'a\\b\'c'");
+}
+
+#[test]
+fn string_keys_read_as_the_server_reads_them() {
+    assert_eq!(unescape(r"it''s a\\b\'c\n\%", '\''), "it's a\\b'c\n\\%");
+    // One key written two ways: one shard.
+    let a = single("SELECT * FROM t_user WHERE id = 'it''s'");
+    let b = single(r"SELECT * FROM t_user WHERE id = 'it\'s'");
+    assert_eq!(a.database, b.database);
+}
