@@ -257,11 +257,7 @@ fn plan_as(map: &ShardMap, schema: &str, sql: &[u8], in_transaction: bool, unbou
         return Sharding::Refused("sluice cannot shard a multi-statement text; send the statement on sharded tables alone".into());
     }
     if in_transaction {
-        return Sharding::Refused(
-            "sluice does not run statements on sharded tables inside a transaction or with autocommit off yet \
-             (cross-shard transactions are to come); use autocommit"
-                .into(),
-        );
+        return Sharding::Refused(IN_TRANSACTION.into());
     }
     match planner.statement(&statements[first]) {
         Ok(s) => s,
@@ -290,6 +286,85 @@ pub fn first_shard(map: &ShardMap, schema: &str, sql: &[u8]) -> Option<ShardStat
         Relation::Broadcast(db) => Target { node: 0, shard: None, database: db },
     };
     planner.rewrite(statement, &target).ok()
+}
+
+const IN_TRANSACTION: &str = "sluice does not run statements on sharded tables inside a transaction or with autocommit off yet \
+                              (cross-shard transactions are to come); use autocommit";
+
+/// A prepared statement parsed once: its AST with `?` placeholders. Each execute plans a copy
+/// with the bound values in their places (`plan_parsed`), without parsing the text again.
+#[derive(Debug)]
+pub struct Parsed {
+    statement: Statement,
+    /// For each placeholder in the order the AST is visited, its parameter (source order).
+    order: Vec<usize>,
+}
+
+/// Visits `s`'s placeholders in one fixed order (the same for every copy of the AST).
+fn each_placeholder(s: &mut Statement, mut f: impl FnMut(&mut sqlparser::ast::ValueWithSpan)) {
+    let _ = sqlparser::ast::visit_expressions_mut(s, |e| {
+        if let Expr::Value(v) = e {
+            if matches!(v.value, Value::Placeholder(_)) {
+                f(v);
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+}
+
+/// `sql` parsed once for its executes; `None` (plan the text each time) when it is not one
+/// statement or its placeholders cannot all be told apart by position (`params` of them).
+pub fn parse_template(sql: &[u8], params: usize) -> Option<Parsed> {
+    let text = std::str::from_utf8(sql).ok()?;
+    let mut statements = parser().with_recursion_limit(RECURSION_LIMIT).try_with_sql(text).and_then(|mut p| p.parse_statements()).ok()?;
+    if statements.len() != 1 {
+        return None;
+    }
+    let mut statement = statements.pop()?;
+    let mut at = Vec::with_capacity(params);
+    each_placeholder(&mut statement, |v| at.push((v.span.start.line, v.span.start.column)));
+    let mut sorted = at.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if at.len() != params || sorted.len() != params || sorted.first().is_some_and(|&(line, _)| line == 0) {
+        return None;
+    }
+    let order = at.iter().map(|p| sorted.binary_search(p).unwrap_or(0)).collect();
+    Some(Parsed { statement, order })
+}
+
+/// A bound value's literal text (as `params::bind` writes them) as an AST value.
+fn literal_value(text: &str) -> Value {
+    if text == "NULL" {
+        Value::Null
+    } else if let Some(hex) = text.strip_prefix("X'").and_then(|t| t.strip_suffix('\'')) {
+        Value::HexStringLiteral(hex.to_string())
+    } else if let Some(s) = text.strip_prefix('\'').and_then(|t| t.strip_suffix('\'')) {
+        // As written: the parser keeps strings unescaped (`parser`).
+        Value::SingleQuotedString(s.to_string())
+    } else {
+        Value::Number(text.to_string(), false)
+    }
+}
+
+/// Plans a parsed prepared statement with `literals` (source order) in its placeholders, as
+/// `plan` plans the text with them.
+pub fn plan_parsed(map: &ShardMap, schema: &str, parsed: &Parsed, literals: &[String], in_transaction: bool) -> Sharding {
+    if in_transaction {
+        return Sharding::Refused(IN_TRANSACTION.into());
+    }
+    let mut statement = parsed.statement.clone();
+    let mut i = 0;
+    each_placeholder(&mut statement, |v| {
+        if let Some(l) = parsed.order.get(i).and_then(|&p| literals.get(p)) {
+            v.value = literal_value(l);
+        }
+        i += 1;
+    });
+    match (Planner { map, schema, unbound: false }).statement(&statement) {
+        Ok(s) => s,
+        Err(why) => Sharding::Refused(why),
+    }
 }
 
 struct Planner<'a> {

@@ -289,3 +289,57 @@ fn string_keys_read_as_the_server_reads_them() {
     let b = single(r"SELECT * FROM t_user WHERE id = 'it\'s'");
     assert_eq!(a.database, b.database);
 }
+
+#[test]
+fn a_parsed_template_plans_as_its_filled_text() {
+    use crate::shard::params::Template;
+    let cases: [(&str, &[&str]); 6] = [
+        ("SELECT c FROM t_order WHERE user_id = ?", &["6"]),
+        ("SELECT id FROM t_order WHERE user_id BETWEEN ? AND ? ORDER BY id DESC LIMIT ?, ?", &["1", "9", "2", "3"]),
+        ("SELECT status, SUM(qty) FROM t_order WHERE user_id IN (?, ?) AND note = ? GROUP BY status", &["3", "-4", "'a\\\\b'''"]),
+        ("INSERT INTO t_order (id, user_id, note) VALUES (?, ?, ?), (?, ?, NULL)", &["1", "2", "X'FF'", "3", "5"]),
+        ("UPDATE t_order SET note = ?, qty = ? WHERE user_id = ? AND created > ?", &["NULL", "1e-1", "7", "'2024-01-02 03:04:05'"]),
+        ("SELECT * FROM t_user WHERE id = ?", &["'Bob '"]),
+    ];
+    for (sql, values) in cases {
+        let t = Template::new(sql.as_bytes());
+        let literals: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+        let parsed = parse_template(sql.as_bytes(), t.params()).unwrap_or_else(|| panic!("{sql}: parsed"));
+        let want = plan(&map(), "shop", &t.fill(&literals), false);
+        assert_eq!(plan_parsed(&map(), "shop", &parsed, &literals, false), want, "{sql}");
+        assert!(!matches!(want, Sharding::Refused(_)), "{sql}: {want:?}");
+    }
+    // Placeholders on several lines are still in source order.
+    let sql = "SELECT id FROM t_order\nWHERE user_id = ? AND\n qty = ?";
+    let parsed = parse_template(sql.as_bytes(), 2).unwrap();
+    let Sharding::Single(s) = plan_parsed(&map(), "shop", &parsed, &["5".into(), "9".into()], false) else { panic!() };
+    assert!(s.sql.ends_with("user_id = 5 AND qty = 9"), "{}", s.sql);
+    assert!(parse_template(b"SELECT 1; SELECT 2", 0).is_none());
+    assert!(parse_template(sql.as_bytes(), 3).is_none(), "a count that does not match");
+}
+
+/// A rough figure (debug build): planning the filled text vs a parsed template's copy.
+#[test]
+#[ignore]
+fn parse_once_figure() {
+    use crate::shard::params::Template;
+    let sql = "SELECT c FROM sbtest1 WHERE id = ?";
+    let m = map();
+    let sql = sql.replace("sbtest1", "t_order").replace("id =", "user_id =");
+    let t = Template::new(sql.as_bytes());
+    let parsed = parse_template(sql.as_bytes(), 1).unwrap();
+    let n = 20_000;
+    let start = std::time::Instant::now();
+    for i in 0..n {
+        let l = [i.to_string()];
+        std::hint::black_box(plan(&m, "shop", &t.fill(&l), false));
+    }
+    let text = start.elapsed();
+    let start = std::time::Instant::now();
+    for i in 0..n {
+        let l = [i.to_string()];
+        std::hint::black_box(plan_parsed(&m, "shop", &parsed, &l, false));
+    }
+    let once = start.elapsed();
+    eprintln!("per execute: text planned {:?}, parsed once {:?}", text / n, once / n);
+}
