@@ -243,6 +243,11 @@ fn plan_as(map: &ShardMap, schema: &str, sql: &[u8], in_transaction: bool, unbou
     let Ok(text) = std::str::from_utf8(sql) else {
         return Sharding::Refused("sluice shards only UTF-8 statement text".into());
     };
+    if !unbound {
+        if let Some(planned) = plan_cached(map, schema, sql, in_transaction) {
+            return planned;
+        }
+    }
     let parsed = parser().with_recursion_limit(RECURSION_LIMIT).try_with_sql(text).and_then(|mut p| p.parse_statements());
     let statements = match parsed {
         Ok(s) => s,
@@ -333,15 +338,117 @@ pub fn parse_template(sql: &[u8], params: usize) -> Option<Parsed> {
     Some(Parsed { statement, order })
 }
 
+thread_local! {
+    /// Parsed statements by their text with the literals cut out, per thread (a session's
+    /// worker reads its own: no lock), `None` for texts that do not parse that way. Cleared
+    /// when full.
+    static PARSED: std::cell::RefCell<std::collections::HashMap<Vec<u8>, Option<std::rc::Rc<Parsed>>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// How many texts each thread's parse cache holds, and how long one may be (a multi-row
+/// INSERT is parsed as it comes): its memory stays a few MiB per thread.
+const PARSE_CACHE_ENTRIES: usize = 256;
+const PARSE_CACHE_MAX_TEXT: usize = 4096;
+
+/// `sql` with each literal (number, string, X'…') a `?`, and the literals as written; `None`
+/// when a literal cannot stand alone (after an introducer or N, 0x…, bit literals) or the text
+/// has placeholders of its own.
+fn literal_template(sql: &[u8]) -> Option<(Vec<u8>, Vec<String>)> {
+    use sql::lexer::{code_tokens, Kind};
+    let mut key = Vec::with_capacity(sql.len());
+    let mut literals = Vec::new();
+    let mut from = 0;
+    let mut previous: Option<sql::lexer::Token> = None;
+    for t in code_tokens(sql) {
+        let text = t.text(sql);
+        let literal = match t.kind {
+            Kind::Placeholder => return None,
+            Kind::Number => true,
+            Kind::String => {
+                let prefixed = previous.is_some_and(|p| {
+                    let w = p.text(sql);
+                    p.kind == Kind::Word && (w.starts_with(b"_") || w.eq_ignore_ascii_case(b"n"))
+                });
+                if prefixed {
+                    return None;
+                }
+                true
+            }
+            Kind::HexOrBit if text.len() >= 3 && matches!(text[0], b'x' | b'X') && text[1] == b'\'' => true,
+            Kind::HexOrBit => return None,
+            _ => false,
+        };
+        if literal {
+            key.extend_from_slice(&sql[from..t.start]);
+            key.push(b'?');
+            from = t.end;
+            literals.push(std::str::from_utf8(text).ok()?.to_string());
+        }
+        previous = Some(t);
+    }
+    key.extend_from_slice(&sql[from..]);
+    Some((key, literals))
+}
+
+/// `plan` through the parse cache; `None` when the text must be parsed as it is.
+fn plan_cached(map: &ShardMap, schema: &str, sql: &[u8], in_transaction: bool) -> Option<Sharding> {
+    if sql.len() > PARSE_CACHE_MAX_TEXT {
+        return None;
+    }
+    let (key, literals) = literal_template(sql)?;
+    let parsed = PARSED.with_borrow_mut(|cache| {
+        if let Some(p) = cache.get(&key) {
+            return p.clone();
+        }
+        let p = parse_template(&key, literals.len()).map(std::rc::Rc::new);
+        if cache.len() >= PARSE_CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(key, p.clone());
+        p
+    })?;
+    let planner = Planner { map, schema, unbound: false };
+    let mut statement = parsed.statement.clone();
+    if !planner.touches(&statement) {
+        return Some(Sharding::NotSharded);
+    }
+    if in_transaction {
+        return Some(Sharding::Refused(IN_TRANSACTION.into()));
+    }
+    parsed.bind(&mut statement, &literals);
+    Some(match planner.statement(&statement) {
+        Ok(s) => s,
+        Err(why) => Sharding::Refused(why),
+    })
+}
+
+impl Parsed {
+    /// Puts `literals` (source order) in the placeholders of `statement`, a copy of this one.
+    fn bind(&self, statement: &mut Statement, literals: &[String]) {
+        let mut i = 0;
+        each_placeholder(statement, |v| {
+            if let Some(l) = self.order.get(i).and_then(|&p| literals.get(p)) {
+                v.value = literal_value(l);
+            }
+            i += 1;
+        });
+    }
+}
+
 /// A bound value's literal text (as `params::bind` writes them) as an AST value.
 fn literal_value(text: &str) -> Value {
     if text == "NULL" {
         Value::Null
     } else if let Some(hex) = text.strip_prefix("X'").and_then(|t| t.strip_suffix('\'')) {
         Value::HexStringLiteral(hex.to_string())
+    } else if let Some(hex) = text.strip_prefix("x'").and_then(|t| t.strip_suffix('\'')) {
+        Value::HexStringLiteral(hex.to_string())
     } else if let Some(s) = text.strip_prefix('\'').and_then(|t| t.strip_suffix('\'')) {
         // As written: the parser keeps strings unescaped (`parser`).
         Value::SingleQuotedString(s.to_string())
+    } else if let Some(s) = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+        Value::DoubleQuotedString(s.to_string())
     } else {
         Value::Number(text.to_string(), false)
     }
@@ -354,13 +461,7 @@ pub fn plan_parsed(map: &ShardMap, schema: &str, parsed: &Parsed, literals: &[St
         return Sharding::Refused(IN_TRANSACTION.into());
     }
     let mut statement = parsed.statement.clone();
-    let mut i = 0;
-    each_placeholder(&mut statement, |v| {
-        if let Some(l) = parsed.order.get(i).and_then(|&p| literals.get(p)) {
-            v.value = literal_value(l);
-        }
-        i += 1;
-    });
+    parsed.bind(&mut statement, literals);
     match (Planner { map, schema, unbound: false }).statement(&statement) {
         Ok(s) => s,
         Err(why) => Sharding::Refused(why),

@@ -341,5 +341,42 @@ fn parse_once_figure() {
         std::hint::black_box(plan_parsed(&m, "shop", &parsed, &l, false));
     }
     let once = start.elapsed();
-    eprintln!("per execute: text planned {:?}, parsed once {:?}", text / n, once / n);
+    let start = std::time::Instant::now();
+    for i in 0..n {
+        let l = [i.to_string()];
+        std::hint::black_box(plan_as(&m, "shop", &t.fill(&l), false, true));
+    }
+    let uncached = start.elapsed();
+    eprintln!(
+        "per statement: parsed whole {:?}, text through the parse cache {:?}, prepared parsed once {:?}",
+        uncached / n,
+        text / n,
+        once / n
+    );
+}
+
+#[test]
+fn texts_share_a_parse_by_their_literals_cut_out() {
+    let (key, literals) = literal_template(b"SELECT 'a''b', x'FF' FROM t WHERE id = -5 AND n IN (1.5, \"q\") /* 7 */").unwrap();
+    assert_eq!(key, b"SELECT ?, ? FROM t WHERE id = -? AND n IN (?, ?) /* 7 */");
+    assert_eq!(literals, ["'a''b'", "x'FF'", "5", "1.5", "\"q\""]);
+    for sql in [&b"SELECT _utf8mb4'a'"[..], b"SELECT N'a'", b"SELECT 0xFF", b"SELECT ?"] {
+        assert_eq!(literal_template(sql), None, "{}", String::from_utf8_lossy(sql));
+    }
+    // The same plan through the cache (twice: a miss, then a hit) as parsed whole.
+    for sql in [
+        "SELECT id FROM t_order WHERE user_id IN (1, 2) ORDER BY id DESC LIMIT 2, 3",
+        "SELECT * FROM t_user WHERE id = 'It''s' AND x = -3",
+        "INSERT INTO t_order (id, user_id, note) VALUES (1, 2, 'a\\\\b'), (3, 5, x'00')",
+        "SELECT COUNT(*) FROM t_order WHERE user_id BETWEEN 3 AND 9 GROUP BY status HAVING COUNT(*) > 2",
+    ] {
+        let whole = match parser().try_with_sql(sql).and_then(|mut p| p.parse_statements()) {
+            Ok(s) => (Planner { map: &map(), schema: "shop", unbound: false }).statement(&s[0]).unwrap(),
+            Err(e) => panic!("{sql}: {e}"),
+        };
+        assert_eq!(plan_of(sql), whole, "{sql}: a miss");
+        assert_eq!(plan_of(sql), whole, "{sql}: a hit");
+        let key = literal_template(sql.as_bytes()).unwrap().0;
+        assert!(PARSED.with_borrow(|c| c.get(&key).is_some_and(Option::is_some)), "{sql}: cached");
+    }
 }
