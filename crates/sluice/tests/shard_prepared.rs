@@ -185,7 +185,9 @@ async fn prepared_statements_on_shards_match_one_unsharded_server() {
     assert!(spread.iter().filter(|c| c.as_str() != "0\n").count() > 1, "hash_mod spreads string keys: {spread:?}");
 
     // Writes by key parameter and across shards: the same affected rows.
-    let writes: [(&str, Params); 5] = [
+    let writes: [(&str, Params); 6] = [
+        // Backslashes and quotes read back as written, whatever the text.
+        ("UPDATE t_order SET note = ? WHERE user_id = ?", Params::from((r"a\b'c\", 11))),
         ("UPDATE t_order SET qty = qty + ? WHERE user_id = ?", Params::from((1, 5))),
         ("UPDATE t_order SET note = ? WHERE qty = ?", Params::from(("bulk", 9))),
         ("DELETE FROM t_order WHERE user_id IN (?, ?) AND qty = ?", Params::from((7, 8, 2))),
@@ -198,7 +200,11 @@ async fn prepared_statements_on_shards_match_one_unsharded_server() {
         assert_eq!(s.affected_rows(), o.affected_rows(), "{sql}: affected rows");
     }
 
-    let queries = queries();
+    for c in [&mut s, &mut o] {
+        c.query_drop(r"UPDATE t_order SET status = 'x\\y\'z' WHERE user_id = 12").await.unwrap();
+    }
+    let mut queries = queries();
+    queries.push(("SELECT id, note, status FROM t_order WHERE user_id IN (?, ?) ORDER BY id", Params::from((11, 12)), true));
     for (sql, params, ordered) in &queries {
         let want = exec(&mut o, sql, params.clone()).await.unwrap_or_else(|e| panic!("oracle: {sql}: {e}"));
         let got = exec(&mut s, sql, params.clone()).await.unwrap_or_else(|e| panic!("sluice: {sql} {params:?}: {e}"));

@@ -17,6 +17,8 @@ use std::sync::Arc;
 /// A prepared statement on sharded tables.
 pub(super) struct ShardedStatement {
     template: Arc<Template>,
+    /// Parsed once, when its placeholders can be placed in the AST (else the text is planned).
+    parsed: Option<Arc<plan::Parsed>>,
     /// The schema at its prepare: its unqualified tables are that schema's, as on a server.
     schema: String,
     /// The parameter types of the client's last execute that sent them.
@@ -75,6 +77,7 @@ impl Session {
                     let digest = if self.digests_on() { self.plan_scratch.digest(&self.snap.config.rules, text, true) } else { 0 };
                     let statement = ShardedStatement {
                         long: vec![None; template.params()],
+                        parsed: plan::parse_template(text, template.params()).map(Arc::new),
                         template: Arc::new(template),
                         schema,
                         types: None,
@@ -180,7 +183,8 @@ impl Session {
         if let Some(t) = bound.sent_types {
             s.types = Some(t);
         }
-        let (template, schema, digest, digest_text) = (s.template.clone(), s.schema.clone(), s.digest, s.digest_text.clone());
+        let (template, parsed, schema) = (s.template.clone(), s.parsed.clone(), s.schema.clone());
+        let (digest, digest_text) = (s.digest, s.digest_text.clone());
         if bound.flags & CURSOR_TYPE_READ_ONLY != 0 {
             return self
                 .refuse(seq, "sluice does not open cursors on sharded or broadcast tables yet (CURSOR_TYPE_READ_ONLY); execute without one")
@@ -197,7 +201,11 @@ impl Session {
                 .await;
         }
         let text = template.fill(&bound.literals);
-        let sharded = match plan::plan(&self.snap.shards, &schema, &text) {
+        let planned = match &parsed {
+            Some(p) => plan::plan_parsed(&self.snap.shards, &schema, p, &bound.literals),
+            None => plan::plan(&self.snap.shards, &schema, &text),
+        };
+        let sharded = match planned {
             Sharding::Refused(why) => return self.refuse(seq, &why).await,
             Sharding::NotSharded => return self.refuse(seq, "sluice found no sharded table in this statement at its execute").await,
             Sharding::Single(one) => ShardPlan { targets: vec![one], merge: Merge::One, max_connections: 1 },

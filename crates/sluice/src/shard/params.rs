@@ -209,10 +209,14 @@ fn is_decimal(s: &[u8]) -> bool {
 }
 
 /// A string parameter as a literal the server reads as the same bytes in the connection's
-/// character set: quoted (`'` doubled, `\` escaped when the sql_mode reads escapes). Bytes
-/// that are not UTF-8 (the statement text must be, to be planned) and blobs are a hex literal.
+/// character set: quoted (`'` doubled, `\` escaped). Bytes that are not UTF-8 (the statement
+/// text must be, to be planned), blobs, and `\` under NO_BACKSLASH_ESCAPES are a hex literal.
 fn string_literal(bytes: &[u8], ty: u8, backslash_escapes: bool) -> String {
-    let text = std::str::from_utf8(bytes).ok().filter(|s| !TYPE_BLOBS.contains(&ty) && !s.contains('\0'));
+    // Without backslash escapes a `\` is itself, which the planner's parser (escapes on) would
+    // misread: such text goes as hex too.
+    let text = std::str::from_utf8(bytes)
+        .ok()
+        .filter(|s| !TYPE_BLOBS.contains(&ty) && !s.contains('\0') && (backslash_escapes || !s.contains('\\')));
     let Some(text) = text else {
         let mut hex = String::with_capacity(3 + 2 * bytes.len());
         hex.push_str("X'");
@@ -227,7 +231,7 @@ fn string_literal(bytes: &[u8], ty: u8, backslash_escapes: bool) -> String {
     for c in text.chars() {
         match c {
             '\'' => out.push_str("''"),
-            '\\' if backslash_escapes => out.push_str("\\\\"),
+            '\\' => out.push_str("\\\\"),
             c => out.push(c),
         }
     }
@@ -285,7 +289,7 @@ mod tests {
     #[test]
     fn strings_read_back_the_same() {
         assert_eq!(string_literal(b"a\\b'", 0xFD, true), "'a\\\\b'''");
-        assert_eq!(string_literal(b"a\\b", 0xFD, false), "'a\\b'");
+        assert_eq!(string_literal(b"a\\b", 0xFD, false), "X'615C62'");
         assert_eq!(string_literal(b"\xff\x00", 0xFD, true), "X'FF00'");
         assert_eq!(string_literal(b"ab", 0xFC, true), "X'6162'");
         let (t, n) = value_literal(b"\x08\x01\x02\x00\x00\x00\x03\x04\x05", TYPE_TIME, false, true).unwrap();

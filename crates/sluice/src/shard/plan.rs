@@ -14,6 +14,13 @@ use sqlparser::parser::Parser;
 use std::collections::BTreeSet;
 use std::ops::ControlFlow;
 
+/// A parser that keeps string literals as written (escapes and all): the rewritten text the
+/// shards get must read back as the same values (an unescaped `'a\\b'` would be printed
+/// `'a\b'`, which the server reads as another string).
+fn parser() -> Parser<'static> {
+    Parser::new(&MySqlDialect {}).with_options(sqlparser::parser::ParserOptions::new().with_unescape(false))
+}
+
 /// How deep the parser may nest: a bound on its recursion (and so its stack) for any input.
 const RECURSION_LIMIT: usize = 64;
 
@@ -252,8 +259,12 @@ fn plan_as(map: &ShardMap, schema: &str, sql: &[u8], unbound: bool) -> Sharding 
     let Ok(text) = std::str::from_utf8(sql) else {
         return Sharding::Refused("sluice shards only UTF-8 statement text".into());
     };
-    let parsed =
-        Parser::new(&MySqlDialect {}).with_recursion_limit(RECURSION_LIMIT).try_with_sql(text).and_then(|mut p| p.parse_statements());
+    if !unbound {
+        if let Some(planned) = plan_cached(map, schema, sql) {
+            return planned;
+        }
+    }
+    let parsed = parser().with_recursion_limit(RECURSION_LIMIT).try_with_sql(text).and_then(|mut p| p.parse_statements());
     let statements = match parsed {
         Ok(s) => s,
         Err(e) => {
@@ -281,11 +292,7 @@ pub fn first_shard(map: &ShardMap, schema: &str, sql: &[u8]) -> Option<ShardStat
     }
     let _parsing = super::Parsing::take(sql.len(), 2 * map.max_statement_bytes)?;
     let text = std::str::from_utf8(sql).ok()?;
-    let statements = Parser::new(&MySqlDialect {})
-        .with_recursion_limit(RECURSION_LIMIT)
-        .try_with_sql(text)
-        .and_then(|mut p| p.parse_statements())
-        .ok()?;
+    let statements = parser().with_recursion_limit(RECURSION_LIMIT).try_with_sql(text).and_then(|mut p| p.parse_statements()).ok()?;
     let [statement] = statements.as_slice() else { return None };
     let planner = Planner { map, schema, unbound: true };
     let mut first = None;
@@ -301,6 +308,172 @@ pub fn first_shard(map: &ShardMap, schema: &str, sql: &[u8]) -> Option<ShardStat
         Relation::Broadcast(db) => Target { node: 0, shard: None, database: db },
     };
     planner.rewrite(statement, &target).ok()
+}
+
+/// A prepared statement parsed once: its AST with `?` placeholders. Each execute plans a copy
+/// with the bound values in their places (`plan_parsed`), without parsing the text again.
+#[derive(Debug)]
+pub struct Parsed {
+    statement: Statement,
+    /// For each placeholder in the order the AST is visited, its parameter (source order).
+    order: Vec<usize>,
+}
+
+/// Visits `s`'s placeholders in one fixed order (the same for every copy of the AST).
+fn each_placeholder(s: &mut Statement, mut f: impl FnMut(&mut sqlparser::ast::ValueWithSpan)) {
+    let _ = sqlparser::ast::visit_expressions_mut(s, |e| {
+        if let Expr::Value(v) = e {
+            if matches!(v.value, Value::Placeholder(_)) {
+                f(v);
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+}
+
+/// `sql` parsed once for its executes; `None` (plan the text each time) when it is not one
+/// statement or its placeholders cannot all be told apart by position (`params` of them).
+pub fn parse_template(sql: &[u8], params: usize) -> Option<Parsed> {
+    let text = std::str::from_utf8(sql).ok()?;
+    let mut statements = parser().with_recursion_limit(RECURSION_LIMIT).try_with_sql(text).and_then(|mut p| p.parse_statements()).ok()?;
+    if statements.len() != 1 {
+        return None;
+    }
+    let mut statement = statements.pop()?;
+    let mut at = Vec::with_capacity(params);
+    each_placeholder(&mut statement, |v| at.push((v.span.start.line, v.span.start.column)));
+    let mut sorted = at.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if at.len() != params || sorted.len() != params || sorted.first().is_some_and(|&(line, _)| line == 0) {
+        return None;
+    }
+    let order = at.iter().map(|p| sorted.binary_search(p).unwrap_or(0)).collect();
+    Some(Parsed { statement, order })
+}
+
+thread_local! {
+    /// Parsed statements by their text with the literals cut out, per thread (a session's
+    /// worker reads its own: no lock), `None` for texts that do not parse that way. Cleared
+    /// when full.
+    static PARSED: std::cell::RefCell<std::collections::HashMap<Vec<u8>, Option<std::rc::Rc<Parsed>>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// How many texts each thread's parse cache holds, and how long one may be (a multi-row
+/// INSERT is parsed as it comes): its memory stays a few MiB per thread.
+const PARSE_CACHE_ENTRIES: usize = 256;
+const PARSE_CACHE_MAX_TEXT: usize = 4096;
+
+/// `sql` with each literal (number, string, X'…') a `?`, and the literals as written; `None`
+/// when a literal cannot stand alone (after an introducer or N, 0x…, bit literals) or the text
+/// has placeholders of its own.
+fn literal_template(sql: &[u8]) -> Option<(Vec<u8>, Vec<String>)> {
+    use sql::lexer::{code_tokens, Kind};
+    let mut key = Vec::with_capacity(sql.len());
+    let mut literals = Vec::new();
+    let mut from = 0;
+    let mut previous: Option<sql::lexer::Token> = None;
+    for t in code_tokens(sql) {
+        let text = t.text(sql);
+        let literal = match t.kind {
+            Kind::Placeholder => return None,
+            Kind::Number => true,
+            Kind::String => {
+                let prefixed = previous.is_some_and(|p| {
+                    let w = p.text(sql);
+                    p.kind == Kind::Word && (w.starts_with(b"_") || w.eq_ignore_ascii_case(b"n"))
+                });
+                if prefixed {
+                    return None;
+                }
+                true
+            }
+            Kind::HexOrBit if text.len() >= 3 && matches!(text[0], b'x' | b'X') && text[1] == b'\'' => true,
+            Kind::HexOrBit => return None,
+            _ => false,
+        };
+        if literal {
+            key.extend_from_slice(&sql[from..t.start]);
+            key.push(b'?');
+            from = t.end;
+            literals.push(std::str::from_utf8(text).ok()?.to_string());
+        }
+        previous = Some(t);
+    }
+    key.extend_from_slice(&sql[from..]);
+    Some((key, literals))
+}
+
+/// `plan` through the parse cache; `None` when the text must be parsed as it is.
+fn plan_cached(map: &ShardMap, schema: &str, sql: &[u8]) -> Option<Sharding> {
+    if sql.len() > PARSE_CACHE_MAX_TEXT {
+        return None;
+    }
+    let (key, literals) = literal_template(sql)?;
+    let parsed = PARSED.with_borrow_mut(|cache| {
+        if let Some(p) = cache.get(&key) {
+            return p.clone();
+        }
+        let p = parse_template(&key, literals.len()).map(std::rc::Rc::new);
+        if cache.len() >= PARSE_CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(key, p.clone());
+        p
+    })?;
+    let planner = Planner { map, schema, unbound: false };
+    let mut statement = parsed.statement.clone();
+    if !planner.touches(&statement) {
+        return Some(Sharding::NotSharded);
+    }
+    parsed.bind(&mut statement, &literals);
+    Some(match planner.statement(&statement) {
+        Ok(s) => s,
+        Err(why) => Sharding::Refused(why),
+    })
+}
+
+impl Parsed {
+    /// Puts `literals` (source order) in the placeholders of `statement`, a copy of this one.
+    fn bind(&self, statement: &mut Statement, literals: &[String]) {
+        let mut i = 0;
+        each_placeholder(statement, |v| {
+            if let Some(l) = self.order.get(i).and_then(|&p| literals.get(p)) {
+                v.value = literal_value(l);
+            }
+            i += 1;
+        });
+    }
+}
+
+/// A bound value's literal text (as `params::bind` writes them) as an AST value.
+fn literal_value(text: &str) -> Value {
+    if text == "NULL" {
+        Value::Null
+    } else if let Some(hex) = text.strip_prefix("X'").and_then(|t| t.strip_suffix('\'')) {
+        Value::HexStringLiteral(hex.to_string())
+    } else if let Some(hex) = text.strip_prefix("x'").and_then(|t| t.strip_suffix('\'')) {
+        Value::HexStringLiteral(hex.to_string())
+    } else if let Some(s) = text.strip_prefix('\'').and_then(|t| t.strip_suffix('\'')) {
+        // As written: the parser keeps strings unescaped (`parser`).
+        Value::SingleQuotedString(s.to_string())
+    } else if let Some(s) = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+        Value::DoubleQuotedString(s.to_string())
+    } else {
+        Value::Number(text.to_string(), false)
+    }
+}
+
+/// Plans a parsed prepared statement with `literals` (source order) in its placeholders, as
+/// `plan` plans the text with them.
+pub fn plan_parsed(map: &ShardMap, schema: &str, parsed: &Parsed, literals: &[String]) -> Sharding {
+    let mut statement = parsed.statement.clone();
+    parsed.bind(&mut statement, literals);
+    match (Planner { map, schema, unbound: false }).statement(&statement) {
+        Ok(s) => s,
+        Err(why) => Sharding::Refused(why),
+    }
 }
 
 struct Planner<'a> {
@@ -430,7 +603,8 @@ fn literal(e: &Expr) -> Option<Key> {
     match e {
         Expr::Value(v) => match &v.value {
             Value::Number(n, _) => Some(Key::text(n)),
-            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => Some(Key::text(s)),
+            Value::SingleQuotedString(s) => Some(Key::text(&unescape(s, '\''))),
+            Value::DoubleQuotedString(s) => Some(Key::text(&unescape(s, '"'))),
             _ => None,
         },
         Expr::UnaryOp { op: UnaryOperator::Minus, expr } => match literal(expr)? {
@@ -440,6 +614,38 @@ fn literal(e: &Expr) -> Option<Key> {
         Expr::Nested(e) => literal(e),
         _ => None,
     }
+}
+
+/// A string literal's value from its text as written (the parser keeps escapes): a doubled
+/// quote is one, and backslash escapes read as the server reads them by default.
+fn unescape(s: &str, quote: char) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c == quote && chars.peek() == Some(&quote) => {
+                chars.next();
+                out.push(quote);
+            }
+            '\\' => match chars.next() {
+                Some('0') => out.push('\0'),
+                Some('n') => out.push('\n'),
+                Some('t') => out.push('\t'),
+                Some('r') => out.push('\r'),
+                Some('b') => out.push('\u{8}'),
+                Some('Z') => out.push('\u{1a}'),
+                // Kept with their backslash (LIKE patterns).
+                Some(c @ ('%' | '_')) => {
+                    out.push('\\');
+                    out.push(c);
+                }
+                Some(c) => out.push(c),
+                None => out.push('\\'),
+            },
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn int_literal(e: &Expr) -> Option<i128> {
@@ -1266,7 +1472,7 @@ fn aggregates(projection: &[SelectItem], group_by: &[Expr], hidden: &mut Vec<Exp
                             return Err("AVG takes one argument".into());
                         };
                         let call = |f: &str| -> Result<Expr, Refusal> {
-                            Parser::new(&MySqlDialect {})
+                            parser()
                                 .try_with_sql(&format!("{f}({arg})"))
                                 .and_then(|mut p| p.parse_expr())
                                 .map_err(|e| format!("sluice could not build {f}({arg}): {e}"))

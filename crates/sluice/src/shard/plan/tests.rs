@@ -274,3 +274,109 @@ fn unbound_prepared_statements_are_refused_only_whatever_the_values() {
     assert_eq!(first.sql, "SELECT id FROM `ds_0`.`t_order` WHERE user_id = ? LIMIT ?");
     assert_eq!(first_shard(&map(), "shop", b"SELECT 1"), None);
 }
+
+#[test]
+fn backslashes_in_strings_survive_the_rewrite() {
+    let s = single(r"SELECT id FROM t_order WHERE user_id = 1 AND note = 'a\\b\'c'");
+    assert_eq!(s.sql, r"SELECT id FROM `ds_1`.`t_order` WHERE user_id = 1 AND note = 'a\\b\'c'");
+}
+
+#[test]
+fn string_keys_read_as_the_server_reads_them() {
+    assert_eq!(unescape(r"it''s a\\b\'c\n\%", '\''), "it's a\\b'c\n\\%");
+    // One key written two ways: one shard.
+    let a = single("SELECT * FROM t_user WHERE id = 'it''s'");
+    let b = single(r"SELECT * FROM t_user WHERE id = 'it\'s'");
+    assert_eq!(a.database, b.database);
+}
+
+#[test]
+fn a_parsed_template_plans_as_its_filled_text() {
+    use crate::shard::params::Template;
+    let cases: [(&str, &[&str]); 6] = [
+        ("SELECT c FROM t_order WHERE user_id = ?", &["6"]),
+        ("SELECT id FROM t_order WHERE user_id BETWEEN ? AND ? ORDER BY id DESC LIMIT ?, ?", &["1", "9", "2", "3"]),
+        ("SELECT status, SUM(qty) FROM t_order WHERE user_id IN (?, ?) AND note = ? GROUP BY status", &["3", "-4", "'a\\\\b'''"]),
+        ("INSERT INTO t_order (id, user_id, note) VALUES (?, ?, ?), (?, ?, NULL)", &["1", "2", "X'FF'", "3", "5"]),
+        ("UPDATE t_order SET note = ?, qty = ? WHERE user_id = ? AND created > ?", &["NULL", "1e-1", "7", "'2024-01-02 03:04:05'"]),
+        ("SELECT * FROM t_user WHERE id = ?", &["'Bob '"]),
+    ];
+    for (sql, values) in cases {
+        let t = Template::new(sql.as_bytes());
+        let literals: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+        let parsed = parse_template(sql.as_bytes(), t.params()).unwrap_or_else(|| panic!("{sql}: parsed"));
+        let want = plan(&map(), "shop", &t.fill(&literals));
+        assert_eq!(plan_parsed(&map(), "shop", &parsed, &literals), want, "{sql}");
+        assert!(!matches!(want, Sharding::Refused(_)), "{sql}: {want:?}");
+    }
+    // Placeholders on several lines are still in source order.
+    let sql = "SELECT id FROM t_order\nWHERE user_id = ? AND\n qty = ?";
+    let parsed = parse_template(sql.as_bytes(), 2).unwrap();
+    let Sharding::Single(s) = plan_parsed(&map(), "shop", &parsed, &["5".into(), "9".into()]) else { panic!() };
+    assert!(s.sql.ends_with("user_id = 5 AND qty = 9"), "{}", s.sql);
+    assert!(parse_template(b"SELECT 1; SELECT 2", 0).is_none());
+    assert!(parse_template(sql.as_bytes(), 3).is_none(), "a count that does not match");
+}
+
+/// A rough figure (debug build): planning the filled text vs a parsed template's copy.
+#[test]
+#[ignore]
+fn parse_once_figure() {
+    use crate::shard::params::Template;
+    let sql = "SELECT c FROM sbtest1 WHERE id = ?";
+    let m = map();
+    let sql = sql.replace("sbtest1", "t_order").replace("id =", "user_id =");
+    let t = Template::new(sql.as_bytes());
+    let parsed = parse_template(sql.as_bytes(), 1).unwrap();
+    let n = 20_000;
+    let start = std::time::Instant::now();
+    for i in 0..n {
+        let l = [i.to_string()];
+        std::hint::black_box(plan(&m, "shop", &t.fill(&l)));
+    }
+    let text = start.elapsed();
+    let start = std::time::Instant::now();
+    for i in 0..n {
+        let l = [i.to_string()];
+        std::hint::black_box(plan_parsed(&m, "shop", &parsed, &l));
+    }
+    let once = start.elapsed();
+    let start = std::time::Instant::now();
+    for i in 0..n {
+        let l = [i.to_string()];
+        std::hint::black_box(plan_as(&m, "shop", &t.fill(&l), true));
+    }
+    let uncached = start.elapsed();
+    eprintln!(
+        "per statement: parsed whole {:?}, text through the parse cache {:?}, prepared parsed once {:?}",
+        uncached / n,
+        text / n,
+        once / n
+    );
+}
+
+#[test]
+fn texts_share_a_parse_by_their_literals_cut_out() {
+    let (key, literals) = literal_template(b"SELECT 'a''b', x'FF' FROM t WHERE id = -5 AND n IN (1.5, \"q\") /* 7 */").unwrap();
+    assert_eq!(key, b"SELECT ?, ? FROM t WHERE id = -? AND n IN (?, ?) /* 7 */");
+    assert_eq!(literals, ["'a''b'", "x'FF'", "5", "1.5", "\"q\""]);
+    for sql in [&b"SELECT _utf8mb4'a'"[..], b"SELECT N'a'", b"SELECT 0xFF", b"SELECT ?"] {
+        assert_eq!(literal_template(sql), None, "{}", String::from_utf8_lossy(sql));
+    }
+    // The same plan through the cache (twice: a miss, then a hit) as parsed whole.
+    for sql in [
+        "SELECT id FROM t_order WHERE user_id IN (1, 2) ORDER BY id DESC LIMIT 2, 3",
+        "SELECT * FROM t_user WHERE id = 'It''s' AND x = -3",
+        "INSERT INTO t_order (id, user_id, note) VALUES (1, 2, 'a\\\\b'), (3, 5, x'00')",
+        "SELECT COUNT(*) FROM t_order WHERE user_id BETWEEN 3 AND 9 GROUP BY status HAVING COUNT(*) > 2",
+    ] {
+        let whole = match parser().try_with_sql(sql).and_then(|mut p| p.parse_statements()) {
+            Ok(s) => (Planner { map: &map(), schema: "shop", unbound: false }).statement(&s[0]).unwrap(),
+            Err(e) => panic!("{sql}: {e}"),
+        };
+        assert_eq!(plan_of(sql), whole, "{sql}: a miss");
+        assert_eq!(plan_of(sql), whole, "{sql}: a hit");
+        let key = literal_template(sql.as_bytes()).unwrap().0;
+        assert!(PARSED.with_borrow(|c| c.get(&key).is_some_and(Option::is_some)), "{sql}: cached");
+    }
+}
