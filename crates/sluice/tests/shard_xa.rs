@@ -161,6 +161,29 @@ async fn transactions_across_shards_commit_all_or_nothing_and_survive_a_crash() 
     c.query_drop("ROLLBACK").await.unwrap();
     assert_eq!(per_shard(&a, &b, 200, 300), [0, 0, 0, 0]);
 
+    // Prepared statements (the binary protocol) run on the same branches: a single-shard and a
+    // fan-out read see the transaction's own rows; ROLLBACK, then COMMIT, apply to all of it.
+    for (first, end) in [(5000u64, "ROLLBACK"), (5100, "COMMIT")] {
+        c.query_drop("BEGIN").await.unwrap();
+        let insert = c.prep("INSERT INTO t_order (id, user_id, note) VALUES (?, ?, ?)").await.unwrap();
+        for u in 0..4u64 {
+            c.exec_drop(&insert, (first + u, u, "ps")).await.unwrap();
+        }
+        insert_four(&mut c, first + 10).await.unwrap();
+        let one: Option<(u64, String)> =
+            c.exec_first("SELECT id, note FROM t_order WHERE user_id = ? AND id = ?", (2, first + 2)).await.unwrap();
+        assert_eq!(one, Some((first + 2, "ps".to_string())), "its own row, one shard, binary");
+        let all: Vec<u64> = c.exec("SELECT id FROM t_order WHERE id >= ? AND id < ? ORDER BY id", (first, first + 100)).await.unwrap();
+        assert_eq!(all.len(), 8, "its own rows on every shard: {all:?}");
+        let seen: Option<u64> =
+            other.query_first(format!("SELECT COUNT(*) FROM t_order WHERE id >= {first} AND id < {}", first + 100)).await.unwrap();
+        assert_eq!(seen, Some(0), "not visible before COMMIT");
+        c.query_drop(end).await.unwrap();
+        let want = if end == "COMMIT" { [2, 2, 2, 2] } else { [0, 0, 0, 0] };
+        assert_eq!(per_shard(&a, &b, first, first + 100), want, "{end}");
+    }
+    assert!(prepared(&a).is_empty() && prepared(&b).is_empty());
+
     // autocommit off: the same transaction, ended by COMMIT.
     c.query_drop("SET autocommit = 0").await.unwrap();
     insert_four(&mut c, 300).await.unwrap();
@@ -212,7 +235,7 @@ async fn transactions_across_shards_commit_all_or_nothing_and_survive_a_crash() 
     assert!(prepared(&a).is_empty(), "the branches on the other server were rolled back: {:?}", prepared(&a));
     // The session goes on.
     let n: Option<u64> = c.query_first("SELECT COUNT(*) FROM t_order").await.unwrap();
-    assert_eq!(n, Some(10));
+    assert_eq!(n, Some(18), "10 text rows and 8 prepared ones committed");
 
     // A client gone mid-transaction: nothing committed, no branch left behind.
     let mut gone = connect_shop(proxy.port).await;

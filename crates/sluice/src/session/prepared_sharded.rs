@@ -190,15 +190,9 @@ impl Session {
                 .refuse(seq, "sluice does not open cursors on sharded or broadcast tables yet (CURSOR_TYPE_READ_ONLY); execute without one")
                 .await;
         }
-        if self.may_be_in_transaction() {
-            // Transactions on shards run text statements on their XA branches (`session::xa`).
-            return self
-                .refuse(
-                    seq,
-                    "sluice runs prepared statements on sharded or broadcast tables in autocommit only yet; \
-                     inside a transaction send them as text (COM_QUERY)",
-                )
-                .await;
+        let in_transaction = self.may_be_in_transaction();
+        if in_transaction && self.local_writes {
+            return self.refuse(seq, super::xa::AFTER_LOCAL_WRITES).await;
         }
         let text = template.fill(&bound.literals);
         let planned = match &parsed {
@@ -216,7 +210,9 @@ impl Session {
         let watch = self.watch(&text, crate::stats::Command::from_sql(&text), digest, hostgroup, None);
         self.mark_writes(&text, true);
         let run = Run { retries: 1, timeout: None, digest_text: Some(digest_text), binary: true };
-        let flow = self.run_sharded(&sharded, &watch, run, seq).await;
+        // In a transaction: on its XA branches, as a text statement would be (`session::xa`).
+        let flow =
+            if in_transaction { self.run_xa(&sharded, &watch, run, seq).await } else { self.run_sharded(&sharded, &watch, run, seq).await };
         self.settle_writes();
         flow
     }

@@ -124,8 +124,7 @@ impl Session {
                 let in_transaction = self.may_be_in_transaction();
                 if in_transaction && self.local_writes {
                     self.client.consume(frame.wire_len);
-                    let message = "this transaction wrote to unsharded tables, which cannot commit atomically with its statements on shards; COMMIT first";
-                    self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, message).await;
+                    self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, super::xa::AFTER_LOCAL_WRITES).await;
                     return Flow::Continue;
                 }
                 match plan.sharded.take() {

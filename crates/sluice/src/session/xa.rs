@@ -7,6 +7,7 @@
 //! only read while branches exist: its writes could not commit atomically with them.
 
 use super::multiplex::Held;
+use super::sharded::Run;
 use super::{Flow, Session};
 use crate::exec::merge::{self, Shard};
 use crate::plan::{self, Plan};
@@ -30,6 +31,10 @@ const SQLSTATE_XA_RBROLLBACK: &[u8; 5] = b"XA100";
 const ER_XAER_RMERR: u16 = 1397;
 const SQLSTATE_XAER_RMERR: &[u8; 5] = b"XAE03";
 const ER_QUERY_INTERRUPTED: u16 = 1317;
+
+/// A statement on shards in a transaction that wrote to unsharded tables first.
+pub(super) const AFTER_LOCAL_WRITES: &str =
+    "this transaction wrote to unsharded tables, which cannot commit atomically with its statements on shards; COMMIT first";
 
 /// The refusal of a statement that may write beside a transaction's branches.
 pub(super) const BESIDE_BRANCHES: &str = "in a transaction with statements on shards, sluice runs only reads beside them: this \
@@ -262,6 +267,16 @@ impl Session {
     pub(super) async fn forward_xa(&mut self, plan: Plan, sharded: Box<ShardPlan>, frame: Frame, seq: u8) -> Flow {
         let watch = self.watch_query(&frame, &plan);
         self.client.consume(frame.wire_len);
+        let run = Run { retries: plan.retries(), timeout: plan.timeout(), digest_text: None, binary: false };
+        self.run_xa(&sharded, &watch, run, seq).await
+    }
+
+    /// Runs `sharded` (the client's request already consumed) on the transaction's branches,
+    /// opening those it needs, and writes the reply: a text statement's, or a prepared
+    /// execute's in the binary protocol (`run.binary`, always through the merge).
+    pub(super) async fn run_xa(&mut self, sharded: &ShardPlan, watch: &super::observe::Watch, run: Run, seq: u8) -> Flow {
+        let Run { retries, timeout, digest_text, binary } = run;
+        let digest_text = digest_text.as_deref().unwrap_or(&self.plan_scratch.digest_text).to_vec();
         let refusal = if let Some(why) = self.xa.as_ref().and_then(|t| t.doomed.clone()) {
             Some(XaError::rolled_back(&format!("{why}; only ROLLBACK ends it")))
         } else if sharded.targets.first().is_some_and(|t| ddl(&t.sql)) {
@@ -273,7 +288,7 @@ impl Session {
         };
         let branches = match refusal {
             Some(e) => Err(e),
-            None => self.branches(&sharded.targets, plan.retries()).await,
+            None => self.branches(&sharded.targets, retries).await,
         };
         let idx = match branches {
             Ok(i) => i,
@@ -282,38 +297,30 @@ impl Session {
                     self.xa = None;
                 }
                 let outcome = crate::exec::Outcome { error: true, error_code: e.code, ..Default::default() };
-                self.observed(&watch, None, &outcome, 0, &self.plan_scratch.digest_text, b"");
+                self.observed(watch, None, &outcome, 0, &digest_text, b"");
                 self.reply_err(seq, e.code, &e.sqlstate, &e.message).await;
                 return Flow::Continue;
             }
         };
         let Some(mut txn) = self.xa.take() else { return Flow::Continue };
         let in_trans = StatusFlags::SERVER_STATUS_IN_TRANS.bits();
-        if let ([i], [target]) = (idx.as_slice(), sharded.targets.as_slice()) {
+        if let ([i], [target], false) = (idx.as_slice(), sharded.targets.as_slice(), binary) {
             // One shard: its reply relayed as it is, as the one-target path does.
-            let request = plan::query_packet(target.sql.as_bytes(), frame.first_seq);
+            let request = plan::query_packet(target.sql.as_bytes(), seq.wrapping_sub(1));
             let Some(b) = txn.branches.get_mut(*i) else { return Flow::Continue };
-            let outcome = self.forward(&mut b.held.backend, &request, Some(Reply::Query), plan.timeout()).await;
+            let outcome = self.forward(&mut b.held.backend, &request, Some(Reply::Query), timeout).await;
             let Some(outcome) = outcome else {
                 // The branch's connection (or the client) is gone: so is the transaction.
                 txn.close(&self.data.stats);
                 return Flow::End;
             };
-            self.observed(
-                &watch,
-                Some(&b.held.backend.server),
-                &outcome,
-                request.len(),
-                &self.plan_scratch.digest_text,
-                request.get(5..).unwrap_or_default(),
-            );
+            self.observed(watch, Some(&b.held.backend.server), &outcome, request.len(), &digest_text, request.get(5..).unwrap_or_default());
             self.status |= in_trans;
             self.xa = Some(txn);
             return Flow::Continue;
         }
         let requests: Vec<Vec<u8>> = sharded.targets.iter().map(|t| plan::query_packet(t.sql.as_bytes(), 0).to_vec()).collect();
         let sent_seq = std::sync::atomic::AtomicU8::new(seq);
-        let timeout = plan.timeout();
         let killable: Vec<(Server, u32)> =
             idx.iter().filter_map(|&i| txn.branches.get(i)).map(|b| (b.held.backend.server.clone(), b.held.backend.thread_id)).collect();
         self.handle.clear_kill_query();
@@ -332,7 +339,7 @@ impl Session {
                     });
                 }
             }
-            let mut merging = Box::pin(merge::run(&mut self.client, &mut shards, &requests, &sharded.merge, seq, &sent_seq, false));
+            let mut merging = Box::pin(merge::run(&mut self.client, &mut shards, &requests, &sharded.merge, seq, &sent_seq, binary));
             let result = tokio::select! {
                 biased;
                 r = &mut merging => Some(r),
@@ -363,7 +370,7 @@ impl Session {
             self.xa = Some(txn);
             self.doom("a statement of it was interrupted".into());
             let outcome = crate::exec::Outcome { error: true, error_code: ER_QUERY_INTERRUPTED, ..Default::default() };
-            self.observed(&watch, None, &outcome, 0, &self.plan_scratch.digest_text, b"");
+            self.observed(watch, None, &outcome, 0, &digest_text, b"");
             let mut out = Vec::new();
             let mut seq = sent_seq.load(std::sync::atomic::Ordering::Relaxed);
             proto::packet::write_err(
@@ -381,7 +388,7 @@ impl Session {
         };
         let server = txn.branches.get(idx[0]).map(|b| b.held.backend.server.clone());
         let sent = sharded.targets.first().map_or(&b""[..], |t| t.sql.as_bytes());
-        self.observed(&watch, server.as_ref(), &outcome, requests.iter().map(Vec::len).sum(), &self.plan_scratch.digest_text, sent);
+        self.observed(watch, server.as_ref(), &outcome, requests.iter().map(Vec::len).sum(), &digest_text, sent);
         let lost = txn.branches.iter().any(|b| b.held.backend.broken);
         let partial_write = outcome.error && matches!(sharded.merge, Merge::Ok { .. });
         self.xa = Some(txn);
