@@ -173,3 +173,84 @@ async fn the_shard_map_changes_live_through_the_admin_tables() {
     admin(a, "LOAD SHARDING FROM DISK; LOAD SHARDING TO RUNTIME").unwrap();
     assert_eq!(shards_of(&mut c, "SELECT * FROM t_item WHERE user_id = 5").await, ["ds_1"]);
 }
+
+/// An `inline` table set up through the admin tables: rows land where the templates say
+/// (checked on the servers themselves), and reads by key, by IN, by range and over all shards
+/// return exactly the rows written.
+#[tokio::test]
+async fn inline_expressions_route_rows_where_they_say() {
+    let columns = "(id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL)";
+    let servers = Shards::start(&[&format!("t_order {columns}"), &format!("t_pay_0 {columns}"), &format!("t_pay_1 {columns}")]);
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = servers.proxy(dir.path(), SHOP);
+    let a = proxy.admin_port();
+    admin(
+        a,
+        "INSERT INTO sharded_tables (database, table_name, sharding_column, algorithm, tables_per_node, database_expression, table_expression) \
+         VALUES ('shop', 't_pay', 'user_id', 'inline', 2, 'ds_${user_id % 4}', 't_pay_${user_id / 4 % 2}'); LOAD SHARDING TO RUNTIME",
+    )
+    .expect("the inline row loads");
+    assert_eq!(
+        admin(a, "SELECT algorithm, database_expression, table_expression FROM runtime_sharded_tables WHERE table_name = 't_pay'").unwrap(),
+        "inline\tds_${user_id % 4}\tt_pay_${user_id / 4 % 2}"
+    );
+    let mut c = connect_shop(proxy.port).await;
+    // Two rows per user, users -5..=20: the oracle is the rows written.
+    let rows: Vec<(i64, i64)> = (-5i64..=20).flat_map(|u| [(u * 100 + 1000, u), (u * 100 + 1001, u)]).collect();
+    let values: Vec<String> = rows.iter().map(|(id, u)| format!("({id}, {u})")).collect();
+    c.query_drop(format!("INSERT INTO t_pay (id, user_id) VALUES {}", values.join(", "))).await.unwrap();
+    for node in 0..4i64 {
+        for table in 0..2i64 {
+            let want: Vec<String> = rows
+                .iter()
+                .filter(|(_, u)| u.rem_euclid(4) == node && u.div_euclid(4).rem_euclid(2) == table)
+                .map(|(id, _)| id.to_string())
+                .collect();
+            let mut want = want;
+            want.sort_by_key(|id| id.parse::<i64>().unwrap_or_default());
+            let got = servers.ids(&format!("ds_{node}"), &format!("t_pay_{table}"));
+            let got = if got == "NULL" { String::new() } else { got };
+            assert_eq!(got, want.join(","), "ds_{node}.t_pay_{table}");
+        }
+    }
+    for u in [-5i64, -1, 0, 3, 6, 13, 20] {
+        let got: Vec<i64> = c.query(format!("SELECT id FROM t_pay WHERE user_id = {u} ORDER BY id")).await.unwrap();
+        let want: Vec<i64> = rows.iter().filter(|r| r.1 == u).map(|r| r.0).collect();
+        assert_eq!(got, want, "user_id = {u}");
+        let node = u.rem_euclid(4);
+        assert_eq!(shards_of(&mut c, &format!("SELECT id FROM t_pay WHERE user_id = {u}")).await, [format!("ds_{node}")], "one shard");
+    }
+    let got: Vec<i64> = c.query("SELECT id FROM t_pay WHERE user_id IN (1, 2, 9, -3) ORDER BY id").await.unwrap();
+    let want: Vec<i64> = rows.iter().filter(|r| [1, 2, 9, -3].contains(&r.1)).map(|r| r.0).collect();
+    assert_eq!(got, want, "IN");
+    let got: Vec<i64> = c.query("SELECT id FROM t_pay WHERE user_id BETWEEN -2 AND 7 ORDER BY id DESC").await.unwrap();
+    let mut want: Vec<i64> = rows.iter().filter(|r| (-2..=7).contains(&r.1)).map(|r| r.0).collect();
+    want.reverse();
+    assert_eq!(got, want, "a range goes to every shard");
+    let (n, sum): (u64, i64) = c.query_first("SELECT COUNT(*), SUM(id) FROM t_pay").await.unwrap().unwrap();
+    assert_eq!((n, sum), (rows.len() as u64, rows.iter().map(|r| r.0).sum::<i64>()));
+
+    // A template that can name a node that is not there is refused at load.
+    let e = admin(
+        a,
+        "UPDATE sharded_tables SET database_expression = 'ds_${user_id % 5}' WHERE table_name = 't_pay'; LOAD SHARDING TO RUNTIME",
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("sharded_tables (database='shop', table_name='t_pay'): database_expression: gives values 0 to 4, and `ds_4` is no node"),
+        "{e}"
+    );
+    let e = admin(
+        a,
+        "UPDATE sharded_tables SET database_expression = 'ds_${order_id % 4}' WHERE table_name = 't_pay'; LOAD SHARDING TO RUNTIME",
+    )
+    .unwrap_err();
+    assert!(e.contains("database_expression: at character 5: unknown column `order_id`"), "{e}");
+    // One that cannot be bounded at load is checked at each INSERT.
+    admin(a, "UPDATE sharded_tables SET database_expression = 'ds_${user_id - 100}' WHERE table_name = 't_pay'; LOAD SHARDING TO RUNTIME")
+        .unwrap();
+    c.query_drop("INSERT INTO t_pay (id, user_id) VALUES (1, 102)").await.unwrap();
+    assert_eq!(servers.ids("ds_2", "t_pay_1").split(',').filter(|id| *id == "1").count(), 1, "102: ds_2, table 102 / 4 % 2 = 1");
+    let e = c.query_drop("INSERT INTO t_pay (id, user_id) VALUES (2, 104)").await.unwrap_err();
+    assert!(e.to_string().contains("`ds_${user_id - 100}` for user_id = 104: it gives `ds_4`, which is no configured node"), "{e}");
+}

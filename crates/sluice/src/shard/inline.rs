@@ -8,13 +8,17 @@
 /// A parse or load problem, located in the template (a character offset).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExprError {
-    pub at: usize,
+    /// Where in the template, when the problem has a place.
+    pub at: Option<usize>,
     pub message: String,
 }
 
 impl std::fmt::Display for ExprError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "at character {}: {}", self.at, self.message)
+        match self.at {
+            Some(at) => write!(f, "at character {at}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
     }
 }
 
@@ -112,10 +116,10 @@ impl Template {
     pub fn parse(text: &str, column: &str) -> Result<Template, ExprError> {
         let Some(open) = text.find("${") else {
             if text.is_empty() {
-                return Err(ExprError { at: 0, message: "must not be empty".into() });
+                return Err(ExprError { at: None, message: "must not be empty".into() });
             }
             if let Some(at) = text.find(['$', '{', '}']) {
-                return Err(ExprError { at, message: format!("`{}` outside a `${{…}}`", &text[at..at + 1]) });
+                return Err(ExprError { at: Some(at), message: format!("`{}` outside a `${{…}}`", &text[at..at + 1]) });
             }
             return Ok(Template { prefix: text.to_string(), expr: None, suffix: String::new() });
         };
@@ -123,14 +127,14 @@ impl Template {
         let close = text[body_start..]
             .find('}')
             .map(|i| body_start + i)
-            .ok_or_else(|| ExprError { at: open, message: "`${` without its closing `}`".into() })?;
+            .ok_or_else(|| ExprError { at: Some(open), message: "`${` without its closing `}`".into() })?;
         let (prefix, suffix) = (&text[..open], &text[close + 1..]);
         if let Some(at) = suffix.find("${") {
-            return Err(ExprError { at: close + 1 + at, message: "only one `${…}` is supported".into() });
+            return Err(ExprError { at: Some(close + 1 + at), message: "only one `${…}` is supported".into() });
         }
         for (base, part) in [(0, prefix), (close + 1, suffix)] {
             if let Some(at) = part.find(['$', '{', '}']) {
-                return Err(ExprError { at: base + at, message: format!("`{}` outside a `${{…}}`", &part[at..at + 1]) });
+                return Err(ExprError { at: Some(base + at), message: format!("`{}` outside a `${{…}}`", &part[at..at + 1]) });
             }
         }
         let mut p = Parser { text: &text[..close], pos: body_start, column, depth: 0 };
@@ -182,7 +186,7 @@ impl Picker {
                 let v = v.unwrap_or(0);
                 if let Some(&(_, j)) = map.iter().find(|(w, _)| *w == v) {
                     let message = format!("`{}` names two {what}s ({} and {i})", n, j);
-                    return Err(ExprError { at: 0, message });
+                    return Err(ExprError { at: None, message });
                 }
                 map.push((v, i));
             }
@@ -191,12 +195,12 @@ impl Picker {
         let picker = Picker { source: source.to_string(), template, map };
         match &picker.template.expr {
             None if picker.map.is_empty() => {
-                return Err(ExprError { at: 0, message: format!("`{source}` is no {what} ({})", names.join(", ")) });
+                return Err(ExprError { at: None, message: format!("`{source}` is no {what} ({})", names.join(", ")) });
             }
             None => {}
             Some(e) => {
                 if picker.map.is_empty() {
-                    return Err(ExprError { at: 0, message: format!("renders no {what} of {}", names.join(", ")) });
+                    return Err(ExprError { at: None, message: format!("renders no {what} of {}", names.join(", ")) });
                 }
                 if let Some((lo, hi)) = e.bounds() {
                     // Among any len + 1 values one names nothing: no need to look further.
@@ -204,7 +208,7 @@ impl Picker {
                     if let Some(v) = missing {
                         let message =
                             format!("gives values {lo} to {hi}, and `{}` is no {what} ({})", picker.template.render(v), names.join(", "));
-                        return Err(ExprError { at: 0, message });
+                        return Err(ExprError { at: None, message });
                     }
                 }
             }
@@ -244,7 +248,7 @@ struct Parser<'a> {
 
 impl Parser<'_> {
     fn error(&self, message: impl Into<String>) -> ExprError {
-        ExprError { at: self.pos, message: message.into() }
+        ExprError { at: Some(self.pos), message: message.into() }
     }
 
     fn skip_spaces(&mut self) {
@@ -287,7 +291,7 @@ impl Parser<'_> {
                 _ => Op::Rem,
             };
             if op != Op::Mul && right.bounds() == Some((0, 0)) {
-                return Err(ExprError { at, message: "division by zero".into() });
+                return Err(ExprError { at: Some(at), message: "division by zero".into() });
             }
             left = Expr::Bin(op, Box::new(left), Box::new(right));
         }
@@ -332,7 +336,7 @@ impl Parser<'_> {
                     self.pos += 1;
                 }
                 let digits = &self.text[start..self.pos];
-                let n: i64 = digits.parse().map_err(|_| ExprError { at: start, message: format!("`{digits}` is too large") })?;
+                let n: i64 = digits.parse().map_err(|_| ExprError { at: Some(start), message: format!("`{digits}` is too large") })?;
                 Ok(Expr::Lit(i128::from(n)))
             }
             Some(c) if c.is_ascii_alphabetic() || c == b'_' => {
@@ -346,7 +350,7 @@ impl Parser<'_> {
                     Ok(Expr::Column)
                 } else {
                     Err(ExprError {
-                        at: start,
+                        at: Some(start),
                         message: format!("unknown column `{word}`: only the sharding column `{}` may appear", self.column),
                     })
                 }
@@ -390,12 +394,12 @@ mod tests {
         let err = |src: &str| Template::parse(src, "user_id").unwrap_err();
         assert_eq!(
             err("ds_${order_id % 2}"),
-            ExprError { at: 5, message: "unknown column `order_id`: only the sharding column `user_id` may appear".into() }
+            ExprError { at: Some(5), message: "unknown column `order_id`: only the sharding column `user_id` may appear".into() }
         );
         assert_eq!(err("ds_${user_id % 0}").message, "division by zero");
-        assert_eq!(err("ds_${user_id % 0}").at, 13);
+        assert_eq!(err("ds_${user_id % 0}").at, Some(13));
         assert_eq!(err("ds_${user_id / (1 - 1)}").message, "division by zero");
-        assert_eq!(err("ds_${user_id %}").at, 14);
+        assert_eq!(err("ds_${user_id %}").at, Some(14));
         assert!(err("ds_${user_id % 2").message.contains("without its closing"));
         assert!(err("ds_${(user_id % 2}").message.contains("expected `)`"));
         assert!(err("ds_${user_id 2}").message.contains("expected an operator"));
