@@ -1309,7 +1309,12 @@ impl FileConfig {
             match t.algorithm.as_str() {
                 "mod" | "hash_mod" => {}
                 "inline" => {
-                    let (node, table) = crate::shard::compile_inline(t, db);
+                    let nodes: Vec<String> = db.nodes.iter().map(|n| n.database.clone()).collect();
+                    let tables = crate::shard_expr::physical_names(&t.table, t.tables_per_node as usize);
+                    let compile =
+                        |e: &String, names: &[String], what| crate::shard_expr::Picker::compile(e, &t.sharding_column, names, what);
+                    let node = t.database_expression.as_ref().map(|e| compile(e, &nodes, "node"));
+                    let table = t.table_expression.as_ref().map(|e| compile(e, &tables, "table"));
                     if t.database_expression.is_none() {
                         out.push(problem(at("database_expression"), "inline needs a template naming the node (`ds_${user_id % 2}`)"));
                     } else if let Some(Err(e)) = node {

@@ -6,11 +6,10 @@
 //! table at all (`ShardMap::mentions`, a lexer scan, no allocation): only those statements are
 //! parsed. With no sharding configured nothing is scanned.
 
-pub mod inline;
 pub mod plan;
 
 use crate::config::{ShardDatabaseRow, ShardNode, ShardedTableRow};
-use inline::{ExprError, PickError, Picker};
+use crate::shard_expr::{physical_names, ExprError, PickError, Picker};
 use sql::lexer::{code_tokens, Kind};
 
 /// A logical database: its data nodes and broadcast tables.
@@ -48,20 +47,12 @@ pub struct Inline {
     pub table: Option<Picker>,
 }
 
-/// The physical table names of `table` with `tables_per_node` tables on each node.
-fn physical_names(table: &str, tables_per_node: usize) -> Vec<String> {
-    match tables_per_node {
-        0 | 1 => vec![table.to_string()],
-        n => (0..n).map(|i| format!("{table}_{i}")).collect(),
-    }
-}
-
 /// A template compiled, `None` when the field is not set.
-pub type Compiled = Option<Result<Picker, ExprError>>;
+type Compiled = Option<Result<Picker, ExprError>>;
 
 /// Compiles an `inline` row's templates against its database's nodes and its physical tables:
 /// (database_expression, table_expression), each `None` when not set.
-pub fn compile_inline(t: &ShardedTableRow, db: &ShardDatabaseRow) -> (Compiled, Compiled) {
+fn compile_inline(t: &ShardedTableRow, db: &ShardDatabaseRow) -> (Compiled, Compiled) {
     let nodes: Vec<String> = db.nodes.iter().map(|n| n.database.clone()).collect();
     let tables = physical_names(&t.table, t.tables_per_node as usize);
     let node = t.database_expression.as_deref().map(|e| Picker::compile(e, &t.sharding_column, &nodes, "node"));

@@ -1,9 +1,19 @@
-//! The `inline` algorithm (docs/sharding.md): ShardingSphere-style templates such as
+//! The `inline` sharding algorithm's expressions (docs/sharding.md), apart from `shard` so that
+//! `config` can check them without a module cycle: ShardingSphere-style templates such as
 //! `ds_${user_id % 2}` and `t_order_${user_id / 2 % 2}`, whose rendered names pick a node and a
 //! physical table. Parsed and checked once, at configuration load: the `${…}` expression is
 //! integer arithmetic on the sharding column, and each value it gives is mapped to a node or a
 //! table by matching the configured names against the template, so a statement evaluates the
 //! expression and looks the value up, with no allocation and no text rendered.
+
+/// The physical table names of `table` with `tables_per_node` tables on each node: its own
+/// name, or `table_0` … `table_{n-1}`.
+pub fn physical_names(table: &str, tables_per_node: usize) -> Vec<String> {
+    match tables_per_node {
+        0 | 1 => vec![table.to_string()],
+        n => (0..n).map(|i| format!("{table}_{i}")).collect(),
+    }
+}
 
 /// A parse or load problem, located in the template (a character offset).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,9 +122,16 @@ pub struct Template {
 }
 
 impl Template {
-    /// Parses `text`, whose one `${…}` may name only `column` (case-insensitive).
+    /// Parses `text`, whose one `${…}` (or `$->{…}`, ShardingSphere's Spring form) may name
+    /// only `column` (case-insensitive).
     pub fn parse(text: &str, column: &str) -> Result<Template, ExprError> {
-        let Some(open) = text.find("${") else {
+        let opening = |t: &str| match (t.find("${"), t.find("$->{")) {
+            (Some(a), Some(b)) if b < a => Some((b, 4)),
+            (Some(a), _) => Some((a, 2)),
+            (None, Some(b)) => Some((b, 4)),
+            (None, None) => None,
+        };
+        let Some((open, opener)) = opening(text) else {
             if text.is_empty() {
                 return Err(ExprError { at: None, message: "must not be empty".into() });
             }
@@ -123,13 +140,13 @@ impl Template {
             }
             return Ok(Template { prefix: text.to_string(), expr: None, suffix: String::new() });
         };
-        let body_start = open + 2;
+        let body_start = open + opener;
         let close = text[body_start..]
             .find('}')
             .map(|i| body_start + i)
             .ok_or_else(|| ExprError { at: Some(open), message: "`${` without its closing `}`".into() })?;
         let (prefix, suffix) = (&text[..open], &text[close + 1..]);
-        if let Some(at) = suffix.find("${") {
+        if let Some((at, _)) = opening(suffix) {
             return Err(ExprError { at: Some(close + 1 + at), message: "only one `${…}` is supported".into() });
         }
         for (base, part) in [(0, prefix), (close + 1, suffix)] {
@@ -385,6 +402,8 @@ mod tests {
         assert_eq!(eval("-7 / 2", 0), Ok(-4), "Euclidean: -7 = -4 * 2 + 1");
         assert_eq!(eval("1 + 2 * 3 - (4 - 1)", 0), Ok(4));
         assert_eq!(eval(" ( USER_ID + 1 ) * 2 ", 5), Ok(12), "case and spaces");
+        let spring = Template::parse("ds_$->{user_id % 2}_x", "user_id").unwrap();
+        assert_eq!((spring.prefix.as_str(), spring.suffix.as_str(), spring.value_of("ds_1_x")), ("ds_", "_x", Some(Some(1))));
         assert_eq!(eval("10 / (user_id - 3)", 3), Err("division by zero"));
         assert_eq!(eval("user_id * user_id", i128::MAX), Err("overflow"));
     }
