@@ -254,3 +254,29 @@ async fn inline_expressions_route_rows_where_they_say() {
     let e = c.query_drop("INSERT INTO t_pay (id, user_id) VALUES (2, 104)").await.unwrap_err();
     assert!(e.to_string().contains("`ds_${user_id - 100}` for user_id = 104: it gives `ds_4`, which is no configured node"), "{e}");
 }
+
+/// A sluice.db saved before the sharding tables existed: the next start takes the file's
+/// sharding (it was the file's all along) and saves it in the new tables, once.
+#[tokio::test]
+async fn a_datadir_older_than_the_sharding_tables_keeps_the_files_sharding() {
+    let servers = Shards::start(&["t_order (id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL)"]);
+    let dir = tempfile::tempdir().unwrap();
+    drop(servers.proxy(dir.path(), SHOP));
+    {
+        // What an older sluice left: no sharding tables, schema version 3.
+        let db = rusqlite::Connection::open(dir.path().join("sluice.db")).unwrap();
+        db.execute_batch("DROP TABLE shard_databases; DROP TABLE shard_nodes; DROP TABLE sharded_tables; PRAGMA user_version = 3;")
+            .unwrap();
+    }
+    let proxy = servers.proxy(dir.path(), SHOP);
+    let mut c = connect_shop(proxy.port).await;
+    assert_eq!(shards_of(&mut c, "SELECT * FROM t_order WHERE user_id = 6").await, ["ds_2"], "the file's sharding is in force");
+    let a = proxy.admin_port();
+    assert_eq!(admin(a, "SELECT table_name, algorithm FROM disk.sharded_tables").unwrap(), "t_order\tmod");
+    assert_eq!(admin(a, "SELECT COUNT(*) FROM runtime_shard_nodes").unwrap(), "4");
+    drop(proxy);
+    // From now on the saved tables win: a file without sharding changes nothing.
+    let proxy = servers.proxy(dir.path(), "");
+    let mut c = connect_shop(proxy.port).await;
+    assert_eq!(shards_of(&mut c, "SELECT * FROM t_order WHERE user_id = 7").await, ["ds_3"]);
+}
