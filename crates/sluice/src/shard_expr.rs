@@ -55,6 +55,9 @@ pub enum Op {
 /// Deeper nesting is refused at load: evaluation recurses.
 const MAX_DEPTH: usize = 64;
 
+/// A longer expression is refused at load: a chain of operators is a deep tree too.
+const MAX_EXPRESSION_BYTES: usize = 512;
+
 impl Expr {
     /// `Err` names what failed: a division by zero, an overflow.
     pub fn eval(&self, column: i128) -> Result<i128, &'static str> {
@@ -145,6 +148,10 @@ impl Template {
             .find('}')
             .map(|i| body_start + i)
             .ok_or_else(|| ExprError { at: Some(open), message: "`${` without its closing `}`".into() })?;
+        // Bounded so that evaluating (which recurses) stays shallow.
+        if close - body_start > MAX_EXPRESSION_BYTES {
+            return Err(ExprError { at: Some(body_start), message: format!("longer than {MAX_EXPRESSION_BYTES} characters") });
+        }
         let (prefix, suffix) = (&text[..open], &text[close + 1..]);
         if let Some((at, _)) = opening(suffix) {
             return Err(ExprError { at: Some(close + 1 + at), message: "only one `${…}` is supported".into() });
@@ -426,6 +433,7 @@ mod tests {
         assert!(err("ds_${user_id ^ 2}").message.contains("unexpected `^`"));
         assert!(err("ds_}").message.contains("outside"));
         assert!(err(&format!("${{{}user_id{}}}", "(".repeat(100), ")".repeat(100))).message.contains("nested"));
+        assert!(err(&format!("${{user_id{}}}", "+1".repeat(300))).message.contains("longer than 512"));
     }
 
     #[test]
