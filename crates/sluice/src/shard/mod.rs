@@ -241,7 +241,7 @@ impl ShardMap {
                     "range" => Algorithm::Range(t.boundaries.clone()),
                     "inline" => {
                         // Validated (`check_sharding`): both compile.
-                        let (node, table) = compile_inline(t, &databases_rows[database]);
+                        let (node, table) = compile_inline(t, databases_rows.get(database)?);
                         let node = node?.ok()?;
                         let table = match table {
                             Some(p) => Some(p.ok()?),
