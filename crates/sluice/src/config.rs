@@ -618,7 +618,7 @@ pub struct ShardedTableRow {
     pub database: String,
     pub table: String,
     pub sharding_column: String,
-    /// `mod`, `hash_mod`, `range` or `list` (docs/sharding.md).
+    /// `mod`, `hash_mod`, `range`, `list` or `inline` (docs/sharding.md).
     pub algorithm: String,
     /// Physical tables per node: 1 keeps the table's own name; more are `table_0`…`table_{n-1}`
     /// on each node. Shards = nodes × tables_per_node.
@@ -639,6 +639,14 @@ pub struct ShardedTableRow {
     /// an INSERT leaves it out; as the sharding column, the key also picks the shard.
     #[serde(default)]
     pub generated_key: Option<String>,
+    /// `inline`: the template naming a row's node by its database, ShardingSphere-style
+    /// (`ds_${user_id % 2}`): integer arithmetic on the sharding column inside `${…}`.
+    #[serde(default)]
+    pub database_expression: Option<String>,
+    /// `inline`: the template naming its physical table on the node (`t_order_${user_id / 2 % 2}`);
+    /// needed with tables_per_node > 1.
+    #[serde(default)]
+    pub table_expression: Option<String>,
 }
 
 fn default_port() -> u16 {
@@ -1312,8 +1320,33 @@ impl FileConfig {
                 out.push(problem(at("generated_key"), "must name a column"));
             }
             let shards = db.nodes.len() * t.tables_per_node.max(1) as usize;
+            if t.algorithm != "inline" {
+                for (field, v) in [("database_expression", &t.database_expression), ("table_expression", &t.table_expression)] {
+                    if v.is_some() {
+                        out.push(problem(at(field), format!("is for algorithm inline, not {}", t.algorithm)));
+                    }
+                }
+            }
             match t.algorithm.as_str() {
                 "mod" | "hash_mod" => {}
+                "inline" => {
+                    let nodes: Vec<String> = db.nodes.iter().map(|n| n.database.clone()).collect();
+                    let tables = crate::shard_expr::physical_names(&t.table, t.tables_per_node as usize);
+                    let compile =
+                        |e: &String, names: &[String], what| crate::shard_expr::Picker::compile(e, &t.sharding_column, names, what);
+                    let node = t.database_expression.as_ref().map(|e| compile(e, &nodes, "node"));
+                    let table = t.table_expression.as_ref().map(|e| compile(e, &tables, "table"));
+                    if t.database_expression.is_none() {
+                        out.push(problem(at("database_expression"), "inline needs a template naming the node (`ds_${user_id % 2}`)"));
+                    } else if let Some(Err(e)) = node {
+                        out.push(problem(at("database_expression"), e.to_string()));
+                    }
+                    if t.table_expression.is_none() && t.tables_per_node > 1 {
+                        out.push(problem(at("table_expression"), "inline with tables_per_node > 1 needs a template naming the table"));
+                    } else if let Some(Err(e)) = table {
+                        out.push(problem(at("table_expression"), e.to_string()));
+                    }
+                }
                 "range" => {
                     if t.boundaries.len() + 1 != shards {
                         let message =
@@ -1332,7 +1365,7 @@ impl FileConfig {
                         out.push(problem(at("lists"), format!("key {v} is in two lists")));
                     }
                 }
-                other => out.push(problem(at("algorithm"), format!("`{other}` is not one of mod, hash_mod, range, list"))),
+                other => out.push(problem(at("algorithm"), format!("`{other}` is not one of mod, hash_mod, range, list, inline"))),
             }
             if let Some(group) = &t.binding_group {
                 let first = self.sharded_tables[..i].iter().find(|o| o.binding_group.as_ref() == Some(group));
@@ -1341,10 +1374,13 @@ impl FileConfig {
                         && o.algorithm == t.algorithm
                         && o.tables_per_node == t.tables_per_node
                         && o.boundaries == t.boundaries
-                        && o.lists == t.lists;
+                        && o.lists == t.lists
+                        && o.database_expression == t.database_expression
+                        && o.table_expression.as_ref().map(|e| e.replacen(&o.table, "", 1))
+                            == t.table_expression.as_ref().map(|e| e.replacen(&t.table, "", 1));
                     if !alike {
                         let message = format!(
-                            "`{}` must shard like `{}` (same database, algorithm, tables_per_node, boundaries and lists) to be in binding group `{group}`",
+                            "`{}` must shard like `{}` (same database, algorithm, tables_per_node, boundaries, lists and expressions) to be in binding group `{group}`",
                             t.table, o.table
                         );
                         out.push(problem(at("binding_group"), message));

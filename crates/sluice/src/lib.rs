@@ -34,6 +34,7 @@ pub mod rules;
 pub mod server;
 pub mod session;
 pub mod shard;
+pub mod shard_expr;
 pub mod snapshot;
 pub mod stats;
 pub mod throttle;

@@ -182,6 +182,7 @@ fn parse_move(w: &[&str]) -> Option<AdminCommand> {
         ["MYSQL", "USERS", rest @ ..] => (Module::MysqlUsers, rest),
         ["MYSQL", "QUERY", "RULES", rest @ ..] => (Module::MysqlQueryRules, rest),
         ["MYSQL", "FIREWALL", rest @ ..] => (Module::MysqlFirewall, rest),
+        ["SHARDING", rest @ ..] => (Module::Sharding, rest),
         ["MYSQL", "VARIABLES", rest @ ..] => (Module::MysqlVariables, rest),
         ["ADMIN", "VARIABLES", rest @ ..] => (Module::AdminVariables, rest),
         _ => return None,
@@ -279,6 +280,7 @@ mod tests {
             ("mysql users", Module::MysqlUsers),
             ("Mysql Query Rules", Module::MysqlQueryRules),
             ("mysql firewall", Module::MysqlFirewall),
+            ("sharding", Module::Sharding),
             ("MYSQL VARIABLES", Module::MysqlVariables),
             ("ADMIN VARIABLES", Module::AdminVariables),
         ];

@@ -57,6 +57,8 @@ pub enum Module {
     MysqlQueryRules,
     /// The three `mysql_firewall_whitelist_*` tables.
     MysqlFirewall,
+    /// `shard_databases`, `shard_nodes` and `sharded_tables`.
+    Sharding,
     /// `global_variables` rows not named `admin-*`: ProxySQL's `mysql-*` and sluice's `sluice-*`.
     MysqlVariables,
     /// `global_variables` rows named `admin-*`.
@@ -64,11 +66,12 @@ pub enum Module {
 }
 
 impl Module {
-    pub const ALL: [Module; 6] = [
+    pub const ALL: [Module; 7] = [
         Module::MysqlServers,
         Module::MysqlUsers,
         Module::MysqlQueryRules,
         Module::MysqlFirewall,
+        Module::Sharding,
         Module::MysqlVariables,
         Module::AdminVariables,
     ];
@@ -80,6 +83,7 @@ impl Module {
             Module::MysqlUsers => "MYSQL USERS",
             Module::MysqlQueryRules => "MYSQL QUERY RULES",
             Module::MysqlFirewall => "MYSQL FIREWALL",
+            Module::Sharding => "SHARDING",
             Module::MysqlVariables => "MYSQL VARIABLES",
             Module::AdminVariables => "ADMIN VARIABLES",
         }
@@ -233,6 +237,21 @@ pub(crate) fn fingerprint_key(fingerprint: &str) -> String {
     format!("mysql_firewall_whitelist_sqli_fingerprints fingerprint={}", quoted(fingerprint))
 }
 
+/// `shard_databases name='shop'`.
+pub(crate) fn shard_database_key(name: &str) -> String {
+    format!("shard_databases name={}", quoted(name))
+}
+
+/// `shard_nodes (database='shop', node_index=2)`.
+pub(crate) fn shard_node_key(database: &str, node_index: impl std::fmt::Display) -> String {
+    format!("shard_nodes (database={}, node_index={node_index})", quoted(database))
+}
+
+/// `sharded_tables (database='shop', table_name='t_order')`.
+pub(crate) fn sharded_table_key(database: &str, table: &str) -> String {
+    format!("sharded_tables (database={}, table_name={})", quoted(database), quoted(table))
+}
+
 /// Names row `index` of a module's rows in `fc` by its primary key, as `RowError` does; for the
 /// variable modules (no rows) the table's name. The integrator turns the `mysql_users[3]` of a
 /// validation error into this.
@@ -245,6 +264,7 @@ pub fn describe_row(module: Module, fc: &FileConfig, index: usize) -> String {
         Module::MysqlUsers => fc.mysql_users.get(index).map_or_else(|| missing("mysql_users"), |u| user_key(&u.username)),
         Module::MysqlQueryRules => fc.mysql_query_rules.get(index).map_or_else(|| missing("mysql_query_rules"), |r| rule_key(r.rule_id)),
         Module::MysqlFirewall => "the firewall tables".into(),
+        Module::Sharding => "the sharding tables".into(),
         Module::MysqlVariables | Module::AdminVariables => "global_variables".into(),
     }
 }
@@ -263,6 +283,9 @@ pub fn describe_config_error(fc: &FileConfig, e: &ConfigError) -> String {
         }
     }
     if let Some(located) = describe_firewall_error(fc, field, &e.message) {
+        return located;
+    }
+    if let Some(located) = describe_sharding_error(fc, field, &e.message) {
         return located;
     }
     let rows =
@@ -315,4 +338,36 @@ fn describe_firewall_error(fc: &FileConfig, field: &str, message: &str) -> Optio
         _ => return None,
     }?;
     Some(format!("{row}: {column}: {message}"))
+}
+
+/// A sharding row's validation error in the tables' terms: `shard_databases[0].nodes[1].hostgroup`
+/// is `shard_nodes (database='shop', node_index=1): hostgroup: …`, `sharded_tables[2].table` is
+/// `sharded_tables (…): table_name: …`; the file's `[[section]]` names become table names.
+fn describe_sharding_error(fc: &FileConfig, field: &str, message: &str) -> Option<String> {
+    let message = message.replace("[[", "").replace("]]", "");
+    let (table, rest) = field.split_once('[')?;
+    let (index, column) = rest.split_once(']')?;
+    let index: usize = index.parse().ok()?;
+    let column = column.trim_start_matches('.');
+    match table {
+        "shard_databases" => {
+            let d = fc.shard_databases.get(index)?;
+            if let Some(node) = column.strip_prefix("nodes[") {
+                let (j, node_column) = node.split_once(']')?;
+                let node_column = match node_column.trim_start_matches('.') {
+                    "database" => "node_database",
+                    other => other,
+                };
+                return Some(format!("{}: {node_column}: {message}", shard_node_key(&d.name, j)));
+            }
+            let column = if column == "nodes" { "shard_nodes" } else { column };
+            Some(format!("{}: {column}: {message}", shard_database_key(&d.name)))
+        }
+        "sharded_tables" => {
+            let t = fc.sharded_tables.get(index)?;
+            let column = if column == "table" { "table_name" } else { column };
+            Some(format!("{}: {column}: {message}", sharded_table_key(&t.database, &t.table)))
+        }
+        _ => None,
+    }
 }

@@ -4,9 +4,12 @@
 //! primary key and the column.
 
 use super::schema::qualified;
-use super::{fingerprint_key, firewall_rule_key, firewall_user_key};
+use super::{fingerprint_key, firewall_rule_key, firewall_user_key, shard_database_key, shard_node_key, sharded_table_key};
 use super::{quoted, replication_key, rule_key, server_key, user_key, AdminError, Layer, RowError};
-use crate::config::{CausalReads, FileConfig, QueryRuleRow, ReplicationHostgroupRow, ServerRow, ServerStatus, UserRow};
+use crate::config::{
+    CausalReads, FileConfig, QueryRuleRow, ReplicationHostgroupRow, ServerRow, ServerStatus, ShardDatabaseRow, ShardNode, ShardedTableRow,
+    UserRow,
+};
 use crate::firewall::{FirewallRuleRow, FirewallUserRow, Mode, SqliFingerprintRow};
 use rusqlite::types::Value;
 use rusqlite::{params, Connection};
@@ -572,4 +575,163 @@ pub(crate) fn read_fingerprints(conn: &Connection, layer: Layer) -> Result<Vec<S
         out.push(SqliFingerprintRow { active: r.boolean("active")?, fingerprint: r.text_or_empty("fingerprint")? });
     }
     Ok(out)
+}
+
+const SHARD_DATABASE_COLUMNS: &[&str] =
+    &["name", "broadcast_tables", "max_connections_per_query", "key_worker_id", "max_merge_buffer_bytes", "max_statement_bytes", "xa_log"];
+const SHARD_NODE_COLUMNS: &[&str] = &["database", "node_index", "hostgroup", "node_database"];
+const SHARDED_TABLE_COLUMNS: &[&str] = &[
+    "database",
+    "table_name",
+    "sharding_column",
+    "algorithm",
+    "tables_per_node",
+    "boundaries",
+    "lists",
+    "binding_group",
+    "generated_key",
+    "database_expression",
+    "table_expression",
+];
+
+/// A list of integers as the sharding tables write it: `100,200,300`.
+fn join_ints(v: &[i64]) -> String {
+    v.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// The sharding tables of a layer, replaced by `fc`'s rows: each `[[shard_databases]]` row
+/// becomes a `shard_databases` row and one `shard_nodes` row per node.
+pub(crate) fn write_sharding(conn: &Connection, layer: Layer, fc: &FileConfig) -> Result<(), AdminError> {
+    let databases = qualified(layer, "shard_databases");
+    let nodes = qualified(layer, "shard_nodes");
+    let tables = qualified(layer, "sharded_tables");
+    for table in [&databases, &nodes, &tables] {
+        conn.execute(&format!("DELETE FROM {table}"), [])?;
+    }
+    let mut insert_db =
+        conn.prepare(&format!("INSERT INTO {databases} ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", SHARD_DATABASE_COLUMNS.join(", ")))?;
+    let mut insert_node = conn.prepare(&format!("INSERT INTO {nodes} ({}) VALUES (?1, ?2, ?3, ?4)", SHARD_NODE_COLUMNS.join(", ")))?;
+    for d in &fc.shard_databases {
+        let max_merge = i64::try_from(d.max_merge_buffer_bytes).unwrap_or(i64::MAX);
+        let max_statement = i64::try_from(d.max_statement_bytes).unwrap_or(i64::MAX);
+        insert_db
+            .execute(params![
+                d.name,
+                d.broadcast_tables.join(","),
+                d.max_connections_per_query,
+                d.key_worker_id,
+                max_merge,
+                max_statement,
+                d.xa_log
+            ])
+            .map_err(write_err(shard_database_key(&d.name)))?;
+        for (i, n) in d.nodes.iter().enumerate() {
+            insert_node.execute(params![d.name, i as i64, n.hostgroup, n.database]).map_err(write_err(shard_node_key(&d.name, i)))?;
+        }
+    }
+    let mut insert = conn.prepare(&format!(
+        "INSERT INTO {tables} ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        SHARDED_TABLE_COLUMNS.join(", ")
+    ))?;
+    for t in &fc.sharded_tables {
+        let lists = t.lists.iter().map(|l| join_ints(l)).collect::<Vec<_>>().join(";");
+        insert
+            .execute(params![
+                t.database,
+                t.table,
+                t.sharding_column,
+                t.algorithm,
+                t.tables_per_node,
+                join_ints(&t.boundaries),
+                lists,
+                t.binding_group,
+                t.generated_key,
+                t.database_expression,
+                t.table_expression
+            ])
+            .map_err(write_err(sharded_table_key(&t.database, &t.table)))?;
+    }
+    Ok(())
+}
+
+/// `a, b,c` → `["a", "b", "c"]`; empty items dropped.
+fn split_names(text: &str) -> Vec<String> {
+    text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+}
+
+impl Rec {
+    /// A comma-separated list of integers (`100, 200`); empty: none.
+    fn ints(&self, column: &str, text: &str) -> Result<Vec<i64>, RowError> {
+        text.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|v| {
+                v.parse::<i64>().map_err(|_| self.err(column, format!("`{v}` is not an integer (a comma-separated list of integers)")))
+            })
+            .collect()
+    }
+
+    /// NULL or `''`: none.
+    fn optional_text(&self, column: &str) -> Result<Option<String>, RowError> {
+        Ok(self.text(column)?.map(|t| t.trim().to_string()).filter(|t| !t.is_empty()))
+    }
+}
+
+/// The sharding tables of a layer as `[[shard_databases]]` (nodes gathered from `shard_nodes`)
+/// and `[[sharded_tables]]` rows. Each database's nodes must be numbered 0, 1, … without gaps.
+pub(crate) fn read_sharding(conn: &Connection, layer: Layer) -> Result<(Vec<ShardDatabaseRow>, Vec<ShardedTableRow>), RowError> {
+    let mut databases = Vec::new();
+    for values in select(conn, layer, "shard_databases", SHARD_DATABASE_COLUMNS, "1", "rowid")? {
+        let r = Rec::new(SHARD_DATABASE_COLUMNS, values, |r| shard_database_key(&shown_bare(r.value("name"))));
+        databases.push(ShardDatabaseRow {
+            name: r.text_or_empty("name")?,
+            nodes: Vec::new(),
+            broadcast_tables: split_names(&r.text_or_empty("broadcast_tables")?),
+            max_connections_per_query: r.ranged("max_connections_per_query", "1 to 4294967295")?,
+            key_worker_id: r.ranged("key_worker_id", "0 to 1023")?,
+            max_merge_buffer_bytes: r.ranged("max_merge_buffer_bytes", "0 or more")?,
+            max_statement_bytes: r.ranged("max_statement_bytes", "1024 or more")?,
+            xa_log: r.optional_text("xa_log")?,
+        });
+    }
+    for values in select(conn, layer, "shard_nodes", SHARD_NODE_COLUMNS, "1", "database COLLATE NOCASE, node_index")? {
+        let r =
+            Rec::new(SHARD_NODE_COLUMNS, values, |r| shard_node_key(&shown_bare(r.value("database")), shown_bare(r.value("node_index"))));
+        let database = r.text_or_empty("database")?;
+        let Some(d) = databases.iter_mut().find(|d| d.name.eq_ignore_ascii_case(&database)) else {
+            return Err(r.err("database", format!("`{database}` has no shard_databases row")));
+        };
+        let index: i64 = r.required_int("node_index")?;
+        let next = d.nodes.len() as i64;
+        if index != next {
+            return Err(r.err("node_index", format!("the nodes of `{database}` are numbered 0, 1, … without gaps: node {next} is missing")));
+        }
+        d.nodes.push(ShardNode { hostgroup: r.ranged("hostgroup", "0 to 4294967295")?, database: r.text_or_empty("node_database")? });
+    }
+    let mut tables = Vec::new();
+    for values in select(conn, layer, "sharded_tables", SHARDED_TABLE_COLUMNS, "1", "rowid")? {
+        let r = Rec::new(SHARDED_TABLE_COLUMNS, values, |r| {
+            sharded_table_key(&shown_bare(r.value("database")), &shown_bare(r.value("table_name")))
+        });
+        let lists_text = r.text_or_empty("lists")?;
+        let lists = if lists_text.trim().is_empty() {
+            Vec::new()
+        } else {
+            lists_text.split(';').map(|l| r.ints("lists", l)).collect::<Result<Vec<_>, _>>()?
+        };
+        tables.push(ShardedTableRow {
+            database: r.text_or_empty("database")?,
+            table: r.text_or_empty("table_name")?,
+            sharding_column: r.text_or_empty("sharding_column")?,
+            algorithm: r.text_or_empty("algorithm")?.trim().to_ascii_lowercase(),
+            tables_per_node: r.ranged("tables_per_node", "1 to 4294967295")?,
+            boundaries: r.ints("boundaries", &r.text_or_empty("boundaries")?)?,
+            lists,
+            binding_group: r.optional_text("binding_group")?,
+            generated_key: r.optional_text("generated_key")?,
+            database_expression: r.optional_text("database_expression")?,
+            table_expression: r.optional_text("table_expression")?,
+        });
+    }
+    Ok((databases, tables))
 }

@@ -7,8 +7,13 @@ use super::{Layer, Module};
 /// an older sluice gains the columns added since (`Store::open`). 2: `mysql_servers.
 /// max_replication_lag`, `mysql_replication_hostgroups.causal_reads_timeout_ms`. 3: the
 /// statement limits of `mysql_users` and `mysql_query_rules` (`max_concurrent_queries`,
-/// `max_queries_per_second`).
-pub const SCHEMA_VERSION: i64 = 3;
+/// `max_queries_per_second`). 4: the sharding tables (`shard_databases`, `shard_nodes`,
+/// `sharded_tables`).
+pub const SCHEMA_VERSION: i64 = 4;
+
+/// The first version with the sharding tables: a disk file older than it held its sharding in
+/// the config file only (`Store::sharding_predates_disk`).
+pub(crate) const SHARDING_SINCE: i64 = 4;
 
 const MYSQL_SERVERS: &str = "
     hostgroup_id INT CHECK (hostgroup_id >= 0) NOT NULL DEFAULT 0,
@@ -137,6 +142,42 @@ const MYSQL_FIREWALL_WHITELIST_SQLI_FINGERPRINTS: &str = "
     fingerprint VARCHAR NOT NULL,
     PRIMARY KEY (fingerprint)";
 
+/// sluice's sharding tables (docs/sharding.md): `[[shard_databases]]` without its nodes, which
+/// are rows of `shard_nodes`, and `[[sharded_tables]]`. Lists are text: `broadcast_tables` and
+/// `boundaries` comma-separated, `lists` one list per shard separated by `;`.
+const SHARD_DATABASES: &str = "
+    name VARCHAR NOT NULL PRIMARY KEY,
+    broadcast_tables VARCHAR NOT NULL DEFAULT '',
+    max_connections_per_query INT CHECK (max_connections_per_query >= 1) NOT NULL DEFAULT 16,
+    key_worker_id INT CHECK (key_worker_id >= 0 AND key_worker_id <= 1023) NOT NULL DEFAULT 0,
+    max_merge_buffer_bytes INT CHECK (max_merge_buffer_bytes >= 0) NOT NULL DEFAULT 67108864,
+    max_statement_bytes INT CHECK (max_statement_bytes >= 1024) NOT NULL DEFAULT 1048576,
+    xa_log VARCHAR,
+    comment VARCHAR NOT NULL DEFAULT ''";
+
+const SHARD_NODES: &str = "
+    database VARCHAR NOT NULL,
+    node_index INT CHECK (node_index >= 0) NOT NULL,
+    hostgroup INT CHECK (hostgroup >= 0) NOT NULL,
+    node_database VARCHAR NOT NULL,
+    comment VARCHAR NOT NULL DEFAULT '',
+    PRIMARY KEY (database, node_index)";
+
+const SHARDED_TABLES: &str = "
+    database VARCHAR NOT NULL,
+    table_name VARCHAR NOT NULL,
+    sharding_column VARCHAR NOT NULL,
+    algorithm VARCHAR NOT NULL DEFAULT 'mod',
+    tables_per_node INT CHECK (tables_per_node >= 1) NOT NULL DEFAULT 1,
+    boundaries VARCHAR NOT NULL DEFAULT '',
+    lists VARCHAR NOT NULL DEFAULT '',
+    binding_group VARCHAR,
+    generated_key VARCHAR,
+    database_expression VARCHAR,
+    table_expression VARCHAR,
+    comment VARCHAR NOT NULL DEFAULT '',
+    PRIMARY KEY (database, table_name)";
+
 const GLOBAL_VARIABLES: &str = "
     variable_name VARCHAR NOT NULL PRIMARY KEY,
     variable_value VARCHAR NOT NULL";
@@ -151,6 +192,9 @@ pub(crate) const CONFIG_TABLES: &[(&str, &str)] = &[
     ("mysql_firewall_whitelist_users", MYSQL_FIREWALL_WHITELIST_USERS),
     ("mysql_firewall_whitelist_rules", MYSQL_FIREWALL_WHITELIST_RULES),
     ("mysql_firewall_whitelist_sqli_fingerprints", MYSQL_FIREWALL_WHITELIST_SQLI_FINGERPRINTS),
+    ("shard_databases", SHARD_DATABASES),
+    ("shard_nodes", SHARD_NODES),
+    ("sharded_tables", SHARDED_TABLES),
     ("global_variables", GLOBAL_VARIABLES),
 ];
 
@@ -163,6 +207,7 @@ pub(crate) fn module_tables(module: Module) -> &'static [&'static str] {
         Module::MysqlFirewall => {
             &["mysql_firewall_whitelist_users", "mysql_firewall_whitelist_rules", "mysql_firewall_whitelist_sqli_fingerprints"]
         }
+        Module::Sharding => &["shard_databases", "shard_nodes", "sharded_tables"],
         Module::MysqlVariables | Module::AdminVariables => &["global_variables"],
     }
 }

@@ -37,6 +37,14 @@ pub fn open(file: Config, opts: &StartOptions) -> anyhow::Result<(Admin, Config)
         file
     } else {
         let mut saved = file.to_file();
+        if store.sharding_predates_disk() {
+            // Saved before the sharding tables existed: its sharding was the file's.
+            store.seed(&[Module::Sharding], &saved, &[Layer::Disk])?;
+            tracing::info!(
+                "{}: saved by an older sluice without the sharding tables; they start with the file's sharding",
+                db.as_deref().unwrap_or("")
+            );
+        }
         for m in Module::ALL {
             store
                 .read(Layer::Disk, m, &mut saved)

@@ -133,6 +133,8 @@ pub struct Store {
     fence: Arc<Fence>,
     /// `admin-memory_limit_bytes` as last applied (SQLite's heap limit, the largest result).
     memory_limit: u64,
+    /// The disk file was saved by a sluice without the sharding tables.
+    sharding_predates_disk: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -152,14 +154,16 @@ impl Store {
         conn.authorizer(Some(move |ctx: rusqlite::hooks::AuthContext<'_>| authorizer.authorize(ctx)));
         let progress = fence.clone();
         conn.progress_handler(PROGRESS_STEPS, Some(move || progress.should_stop()));
-        let fresh = Self::prepare(&conn, &fence, datadir)?;
-        let mut store = Store { conn, fence, memory_limit: 0 };
+        let (fresh, version) = Self::prepare(&conn, &fence, datadir)?;
+        let sharding_predates_disk = !fresh && version < super::schema::SHARDING_SINCE;
+        let mut store = Store { conn, fence, memory_limit: 0, sharding_predates_disk };
         store.apply_limits(crate::config::ProxySection::default().admin_memory_limit_bytes)?;
         Ok((store, fresh))
     }
 
-    /// Opens the layers and creates the tables, as sluice's own statements.
-    fn prepare(conn: &Connection, fence: &Fence, datadir: Option<&Path>) -> Result<bool, StoreError> {
+    /// Opens the layers and creates the tables, as sluice's own statements: whether the disk
+    /// layer holds no configuration yet, and the schema version it was saved with.
+    fn prepare(conn: &Connection, fence: &Fence, datadir: Option<&Path>) -> Result<(bool, i64), StoreError> {
         let _internal = fence.internal();
         // Defensive: no writable schema, no shadow-table writes; untrusted schema: views and
         // triggers call only functions without side effects.
@@ -198,7 +202,13 @@ impl Store {
         for (table, _) in CONFIG_TABLES {
             rows += conn.query_row(&format!("SELECT COUNT(*) FROM disk.{table}"), [], |r| r.get::<_, i64>(0)).map_err(disk)?;
         }
-        Ok(rows == 0)
+        Ok((rows == 0, version))
+    }
+
+    /// Whether the disk file was saved by a sluice whose sharding lived in the config file
+    /// only: start-up then takes the file's sharding rather than the new, empty tables.
+    pub fn sharding_predates_disk(&self) -> bool {
+        self.sharding_predates_disk
     }
 
     /// A disk file saved by an older sluice: each table that lacks columns added since is
@@ -330,6 +340,7 @@ impl Store {
                 into.mysql_firewall_whitelist_rules = rows::read_firewall_rules(&self.conn, layer)?;
                 into.mysql_firewall_whitelist_sqli_fingerprints = rows::read_fingerprints(&self.conn, layer)?;
             }
+            Module::Sharding => (into.shard_databases, into.sharded_tables) = rows::read_sharding(&self.conn, layer)?,
             Module::MysqlVariables | Module::AdminVariables => {
                 let vars = rows::read_variables(&self.conn, layer, module_filter(module))?;
                 variables::apply(&vars, module, into)?;
@@ -558,6 +569,7 @@ fn write_module(conn: &Connection, layer: Layer, module: Module, fc: &FileConfig
         Module::MysqlUsers => rows::write_users(conn, layer, &fc.mysql_users),
         Module::MysqlQueryRules => rows::write_rules(conn, layer, &fc.mysql_query_rules),
         Module::MysqlFirewall => rows::write_firewall(conn, layer, fc),
+        Module::Sharding => rows::write_sharding(conn, layer, fc),
         Module::MysqlVariables | Module::AdminVariables => {
             let vars = variables::render(fc, module)?;
             rows::write_variables(conn, layer, module_filter(module), &vars)

@@ -180,6 +180,8 @@ pub fn apply(rows: &[(String, String)], module: Module, into: &mut FileConfig) -
         "mysql_firewall_whitelist_users",
         "mysql_firewall_whitelist_rules",
         "mysql_firewall_whitelist_sqli_fingerprints",
+        "shard_databases",
+        "sharded_tables",
     ] {
         table.remove(rows_key);
     }

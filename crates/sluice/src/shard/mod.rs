@@ -11,6 +11,7 @@ pub mod plan;
 pub mod xa;
 
 use crate::config::{ShardDatabaseRow, ShardNode, ShardedTableRow};
+use crate::shard_expr::{physical_names, ExprError, PickError, Picker};
 use sql::lexer::{code_tokens, Kind};
 
 /// A logical database: its data nodes and broadcast tables.
@@ -38,6 +39,29 @@ pub enum Algorithm {
     Range(Vec<i64>),
     /// Shard `i` holds the keys of `lists[i]`.
     List(Vec<Vec<i64>>),
+    /// Templates naming the node (by its database) and the physical table (`inline`).
+    Inline(Box<Inline>),
+}
+
+/// The `inline` algorithm's templates, compiled against the node and table names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inline {
+    pub node: Picker,
+    /// None: table 0 (tables_per_node is 1).
+    pub table: Option<Picker>,
+}
+
+/// A template compiled, `None` when the field is not set.
+type Compiled = Option<Result<Picker, ExprError>>;
+
+/// Compiles an `inline` row's templates against its database's nodes and its physical tables:
+/// (database_expression, table_expression), each `None` when not set.
+fn compile_inline(t: &ShardedTableRow, db: &ShardDatabaseRow) -> (Compiled, Compiled) {
+    let nodes: Vec<String> = db.nodes.iter().map(|n| n.database.clone()).collect();
+    let tables = physical_names(&t.table, t.tables_per_node as usize);
+    let node = t.database_expression.as_deref().map(|e| Picker::compile(e, &t.sharding_column, &nodes, "node"));
+    let table = t.table_expression.as_deref().map(|e| Picker::compile(e, &t.sharding_column, &tables, "table"));
+    (node, table)
 }
 
 /// A sharded table.
@@ -115,7 +139,25 @@ impl ShardedTable {
                 let n = int("list")?;
                 lists.iter().position(|l| l.iter().any(|&v| i128::from(v) == n))
             }
+            Algorithm::Inline(i) => {
+                let n = int("inline")?;
+                let node = i.node.pick(n).map_err(|e| self.inline_error(&i.node, e, n, "node"))?;
+                let table = match &i.table {
+                    Some(p) => p.pick(n).map_err(|e| self.inline_error(p, e, n, "table"))?,
+                    None => 0,
+                };
+                Some(node * self.tables_per_node + table)
+            }
         })
+    }
+
+    /// Why an `inline` template picks nothing for key `n`.
+    fn inline_error(&self, p: &Picker, e: PickError, n: i128, what: &str) -> String {
+        let why = match e {
+            PickError::Eval(why) => why.to_string(),
+            PickError::Nothing(v) => format!("it gives `{}`, which is no configured {what}", p.template.render(v)),
+        };
+        format!("inline sharding of `{}`: `{}` for {} = {n}: {why}", self.table, p.source, self.column)
     }
 
     /// The shards a key range `[low, high]` (either end open) can be in: `None` when the
@@ -243,6 +285,16 @@ impl ShardMap {
                     "mod" => Algorithm::Mod,
                     "hash_mod" => Algorithm::HashMod,
                     "range" => Algorithm::Range(t.boundaries.clone()),
+                    "inline" => {
+                        // Validated (`check_sharding`): both compile.
+                        let (node, table) = compile_inline(t, databases_rows.get(database)?);
+                        let node = node?.ok()?;
+                        let table = match table {
+                            Some(p) => Some(p.ok()?),
+                            None => None,
+                        };
+                        Algorithm::Inline(Box::new(Inline { node, table }))
+                    }
                     _ => Algorithm::List(t.lists.clone()),
                 };
                 Some(ShardedTable {
@@ -378,6 +430,75 @@ mod tests {
     }
 
     #[test]
+    fn inline_rows_are_checked_at_load() {
+        let db = "[[shard_databases]]\nname = \"shop\"\nnodes = [{ hostgroup = 1, database = \"ds_0\" }, { hostgroup = 1, database = \"ds_1\" }]\n";
+        let table = |fields: &str| {
+            format!("{db}[[sharded_tables]]\ndatabase = \"shop\"\ntable = \"t\"\nsharding_column = \"k\"\nalgorithm = \"inline\"\n{fields}")
+        };
+        assert_eq!(config_error(&table("database_expression = \"ds_${k % 2}\"")), None);
+        let two = "tables_per_node = 2\ndatabase_expression = \"ds_${k % 2}\"\n";
+        assert_eq!(config_error(&table(&format!("{two}table_expression = \"t_${{k / 2 % 2}}\""))), None);
+        let e = config_error(&table(two)).unwrap();
+        assert!(e.contains("sharded_tables[0].table_expression") && e.contains("tables_per_node > 1"), "{e}");
+        let e = config_error(&table(&format!("{two}table_expression = \"t_${{k % 3}}\""))).unwrap();
+        assert!(e.contains("sharded_tables[0].table_expression") && e.contains("`t_2` is no table (t_0, t_1)"), "{e}");
+        let e = config_error(&table("")).unwrap();
+        assert!(e.contains("sharded_tables[0].database_expression") && e.contains("needs a template"), "{e}");
+        let e = config_error(&table("database_expression = \"ds_${k % 3}\"")).unwrap();
+        assert!(e.contains("gives values 0 to 2, and `ds_2` is no node (ds_0, ds_1)"), "{e}");
+        let e = config_error(&table("database_expression = \"ds_${user_id % 2}\"")).unwrap();
+        assert!(e.contains("at character 5: unknown column `user_id`"), "{e}");
+        let e = config_error(&table("database_expression = \"ds_${k / 0}\"")).unwrap();
+        assert!(e.contains("at character 7: division by zero"), "{e}");
+        let e = config_error(&table("database_expression = \"ds_${k % 2}\"").replace("\"inline\"", "\"mod\"")).unwrap();
+        assert!(e.contains("sharded_tables[0].database_expression") && e.contains("is for algorithm inline, not mod"), "{e}");
+    }
+
+    #[test]
+    fn inline_keys_pick_node_then_table() {
+        let db = ShardDatabaseRow {
+            name: "shop".into(),
+            nodes: (0..2).map(|i| ShardNode { hostgroup: 1, database: format!("ds_{i}") }).collect(),
+            broadcast_tables: vec![],
+            max_connections_per_query: 4,
+            key_worker_id: 0,
+            max_merge_buffer_bytes: 1 << 20,
+            max_statement_bytes: 1 << 20,
+            xa_log: None,
+        };
+        let row = |node: &str, table: Option<&str>| ShardedTableRow {
+            database: "shop".into(),
+            table: "t_order".into(),
+            sharding_column: "user_id".into(),
+            algorithm: "inline".into(),
+            tables_per_node: if table.is_some() { 2 } else { 1 },
+            boundaries: vec![],
+            lists: vec![],
+            binding_group: None,
+            generated_key: None,
+            database_expression: Some(node.into()),
+            table_expression: table.map(Into::into),
+        };
+        let map = ShardMap::build(std::slice::from_ref(&db), &[row("ds_${user_id % 2}", Some("t_order_${user_id / 2 % 2}"))]);
+        let t = &map.tables[0];
+        // user_id 6: node 6 % 2 = 0, table 6 / 2 % 2 = 1: shard 1, `ds_0`.`t_order_1`.
+        assert_eq!(t.shard_of(&Key::Int(6), 4), Ok(Some(1)));
+        assert_eq!(t.physical(1), (0, "t_order_1".to_string()));
+        assert_eq!(t.shard_of(&Key::Int(-1), 4), Ok(Some(3)), "Euclidean: node 1, table 1");
+        assert!(t.shard_of(&Key::text("x"), 4).unwrap_err().contains("needs an integer key"));
+        // Unbounded: a key naming no node is refused when it is met, clearly.
+        let map = ShardMap::build(std::slice::from_ref(&db), &[row("ds_${user_id - 10}", None)]);
+        let t = &map.tables[0];
+        assert_eq!(t.shard_of(&Key::Int(11), 2), Ok(Some(1)));
+        assert_eq!(
+            t.shard_of(&Key::Int(12), 2).unwrap_err(),
+            "inline sharding of `t_order`: `ds_${user_id - 10}` for user_id = 12: it gives `ds_2`, which is no configured node"
+        );
+        let map = ShardMap::build(std::slice::from_ref(&db), &[row("ds_${1 / (user_id - 3)}", None)]);
+        assert!(map.tables[0].shard_of(&Key::Int(3), 2).unwrap_err().ends_with("for user_id = 3: division by zero"));
+    }
+
+    #[test]
     fn mentions_reads_code_only() {
         let map = ShardMap::build(
             &[ShardDatabaseRow {
@@ -400,6 +521,8 @@ mod tests {
                 lists: vec![],
                 binding_group: None,
                 generated_key: None,
+                database_expression: None,
+                table_expression: None,
             }],
         );
         assert!(map.mentions(b"SELECT * FROM T_ORDER WHERE user_id = 1"));

@@ -103,6 +103,29 @@ flagIN = 3
 digest = "0x1"
 [[mysql_firewall_whitelist_sqli_fingerprints]]
 fingerprint = "T&1o1"
+[[shard_databases]]
+name = "shop"
+nodes = [{ hostgroup = 0, database = "ds_0" }, { hostgroup = 1, database = "ds_1" }]
+broadcast_tables = ["region", "country"]
+max_connections_per_query = 4
+key_worker_id = 7
+max_merge_buffer_bytes = 1048576
+[[sharded_tables]]
+database = "shop"
+table = "t_order"
+sharding_column = "user_id"
+algorithm = "range"
+tables_per_node = 2
+boundaries = [-10, 100, 2000]
+binding_group = "by_user"
+generated_key = "id"
+[[sharded_tables]]
+database = "shop"
+table = "t_item"
+sharding_column = "user_id"
+algorithm = "list"
+tables_per_node = 2
+lists = [[1, 2], [], [3], [-4, 5]]
 "#;
 
 fn config() -> FileConfig {
@@ -129,6 +152,8 @@ fn assert_same(a: &FileConfig, b: &FileConfig) {
     assert_eq!(a.mysql_firewall_whitelist_users, b.mysql_firewall_whitelist_users);
     assert_eq!(a.mysql_firewall_whitelist_rules, b.mysql_firewall_whitelist_rules);
     assert_eq!(a.mysql_firewall_whitelist_sqli_fingerprints, b.mysql_firewall_whitelist_sqli_fingerprints);
+    assert_eq!(a.shard_databases, b.shard_databases);
+    assert_eq!(a.sharded_tables, b.sharded_tables);
 }
 
 fn read_all(store: &Store, layer: Layer) -> FileConfig {
@@ -770,4 +795,84 @@ fn replication_hostgroups_round_trip_and_bad_rows_are_named() {
         describe_config_error(&loaded, &e),
         "mysql_replication_hostgroups writer_hostgroup=9: writer_hostgroup: neither hostgroup 9 nor 10 has a [[mysql_servers]] row"
     );
+}
+
+#[test]
+fn sharding_rows_round_trip_and_bad_rows_are_named() {
+    let (mut store, _) = Store::open(None).unwrap();
+    store.seed(&Module::ALL, &config(), &[Layer::Memory]).unwrap();
+    let out = store.query("SELECT database, node_index, hostgroup, node_database FROM shard_nodes ORDER BY node_index").unwrap();
+    assert_eq!(text(&rows_of(out)), vec![vec!["shop", "0", "0", "ds_0"], vec!["shop", "1", "1", "ds_1"]]);
+    let out = store.query("SELECT boundaries, lists, binding_group FROM sharded_tables ORDER BY table_name").unwrap();
+    assert_eq!(text(&rows_of(out)), vec![vec!["", "1,2;;3;-4,5", "NULL"], vec!["-10,100,2000", "", "by_user"]]);
+    let read = |store: &Store| {
+        let mut fc = config();
+        store.read(Layer::Memory, Module::Sharding, &mut fc).map(|()| fc).map_err(|e| e.to_string())
+    };
+    // Written as an admin would: spaces and case are fine.
+    store
+        .query(
+            "INSERT INTO sharded_tables (database, table_name, sharding_column, algorithm, boundaries) \
+             VALUES ('shop', 't_log', 'user_id', ' RANGE', ' 5 , 9 ,20 ')",
+        )
+        .unwrap();
+    let fc = read(&store).unwrap();
+    assert_eq!((fc.sharded_tables[2].algorithm.as_str(), &fc.sharded_tables[2].boundaries[..]), ("range", &[5, 9, 20][..]));
+    store.query("UPDATE sharded_tables SET boundaries = '5,x' WHERE table_name = 't_log'").unwrap();
+    assert_eq!(
+        read(&store).unwrap_err(),
+        "sharded_tables (database='shop', table_name='t_log'): boundaries: `x` is not an integer (a comma-separated list of integers)"
+    );
+    store.query("DELETE FROM sharded_tables WHERE table_name = 't_log'").unwrap();
+    // A gap in the node numbers, a node of no database.
+    store.query("UPDATE shard_nodes SET node_index = 2 WHERE node_index = 1").unwrap();
+    assert_eq!(
+        read(&store).unwrap_err(),
+        "shard_nodes (database='shop', node_index=2): node_index: the nodes of `shop` are numbered 0, 1, … without gaps: node 1 is missing"
+    );
+    store.query("UPDATE shard_nodes SET node_index = 1, database = 'shoe' WHERE node_index = 2").unwrap();
+    assert_eq!(read(&store).unwrap_err(), "shard_nodes (database='shoe', node_index=1): database: `shoe` has no shard_databases row");
+    store.query("UPDATE shard_nodes SET database = 'SHOP' WHERE node_index = 1").unwrap();
+    assert_eq!(read(&store).unwrap().shard_databases, config().shard_databases, "names compare without case");
+    // Validation errors name the row and the field in the tables' terms.
+    let mut fc = read(&store).unwrap();
+    fc.shard_databases[0].nodes[1].hostgroup = 9;
+    let e = fc.clone().validate(None, None).unwrap_err();
+    assert_eq!(
+        describe_config_error(&fc, &e),
+        "shard_nodes (database='shop', node_index=1): hostgroup: hostgroup 9 has no mysql_servers row"
+    );
+    let mut fc = read(&store).unwrap();
+    fc.sharded_tables[0].boundaries = vec![1, 3, 2];
+    let e = fc.clone().validate(None, None).unwrap_err();
+    assert_eq!(
+        describe_config_error(&fc, &e),
+        "sharded_tables (database='shop', table_name='t_order'): boundaries: must be strictly ascending"
+    );
+    let mut fc = read(&store).unwrap();
+    fc.sharded_tables[1].binding_group = Some("by_user".into());
+    let e = fc.clone().validate(None, None).unwrap_err();
+    let e = describe_config_error(&fc, &e);
+    assert!(
+        e.starts_with("sharded_tables (database='shop', table_name='t_item'): binding_group: `t_item` must shard like `t_order`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_disk_file_older_than_the_sharding_tables_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let old = rusqlite::Connection::open(dir.path().join("sluice.db")).unwrap();
+        old.execute_batch(
+            "CREATE TABLE mysql_users (username VARCHAR NOT NULL, password VARCHAR, default_hostgroup INT NOT NULL DEFAULT 0); \
+             INSERT INTO mysql_users (username, password) VALUES ('app', 'pw'); PRAGMA user_version = 3;",
+        )
+        .unwrap();
+    }
+    let (store, fresh) = Store::open(Some(dir.path())).unwrap();
+    assert!(!fresh && store.sharding_predates_disk());
+    drop(store);
+    let (store, _) = Store::open(Some(dir.path())).unwrap();
+    assert!(!store.sharding_predates_disk(), "the file has the tables now");
 }

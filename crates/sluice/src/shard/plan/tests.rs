@@ -14,6 +14,8 @@ fn map() -> ShardMap {
         lists: vec![],
         binding_group: group.map(Into::into),
         generated_key: None,
+        database_expression: None,
+        table_expression: None,
     };
     let mut ranged = table("t_log", "id", "range", None);
     ranged.boundaries = vec![100, 200, 300];
