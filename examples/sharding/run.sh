@@ -2,7 +2,8 @@
 # examples/sharding: `shop.orders` split over 4 shards (2 MariaDB servers x 2 databases) by
 # user_id % 4, through one sluice: DDL reaching every shard, a multi-row INSERT split per shard,
 # reads routed by the key or merged across shards (ORDER BY + LIMIT, aggregates), a binding
-# join and a broadcast table, and what sluice refuses. See docs/sharding.md.
+# join and a broadcast table, a transaction across shards (XA), a table sharded live through
+# the admin tables by an inline expression, and what sluice refuses. See docs/sharding.md.
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 step "two MariaDB servers, two shard databases on each"
@@ -84,6 +85,33 @@ out=$(app -vvv -e "DELETE FROM orders WHERE amount > 65" | grep -o 'Query OK, [0
 show "DELETE FROM orders WHERE amount > 65 -> $out"
 check "every shard, affected rows summed" "Query OK, 2 rows affected" "$out"
 check "what is left" $'6\t212.00' "$(app -e "SELECT COUNT(*), SUM(amount) FROM orders")"
+
+step "a transaction across shards: an XA branch on each, committed in two phases (xa_log)"
+out=$(app -e "BEGIN; INSERT INTO orders (id, user_id, amount, region) VALUES (20, 1, 5.00, 1), (21, 2, 6.00, 2);
+	SELECT COUNT(*) FROM orders WHERE id IN (20, 21); COMMIT")
+check "the transaction reads its own writes" 2 "$out"
+check "committed on both shards" $'ds_1\t1\nds_2\t1' "$(db shards_a -e "SELECT 'ds_1', COUNT(*) FROM ds_1.orders WHERE id = 20"; db shards_b -e "SELECT 'ds_2', COUNT(*) FROM ds_2.orders WHERE id = 21")"
+check "the commit decision was logged before the XA COMMITs" 1 "$(grep -c '^C ' "$WORK/xa-shop.log")"
+app -e "START TRANSACTION; INSERT INTO orders (id, user_id, amount, region) VALUES (22, 3, 1.00, 1), (23, 0, 1.00, 1); ROLLBACK"
+check "rolled back on every shard" 0 "$(app -e "SELECT COUNT(*) FROM orders WHERE id IN (22, 23)")"
+
+step "the shard map in admin tables: a table sharded live by an inline expression"
+# shellcheck disable=SC2016 # ${user_id % 4} is sluice's expression, not the shell's
+expression='ds_${user_id % 4}'
+admin -e "INSERT INTO sharded_tables (database, table_name, sharding_column, algorithm, database_expression)
+	VALUES ('shop', 'payments', 'user_id', 'inline', '$expression'); LOAD SHARDING TO RUNTIME"
+show "$(admin -e "SELECT table_name, algorithm, database_expression FROM runtime_sharded_tables WHERE table_name = 'payments'")"
+app -e "CREATE TABLE payments (user_id BIGINT NOT NULL, amount DECIMAL(10,2))"
+app -e "INSERT INTO payments (user_id, amount) VALUES (6, 1.00), (7, 2.00)"
+check "user 6 on ds_2, user 7 on ds_3 (user_id % 4)" $'6\n7' "$(db shards_b -e "SELECT user_id FROM ds_2.payments UNION ALL SELECT user_id FROM ds_3.payments")"
+# shellcheck disable=SC2016
+expression='ds_${user_id % 5}'
+check_error "a bad row is refused, naming it (user_id % 5 can name ds_4, no node), and the running map stays" "is no node" \
+	admin -e "UPDATE sharded_tables SET database_expression = '$expression' WHERE table_name = 'payments'; LOAD SHARDING TO RUNTIME"
+show "$OUTPUT"
+admin -e "SAVE SHARDING FROM RUNTIME" # the admin tables back to what runs
+app -e "INSERT INTO payments (user_id, amount) VALUES (5, 3.00)"
+check "the running map still sends user 5 to ds_1" 5 "$(db shards_a -e "SELECT user_id FROM ds_1.payments")"
 
 step "generated keys: an INSERT without the key gets one per row, which picks the shard"
 app -e "CREATE TABLE events (id BIGINT PRIMARY KEY, what VARCHAR(10))"
