@@ -387,7 +387,7 @@ impl Session {
         // or list changed meets the list in force (the heuristic read its text at the prepare:
         // an empty text here).
         let decision = match self.statements.by_id.get(&id).map(|s| s.entry.clone()) {
-            Some(entry) => self.execute_decision(&entry),
+            Some(entry) => self.execute_decision(&entry.sql, entry.digest, &entry.digest_text),
             None => Default::default(),
         };
         if self.snap.config.firewall_compiled.enabled() {

@@ -185,6 +185,22 @@ impl Session {
         }
         let (template, parsed, schema) = (s.template.clone(), s.parsed.clone(), s.schema.clone());
         let (digest, digest_text) = (s.digest, s.digest_text.clone());
+        // The allowlist and the statement limits judge each execute, as an unsharded one's.
+        let decision =
+            if self.needs_execute_decision() { self.execute_decision(&template.text(), digest, &digest_text) } else { Default::default() };
+        if self.snap.config.firewall_compiled.enabled() {
+            if let Some(msg) = self.firewall(b"", digest, &digest_text, decision.flag) {
+                self.reply_err(seq, ER_NOT_ALLOWED_COMMAND, SQLSTATE_NOT_SUPPORTED, &msg).await;
+                return Flow::Continue;
+            }
+        }
+        let _limits = match self.enter_limits(decision.actions.limit.as_ref()) {
+            Ok(guards) => guards,
+            Err(message) => {
+                self.reply_err(seq, ER_USER_LIMIT_REACHED, SQLSTATE_NOT_SUPPORTED, &message).await;
+                return Flow::Continue;
+            }
+        };
         if bound.flags & CURSOR_TYPE_READ_ONLY != 0 {
             return self
                 .refuse(seq, "sluice does not open cursors on sharded or broadcast tables yet (CURSOR_TYPE_READ_ONLY); execute without one")

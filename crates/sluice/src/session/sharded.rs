@@ -75,13 +75,25 @@ impl Session {
     }
 
     /// Carries out a plan whose statement runs on several shards.
-    pub(super) async fn forward_sharded(&mut self, plan: Plan, sharded: Box<ShardPlan>, frame: Frame, seq: u8) -> Flow {
+    /// In a transaction (`in_transaction`) it runs on the transaction's XA branches (`session::xa`).
+    pub(super) async fn forward_sharded(
+        &mut self,
+        plan: Plan,
+        sharded: Box<ShardPlan>,
+        frame: Frame,
+        seq: u8,
+        in_transaction: bool,
+    ) -> Flow {
         let watch = self.watch_query(&frame, &plan);
         // Statement limits (user's, rule's) count a fan-out as one statement.
         let Some(_limits) = self.admit_query(&plan, &watch, &frame, seq).await else { return Flow::Continue };
         self.client.consume(frame.wire_len);
         let run = Run { retries: plan.retries(), timeout: plan.timeout(), digest_text: None, binary: false };
-        self.run_sharded(&sharded, &watch, run, seq).await
+        if in_transaction {
+            self.run_xa(&sharded, &watch, run, seq).await
+        } else {
+            self.run_sharded(&sharded, &watch, run, seq).await
+        }
     }
 
     /// Runs `sharded` (the client's request already consumed) and writes its merged reply.

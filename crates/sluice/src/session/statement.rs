@@ -128,8 +128,7 @@ impl Session {
                     return Flow::Continue;
                 }
                 match plan.sharded.take() {
-                    Some(sharded) if in_transaction => self.forward_xa(plan, sharded, frame, seq).await,
-                    Some(sharded) => self.forward_sharded(plan, sharded, frame, seq).await,
+                    Some(sharded) => self.forward_sharded(plan, sharded, frame, seq, in_transaction).await,
                     None => Flow::Continue,
                 }
             }
@@ -572,16 +571,20 @@ impl Session {
     /// read at its prepare): its statement limit and its flag for the firewall. So a limit or
     /// an allowlist a reload brings reaches statements pooled clients prepared long before.
     /// Evaluated only when some rule has a limit or some allowlist rule a flagIN.
-    pub(super) fn execute_decision(&mut self, entry: &crate::pool::prepared::Entry) -> crate::rules::Decision {
-        let config = &self.snap.config;
-        let rules = &config.rules;
-        if !(rules.has_limits() || config.firewall_compiled.enabled() && config.firewall_compiled.uses_flags()) {
+    pub(super) fn execute_decision(&mut self, sql: &[u8], digest: u64, digest_text: &[u8]) -> crate::rules::Decision {
+        if !self.needs_execute_decision() {
             return Default::default();
         }
         let who = self.origin.who(&self.user.name, self.state.schema.as_deref());
         self.plan_scratch.digest_text.clear();
-        self.plan_scratch.digest_text.extend_from_slice(&entry.digest_text);
-        self.plan_scratch.decide(rules, &who, &entry.sql, entry.digest)
+        self.plan_scratch.digest_text.extend_from_slice(digest_text);
+        self.plan_scratch.decide(&self.snap.config.rules, &who, sql, digest)
+    }
+
+    /// Some rule has a limit, or some allowlist rule a flagIN: executes evaluate the rules.
+    pub(super) fn needs_execute_decision(&self) -> bool {
+        let config = &self.snap.config;
+        config.rules.has_limits() || config.firewall_compiled.enabled() && config.firewall_compiled.uses_flags()
     }
 
     pub(super) fn prepare_decision(&mut self, text: &[u8]) -> crate::rules::Decision {

@@ -10,7 +10,7 @@ use super::multiplex::Held;
 use super::sharded::Run;
 use super::{Flow, Session};
 use crate::exec::merge::{self, Shard};
-use crate::plan::{self, Plan};
+use crate::plan;
 use crate::pool::{BackendError, Server};
 use crate::shard::plan::{Merge, ShardPlan, ShardStatement};
 use crate::shard::xa::{self as shard_xa, InFlight, XaLog};
@@ -261,14 +261,6 @@ impl Session {
             out.push(txn.branches.len() - 1);
         }
         Ok(out)
-    }
-
-    /// A statement on shards inside a transaction: run on the transaction's branches.
-    pub(super) async fn forward_xa(&mut self, plan: Plan, sharded: Box<ShardPlan>, frame: Frame, seq: u8) -> Flow {
-        let watch = self.watch_query(&frame, &plan);
-        self.client.consume(frame.wire_len);
-        let run = Run { retries: plan.retries(), timeout: plan.timeout(), digest_text: None, binary: false };
-        self.run_xa(&sharded, &watch, run, seq).await
     }
 
     /// Runs `sharded` (the client's request already consumed) on the transaction's branches,

@@ -38,6 +38,11 @@ impl Template {
         Template { pieces }
     }
 
+    /// The text it was cut from, `?` in the placeholders' places.
+    pub fn text(&self) -> Vec<u8> {
+        self.pieces.join(&b'?')
+    }
+
     pub fn params(&self) -> usize {
         self.pieces.len() - 1
     }
