@@ -126,8 +126,12 @@ Q=$((TABLE_SIZE / 4))
 		username = "root"
 		password = ""
 		default_hostgroup = 1
+		[monitor]
+		username = "root"
+		password = ""
 		[[shard_databases]]
 		name = "sbshard"
+		xa_log = "$WORK/xa-sbshard.log"
 		nodes = [{ hostgroup = 1, database = "ds_0" }, { hostgroup = 1, database = "ds_1" },
 		         { hostgroup = 2, database = "ds_2" }, { hostgroup = 2, database = "ds_3" }]
 	TOML
@@ -167,8 +171,30 @@ for ((t = 1; t <= TABLES; t++)); do
 done
 [ "$(sql_on a "SELECT COUNT(*) FROM sbtest.sbtest1")" = "$TABLE_SIZE" ] || die "sbtest.sbtest1 does not have $TABLE_SIZE rows"
 
-declare -A QPS P95 CPU
 FAILURES=() NOTES=() RUN_NO=0
+
+# Deep pagination, before the write workloads change the two copies apart: each shard sends
+# OFFSET + 10 rows, merged as they stream.
+DEEP="SELECT id, k FROM sbtest1 ORDER BY k, id LIMIT 10 OFFSET $OFFSET"
+deep() { # PORT DB -> seconds, result checksum
+	local t0 t1 out
+	t0=$(date +%s.%N)
+	out=$(mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$1" -uroot -D"$2" -N -B -e "$DEEP") || die "$DEEP failed on port $1"
+	t1=$(date +%s.%N)
+	echo "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }') $(printf '%s' "$out" | md5sum | cut -c1-12)"
+}
+HWM0=$(awk '/^VmHWM:/ { print $2 }' "/proc/$SLUICE_PID/status")
+DEEP_DIRECT="" DEEP_SHARDED=""
+for ((r = 1; r <= 3; r++)); do
+	read -r td sd <<<"$(deep "$A_PORT" sbtest)"
+	read -r ts ss <<<"$(deep "$SLUICE_PORT" sbshard)"
+	[ "$sd" = "$ss" ] || FAILURES+=("deep pagination: the sharded result differs from the unsharded one")
+	DEEP_DIRECT+="$td " DEEP_SHARDED+="$ts "
+	log "deep pagination, round $r: direct ${td}s, sharded ${ts}s"
+done
+HWM1=$(awk '/^VmHWM:/ { print $2 }' "/proc/$SLUICE_PID/status")
+
+declare -A QPS P95 CPU
 measure() { # WORKLOAD THREADS VARIANT ROUND
 	local wl=$1 thr=$2 variant=$3 round=$4 port db=sbtest pid="" t0="" t1="" rc=0 logf
 	RUN_NO=$((RUN_NO + 1))
@@ -204,25 +230,6 @@ for wl in "${WORKLOAD_LIST[@]}"; do
 	done
 done
 
-# Deep pagination: each shard sends OFFSET + 10 rows, merged as they stream.
-DEEP="SELECT id, k FROM sbtest1 ORDER BY k, id LIMIT 10 OFFSET $OFFSET"
-deep() { # PORT DB -> seconds, result checksum
-	local t0 t1 out
-	t0=$(date +%s.%N)
-	out=$(mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$1" -uroot -D"$2" -N -B -e "$DEEP") || die "$DEEP failed on port $1"
-	t1=$(date +%s.%N)
-	echo "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }') $(printf '%s' "$out" | md5sum | cut -c1-12)"
-}
-HWM0=$(awk '/^VmHWM:/ { print $2 }' "/proc/$SLUICE_PID/status")
-DEEP_DIRECT="" DEEP_SHARDED=""
-for ((r = 1; r <= 3; r++)); do
-	read -r td sd <<<"$(deep "$A_PORT" sbtest)"
-	read -r ts ss <<<"$(deep "$SLUICE_PORT" sbshard)"
-	[ "$sd" = "$ss" ] || FAILURES+=("deep pagination: the sharded result differs from the unsharded one")
-	DEEP_DIRECT+="$td " DEEP_SHARDED+="$ts "
-	log "deep pagination, round $r: direct ${td}s, sharded ${ts}s"
-done
-HWM1=$(awk '/^VmHWM:/ { print $2 }' "/proc/$SLUICE_PID/status")
 ELAPSED=$((SECONDS - START_S))
 
 CPU_MODEL=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)

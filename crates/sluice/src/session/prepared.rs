@@ -399,14 +399,13 @@ impl Session {
                 }
             }
         }
-        // Beside a transaction's branches on shards only reads run; a write here keeps the
+        // Beside a transaction's branches on shards only reads run, and a prepared COMMIT or
+        // ROLLBACK ends the branches first, as a text one does; a write here keeps the
         // transaction from taking branches (`session::xa`).
         if self.may_be_in_transaction() {
             if let Some(sql) = self.statements.by_id.get(&id).map(|s| s.entry.sql.clone()) {
-                if self.xa.is_some() && !super::xa::harmless(&sql) {
-                    self.client.consume(frame.wire_len);
-                    self.reply_err(seq, 1235, SQLSTATE_NOT_SUPPORTED, super::xa::BESIDE_BRANCHES).await;
-                    return Flow::Continue;
+                if let Some(flow) = self.beside_xa(&sql, &frame, seq).await {
+                    return flow;
                 }
                 if self.xa.is_none() && super::xa::local_write(&sql) {
                     self.local_writes = true;
