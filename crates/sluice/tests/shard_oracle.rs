@@ -52,27 +52,7 @@ type Result = (Vec<String>, Vec<Vec<Value>>);
 
 async fn run(c: &mut Conn, sql: &str) -> std::result::Result<Result, mysql_async::Error> {
     let mut r = c.query_iter(sql).await?;
-    let columns = r
-        .columns()
-        .map(|cs| {
-            cs.iter()
-                .map(|c| {
-                    format!(
-                        "{} {} {} {} {:?} {:?} {} {} {}",
-                        c.name_str(),
-                        c.org_name_str(),
-                        c.table_str(),
-                        c.org_table_str(),
-                        c.column_type(),
-                        c.flags(),
-                        c.decimals(),
-                        c.character_set(),
-                        c.column_length()
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let columns = r.columns().map(|cs| cs.iter().map(column_metadata).collect()).unwrap_or_default();
     let rows: Vec<Row> = r.collect().await?;
     Ok((columns, rows.into_iter().map(Row::unwrap).collect()))
 }

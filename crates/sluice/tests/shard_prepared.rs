@@ -47,30 +47,15 @@ async fn connect_shop(port: u16) -> Conn {
     Conn::new(opts(port, "root", "").db_name(Some("shop"))).await.expect("connects")
 }
 
-fn describe(c: &mysql_async::Column) -> String {
-    format!(
-        "{} {} {} {} {:?} {:?} {} {} {}",
-        c.name_str(),
-        c.org_name_str(),
-        c.table_str(),
-        c.org_table_str(),
-        c.column_type(),
-        c.flags(),
-        c.decimals(),
-        c.character_set(),
-        c.column_length()
-    )
-}
-
 /// What an execute is compared by: the prepare's parameter and column metadata (but the
 /// schema), the result's column metadata, and the rows as binary-protocol values.
 type Outcome = (Vec<String>, Vec<String>, Vec<Vec<Value>>);
 
 async fn exec(c: &mut Conn, sql: &str, params: Params) -> Result<Outcome, mysql_async::Error> {
     let stmt = c.prep(sql).await?;
-    let prepared: Vec<String> = stmt.params().iter().chain(stmt.columns().iter()).map(describe).collect();
+    let prepared: Vec<String> = stmt.params().iter().chain(stmt.columns().iter()).map(column_metadata).collect();
     let mut r = c.exec_iter(&stmt, params).await?;
-    let columns = r.columns().map(|cs| cs.iter().map(describe).collect()).unwrap_or_default();
+    let columns = r.columns().map(|cs| cs.iter().map(column_metadata).collect()).unwrap_or_default();
     let rows: Vec<Row> = r.collect().await?;
     Ok((prepared, columns, rows.into_iter().map(Row::unwrap).collect()))
 }

@@ -436,3 +436,20 @@ impl Drop for ProxyProcess {
         let _ = self.child.wait();
     }
 }
+
+/// A column's metadata as the sharding oracles compare it: everything but the schema (each shard
+/// reports its own database).
+pub fn column_metadata(c: &mysql_async::Column) -> String {
+    format!(
+        "{} {} {} {} {:?} {:?} {} {} {}",
+        c.name_str(),
+        c.org_name_str(),
+        c.table_str(),
+        c.org_table_str(),
+        c.column_type(),
+        c.flags(),
+        c.decimals(),
+        c.character_set(),
+        c.column_length()
+    )
+}
