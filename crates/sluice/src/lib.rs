@@ -40,6 +40,7 @@ pub mod stats;
 pub mod throttle;
 pub mod tls;
 pub mod users;
+pub mod xa_recovery;
 
 pub use config::Config;
 pub use server::Server;

@@ -258,7 +258,7 @@ fn start_per_core(rt: &Arc<Runtime>) -> anyhow::Result<Vec<JoinHandle<()>>> {
         rt.control.listeners.run(tokio_rt.handle().clone(), data.shutdown.clone(), hand_offs(&rt, hand_off, &side));
         tokio_rt.block_on(async {
             tokio::spawn(sample_rates(data.clone(), data.shutdown.clone()));
-            tokio::spawn(crate::shard::xa::recover_loop(data.clone(), data.shutdown.clone()));
+            tokio::spawn(crate::xa_recovery::recover_loop(data.clone(), data.shutdown.clone()));
             data.shutdown.cancelled().await;
             drain(side, &data, false).await;
         });
@@ -309,7 +309,7 @@ fn start_generation(rt: &Arc<Runtime>, workers: usize) -> anyhow::Result<JoinHan
                 tokio::spawn(maintain_pools(data.clone(), w, retire.clone()));
             }
             tokio::spawn(sample_rates(data.clone(), retire.clone()));
-            tokio::spawn(crate::shard::xa::recover_loop(data.clone(), retire.clone()));
+            tokio::spawn(crate::xa_recovery::recover_loop(data.clone(), retire.clone()));
             tokio::select! {
                 _ = data.shutdown.cancelled() => drain(tracker, &data, true).await,
                 _ = retire.cancelled() => {
