@@ -9,6 +9,7 @@ use crate::exec::merge::{self, Shard};
 use crate::plan::{self, Plan};
 use crate::shard::plan::ShardPlan;
 use proto::frame::Frame;
+use std::sync::atomic::AtomicU8;
 
 /// Query execution was interrupted (KILL QUERY, a timeout).
 const ER_QUERY_INTERRUPTED: u16 = 1317;
@@ -130,41 +131,20 @@ impl Session {
                     conn: &mut h.backend.conn,
                 })
                 .collect();
-            // Boxed, so that it can be dropped (and its borrows end) when the merge is abandoned.
-            let mut merging = Box::pin(merge::run(&mut self.client, &mut shards, &requests, &sharded.merge, seq, &sent_seq, binary));
-            let result = tokio::select! {
-                biased;
-                r = &mut merging => Some(r),
-                _ = self.handle.kill_query_requested() => None,
-                _ = super::sleep_or_never(timeout) => None,
-            };
-            drop(merging);
+            let result = self.merge_interruptible(&mut shards, &requests, sharded, seq, &sent_seq, binary, timeout).await;
             ends.extend(shards.iter().map(|s| (s.status, s.finished)));
             result
         };
         let Some(result) = result else {
             // KILL QUERY (or the rule's timeout): the shards' statements are killed, their
             // connections closed, and the client's reply ends with an error.
-            self.data.stats.add(crate::stats::Counter::KilledBackendQueries, held.len() as u64);
-            let connect_timeout = self.snap.config.connect_timeout();
-            let monitor = self.snap.config.monitor.as_ref();
-            let kills: Vec<_> = held
-                .iter()
-                .map(|h| super::kill::kill_query(&h.backend.server, h.backend.thread_id, &self.login, monitor, None, connect_timeout))
-                .collect();
-            for k in kills {
-                let _ = tokio::time::timeout(connect_timeout * 3, k).await;
-            }
+            let killable: Vec<_> = held.iter().map(|h| (h.backend.server.clone(), h.backend.thread_id)).collect();
+            self.kill_shard_statements(&killable).await;
             for mut h in held {
                 h.backend.broken = true;
                 self.release(h);
             }
-            let outcome = crate::exec::Outcome { error: true, error_code: ER_QUERY_INTERRUPTED, ..Default::default() };
-            self.observed(watch, None, &outcome, 0, &digest_text, b"");
-            let mut out = Vec::new();
-            let mut seq = sent_seq.load(std::sync::atomic::Ordering::Relaxed);
-            proto::packet::write_err(&mut out, &mut seq, ER_QUERY_INTERRUPTED, b"70100", "Query execution was interrupted");
-            return Flow::written(self.client.write_all(&out).await.is_ok());
+            return self.reply_interrupted(watch, &digest_text, &sent_seq, "Query execution was interrupted").await;
         };
         // A reply not read to its end leaves its connection mid-stream: closed, never pooled.
         for (h, (status, finished)) in held.iter_mut().zip(&ends) {
@@ -196,5 +176,60 @@ impl Session {
             }
         }
         Flow::Continue
+    }
+}
+
+impl Session {
+    /// Runs a merge until it ends, the session's KILL QUERY or `timeout`: `None` when it was
+    /// interrupted (the shards' replies are then left mid-stream: `Shard::finished`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn merge_interruptible(
+        &mut self,
+        shards: &mut [Shard<'_>],
+        requests: &[Vec<u8>],
+        sharded: &ShardPlan,
+        seq: u8,
+        sent_seq: &AtomicU8,
+        binary: bool,
+        timeout: Option<std::time::Duration>,
+    ) -> Option<Result<crate::exec::Outcome, merge::ClientGone>> {
+        // Boxed, so that it can be dropped (and its borrows end) when the merge is abandoned.
+        let mut merging = Box::pin(merge::run(&mut self.client, shards, requests, &sharded.merge, seq, sent_seq, binary));
+        tokio::select! {
+            biased;
+            r = &mut merging => Some(r),
+            _ = self.handle.kill_query_requested() => None,
+            _ = super::sleep_or_never(timeout) => None,
+        }
+    }
+
+    /// KILL QUERY of each shard statement of an interrupted merge (server, thread id), each
+    /// wait bounded by the connect timeout.
+    pub(super) async fn kill_shard_statements(&self, killable: &[(crate::pool::Server, u32)]) {
+        self.data.stats.add(crate::stats::Counter::KilledBackendQueries, killable.len() as u64);
+        let connect_timeout = self.snap.config.connect_timeout();
+        let monitor = self.snap.config.monitor.as_ref();
+        let kills: Vec<_> =
+            killable.iter().map(|(s, t)| super::kill::kill_query(s, *t, &self.login, monitor, None, connect_timeout)).collect();
+        for k in kills {
+            let _ = tokio::time::timeout(connect_timeout * 3, k).await;
+        }
+    }
+
+    /// Ends an interrupted merge's reply with error 1317 (`message`), where the merge left the
+    /// sequence, and observes it.
+    pub(super) async fn reply_interrupted(
+        &mut self,
+        watch: &super::observe::Watch,
+        digest_text: &[u8],
+        sent_seq: &AtomicU8,
+        message: &str,
+    ) -> Flow {
+        let outcome = crate::exec::Outcome { error: true, error_code: ER_QUERY_INTERRUPTED, ..Default::default() };
+        self.observed(watch, None, &outcome, 0, digest_text, b"");
+        let mut out = Vec::new();
+        let mut seq = sent_seq.load(std::sync::atomic::Ordering::Relaxed);
+        proto::packet::write_err(&mut out, &mut seq, ER_QUERY_INTERRUPTED, b"70100", message);
+        Flow::written(self.client.write_all(&out).await.is_ok())
     }
 }

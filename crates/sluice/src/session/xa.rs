@@ -9,7 +9,7 @@
 use super::multiplex::Held;
 use super::sharded::Run;
 use super::{Flow, Session};
-use crate::exec::merge::{self, Shard};
+use crate::exec::merge::Shard;
 use crate::plan;
 use crate::pool::{BackendError, Server};
 use crate::shard::plan::{Merge, ShardPlan, ShardStatement};
@@ -30,7 +30,6 @@ const SQLSTATE_XA_RBROLLBACK: &[u8; 5] = b"XA100";
 /// XAER_RMERR: the outcome is not what the client asked for yet.
 const ER_XAER_RMERR: u16 = 1397;
 const SQLSTATE_XAER_RMERR: &[u8; 5] = b"XAE03";
-const ER_QUERY_INTERRUPTED: u16 = 1317;
 
 /// A statement on shards in a transaction that wrote to unsharded tables first.
 pub(super) const AFTER_LOCAL_WRITES: &str =
@@ -331,14 +330,7 @@ impl Session {
                     });
                 }
             }
-            let mut merging = Box::pin(merge::run(&mut self.client, &mut shards, &requests, &sharded.merge, seq, &sent_seq, binary));
-            let result = tokio::select! {
-                biased;
-                r = &mut merging => Some(r),
-                _ = self.handle.kill_query_requested() => None,
-                _ = super::sleep_or_never(timeout) => None,
-            };
-            drop(merging);
+            let result = self.merge_interruptible(&mut shards, &requests, sharded, seq, &sent_seq, binary, timeout).await;
             ends.extend(shards.iter().map(|s| (s.status, s.finished)));
             result
         };
@@ -351,28 +343,11 @@ impl Session {
         let Some(result) = result else {
             // KILL QUERY or the rule's timeout: the shards' statements are killed, and with
             // their connections closed the transaction's branches go too.
-            self.data.stats.add(Counter::KilledBackendQueries, killable.len() as u64);
-            let connect_timeout = self.snap.config.connect_timeout();
-            let monitor = self.snap.config.monitor.as_ref();
-            let kills: Vec<_> =
-                killable.iter().map(|(s, t)| super::kill::kill_query(s, *t, &self.login, monitor, None, connect_timeout)).collect();
-            for k in kills {
-                let _ = tokio::time::timeout(connect_timeout * 3, k).await;
-            }
+            self.kill_shard_statements(&killable).await;
             self.xa = Some(txn);
             self.doom("a statement of it was interrupted".into());
-            let outcome = crate::exec::Outcome { error: true, error_code: ER_QUERY_INTERRUPTED, ..Default::default() };
-            self.observed(watch, None, &outcome, 0, &digest_text, b"");
-            let mut out = Vec::new();
-            let mut seq = sent_seq.load(std::sync::atomic::Ordering::Relaxed);
-            proto::packet::write_err(
-                &mut out,
-                &mut seq,
-                ER_QUERY_INTERRUPTED,
-                b"70100",
-                "Query execution was interrupted; the transaction was rolled back on every shard",
-            );
-            return Flow::written(self.client.write_all(&out).await.is_ok());
+            let message = "Query execution was interrupted; the transaction was rolled back on every shard";
+            return self.reply_interrupted(watch, &digest_text, &sent_seq, message).await;
         };
         let Ok(outcome) = result else {
             txn.close(&self.data.stats);
