@@ -127,11 +127,7 @@ fi
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # --- tools ----------------------------------------------------------------------------
-PATH=$PATH:/usr/sbin:/sbin
-for tool in mariadbd mariadb-install-db mariadb mariadb-admin sysbench getconf timeout awk; do
-	command -v "$tool" >/dev/null ||
-		die "$tool not found (Debian: apt-get install -y mariadb-server mariadb-client sysbench)"
-done
+require_tools mariadbd mariadb-install-db mariadb mariadb-admin sysbench getconf timeout awk
 CLK_TCK=$(getconf CLK_TCK)
 if [ "$MODE" = haproxy ]; then
 	command -v "$HAPROXY_BIN" >/dev/null || die "$HAPROXY_BIN not found (Debian: apt-get install -y haproxy)"

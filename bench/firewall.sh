@@ -49,10 +49,7 @@ read -ra THREAD_LIST <<<"$THREADS"
 [ ${#THREAD_LIST[@]} -gt 0 ] || die "THREADS is empty"
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-PATH=$PATH:/usr/sbin:/sbin
-for tool in mariadbd mariadb-install-db mariadb mariadb-admin sysbench getconf timeout awk; do
-	command -v "$tool" >/dev/null || die "$tool not found (Debian: apt-get install -y mariadb-server mariadb-client sysbench)"
-done
+require_tools mariadbd mariadb-install-db mariadb mariadb-admin sysbench getconf timeout awk
 CLK_TCK=$(getconf CLK_TCK)
 VARIANTS=(off protecting sqli)
 NRUNS=$((${#THREAD_LIST[@]} * ROUNDS * ${#VARIANTS[@]}))
@@ -77,8 +74,6 @@ cleanup() {
 trap_cleanup
 
 sql() { mariadb --no-defaults -S "$SOCK" -uroot -N -B "$@"; }
-admin() { mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$ADMIN_PORT" -uadmin -padmin -N -B -e "$*"; }
-counter() { admin "SELECT Variable_Value FROM stats_mysql_global WHERE Variable_Name = '$1'"; }
 
 log "initialising a private MariaDB in $WORK"
 start_mariadb "$WORK"
@@ -94,12 +89,7 @@ log "sysbench prepare: $TABLES tables × $TABLE_SIZE rows"
 sb_args 4 "$DB_PORT" 1
 run_bounded 3600 "$WORK/prepare.log" "${SB[@]}" prepare || die "sysbench prepare failed (see $WORK/prepare.log)"
 
-SLUICE_PORT=$(free_port)
-ADMIN_PORT=$(free_port)
-spawn_supervised "$WORK/sluice" "$WORK/sluice.log" "${SLUICE_CMD[@]}" --listen "127.0.0.1:$SLUICE_PORT" \
-	--backend "127.0.0.1:$DB_PORT" --user root --password '' --admin-listen "127.0.0.1:$ADMIN_PORT" --http-listen ''
-SLUICE_PID=$SPAWNED_PID
-await_answer "sluice's admin port" "$SLUICE_PID" "$ADMIN_PORT" admin admin
+start_quick_sluice "$DB_PORT"
 
 # firewall off|protecting|sqli: switched live (variables only; the allowlist stays loaded).
 firewall() {
@@ -155,13 +145,12 @@ for thr in "${THREAD_LIST[@]}"; do
 done
 ELAPSED=$((SECONDS - START_S))
 
-CPU_MODEL=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 REPORT=$WORK/report.md
 {
 	echo
 	echo "### firewall: off vs allowlist (PROTECTING) vs SQL-injection heuristic, point selects, $START_TS"
 	echo
-	echo "- machine: $(nproc) CPUs, ${CPU_MODEL:-$(uname -m)}, Linux $(uname -r); sysbench, mariadbd and sluice share these CPUs; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+	machine_line "sysbench, mariadbd and sluice"
 	echo "- mariadbd $DB_VERSION (private instance, buffer pool 256M); $(sysbench --version)"
 	echo "- sluice: $SLUICE_DESC, git $GIT_REV"
 	echo "- command: \`$INVOCATION\`"

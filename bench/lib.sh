@@ -383,3 +383,38 @@ start_haproxy_tcp() {
 	await_answer haproxy "$HAPROXY_PID" "$HAPROXY_PORT"
 	log "haproxy listening on 127.0.0.1:$HAPROXY_PORT (pid $HAPROXY_PID, nbthread $2)"
 }
+
+# require_tools TOOL...: dies naming the first one not on PATH (with /usr/sbin), and the Debian
+# packages that bring them (TOOL_PACKAGES, default mariadb-server mariadb-client sysbench).
+require_tools() {
+	local tool
+	PATH=$PATH:/usr/sbin:/sbin
+	for tool in "$@"; do
+		command -v "$tool" >/dev/null || die "$tool not found (Debian: apt-get install -y ${TOOL_PACKAGES:-mariadb-server mariadb-client sysbench})"
+	done
+}
+
+# admin SQL...: the statements on sluice's admin port (ADMIN_PORT) as admin:admin, batch mode.
+admin() { mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$ADMIN_PORT" -uadmin -padmin -N -B -e "$*"; }
+# counter NAME: a stats_mysql_global value.
+counter() { admin "SELECT Variable_Value FROM stats_mysql_global WHERE Variable_Name = '$1'"; }
+
+# start_quick_sluice BACKEND_PORT: sluice in quick-start mode (--backend, user root without a
+# password) on free client and admin ports, no HTTP; sets SLUICE_PID, SLUICE_PORT and
+# ADMIN_PORT once the admin port answers.
+start_quick_sluice() {
+	take_port SLUICE_PORT
+	take_port ADMIN_PORT
+	spawn_supervised "$WORK/sluice" "$WORK/sluice.log" "${SLUICE_CMD[@]}" --listen "127.0.0.1:$SLUICE_PORT" \
+		--backend "127.0.0.1:$1" --user root --password '' --admin-listen "127.0.0.1:$ADMIN_PORT" --http-listen ''
+	SLUICE_PID=$SPAWNED_PID
+	await_answer "sluice's admin port" "$SLUICE_PID" "$ADMIN_PORT" admin admin
+}
+
+# machine_line SHARING: the report's machine bullet; SHARING names what runs on its CPUs
+# ("sysbench, mariadbd and sluice").
+machine_line() {
+	local model
+	model=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+	echo "- machine: $(nproc) CPUs, ${model:-$(uname -m)}, Linux $(uname -r); $1 share these CPUs; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+}

@@ -50,10 +50,7 @@ read -ra THREAD_LIST <<<"$THREADS"
 [ ${#THREAD_LIST[@]} -gt 0 ] || die "THREADS is empty"
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-PATH=$PATH:/usr/sbin:/sbin
-for tool in mariadbd mariadb-install-db mariadb mariadb-admin sysbench getconf timeout awk; do
-	command -v "$tool" >/dev/null || die "$tool not found (Debian: apt-get install -y mariadb-server mariadb-client sysbench)"
-done
+require_tools mariadbd mariadb-install-db mariadb mariadb-admin sysbench getconf timeout awk
 CLK_TCK=$(getconf CLK_TCK)
 VARIANTS=(plain mirrored dead)
 NRUNS=$((${#THREAD_LIST[@]} * ROUNDS * ${#VARIANTS[@]}))
@@ -77,8 +74,6 @@ cleanup() {
 trap_cleanup
 
 sql() { mariadb --no-defaults -S "$WORK/$1/mysqld.sock" -uroot -N -B "${@:2}"; }
-admin() { mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$ADMIN_PORT" -uadmin -padmin -N -B -e "$*"; }
-counter() { admin "SELECT Variable_Value FROM stats_mysql_global WHERE Variable_Name = '$1'"; }
 
 # start_db NAME: a private MariaDB in $WORK/NAME; sets DB_PORT.
 start_db() {
@@ -105,12 +100,7 @@ for port in "$PRIMARY_PORT" "$MIRROR_PORT"; do
 	run_bounded 3600 "$WORK/prepare-$port.log" "${SB[@]}" prepare || die "sysbench prepare failed (see $WORK/prepare-$port.log)"
 done
 
-SLUICE_PORT=$(free_port)
-ADMIN_PORT=$(free_port)
-spawn_supervised "$WORK/sluice" "$WORK/sluice.log" "${SLUICE_CMD[@]}" --listen "127.0.0.1:$SLUICE_PORT" \
-	--backend "127.0.0.1:$PRIMARY_PORT" --user root --password '' --admin-listen "127.0.0.1:$ADMIN_PORT" --http-listen ''
-SLUICE_PID=$SPAWNED_PID
-await_answer "sluice's admin port" "$SLUICE_PID" "$ADMIN_PORT" admin admin
+start_quick_sluice "$PRIMARY_PORT"
 admin "INSERT INTO mysql_servers (hostgroup_id, hostname, port) VALUES (1, '127.0.0.1', $MIRROR_PORT), (2, '127.0.0.1', $DEAD_PORT);
 	LOAD MYSQL SERVERS TO RUNTIME" || die "cannot add the mirror hostgroups"
 
@@ -155,13 +145,12 @@ for thr in "${THREAD_LIST[@]}"; do
 done
 ELAPSED=$((SECONDS - START_S))
 
-CPU_MODEL=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 REPORT=$WORK/report.md
 {
 	echo
 	echo "### mirroring: the client's latency with and without a mirror, $START_TS"
 	echo
-	echo "- machine: $(nproc) CPUs, ${CPU_MODEL:-$(uname -m)}, Linux $(uname -r); sysbench, both mariadbd and sluice share these CPUs; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+	machine_line "sysbench, both mariadbd and sluice"
 	echo "- mariadbd $DB_VERSION (two private instances, buffer pool 128M each); $(sysbench --version)"
 	echo "- sluice: $SLUICE_DESC, git $GIT_REV, \`[mirror]\` defaults (queue_size 1024, concurrency 8)"
 	echo "- command: \`$INVOCATION\`"

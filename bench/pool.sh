@@ -110,10 +110,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # --- tools ----------------------------------------------------------------------------
 PATH=$PATH:/usr/sbin:/sbin:/usr/local/go/bin
-for tool in mariadbd mariadb-install-db mariadb mariadb-admin sysbench getconf timeout awk; do
-	command -v "$tool" >/dev/null ||
-		die "$tool not found (Debian: apt-get install -y mariadb-server mariadb-client sysbench)"
-done
+require_tools mariadbd mariadb-install-db mariadb mariadb-admin sysbench getconf timeout awk
 CLK_TCK=$(getconf CLK_TCK)
 
 # Open files: the Go tool holds CLIENTS sockets, mariadbd as many in a direct run, sluice two

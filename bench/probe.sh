@@ -57,10 +57,7 @@ read -ra THREAD_LIST <<<"$THREADS"
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 [ "$(id -u)" = 0 ] || die "the probe needs root (loading BPF programs, attaching uprobes)"
 
-PATH=$PATH:/usr/sbin:/sbin
-for tool in mariadbd mariadb-install-db mariadb mariadb-admin sysbench curl timeout awk; do
-	command -v "$tool" >/dev/null || die "$tool not found (Debian: apt-get install -y mariadb-server mariadb-client sysbench curl)"
-done
+TOOL_PACKAGES="mariadb-server mariadb-client sysbench curl" require_tools mariadbd mariadb-install-db mariadb mariadb-admin sysbench curl timeout awk
 NCELLS=$((${#WORKLOAD_LIST[@]} * ${#THREAD_LIST[@]}))
 NRUNS=$NCELLS
 log "$NCELLS cell(s), each one sysbench run of $((2 * ROUNDS)) windows of ${WINDOW}s, the probe on and off"
@@ -85,7 +82,6 @@ cleanup() {
 trap_cleanup
 
 sql() { mariadb --no-defaults -S "$SOCK" -uroot -N -B "$@"; }
-admin() { mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P"$ADMIN_PORT" -uadmin -padmin -N -B -e "$*"; }
 questions() { admin "SELECT Variable_Value FROM stats_mysql_global WHERE Variable_Name='Questions'"; }
 # joined: "timed server_count" from the probe's JSON (statements timed, and given a server time).
 joined() {
@@ -210,13 +206,12 @@ SAMPLES=$(curl -fsS "http://127.0.0.1:$HTTP_PORT/api/stats/probe")
 ELAPSED=$((SECONDS - START_S))
 
 diff3() { awk -v x="$1" -v y="$2" 'BEGIN { printf "%.4f", x - y }'; }
-CPU_MODEL=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 REPORT=$WORK/report.md
 {
 	echo
 	echo "### server-time probe: on vs off, $START_TS"
 	echo
-	echo "- machine: $(nproc) CPUs, ${CPU_MODEL:-$(uname -m)}, Linux $(uname -r); sysbench, mariadbd and sluice share these CPUs; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+	machine_line "sysbench, mariadbd and sluice"
 	echo "- mariadbd $DB_VERSION (private instance, buffer pool 256M, flush at commit 2); $(sysbench --version)"
 	echo "- sluice: $SLUICE_DESC, git $GIT_REV; $ATTACHED"
 	echo "- command: \`$INVOCATION\`"

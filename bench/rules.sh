@@ -88,11 +88,7 @@ has_config none && RUNS+=(none:000)
 has_config tree && RUNS+=(tree:000 tree:199)
 
 # --- tools ----------------------------------------------------------------------------
-PATH=$PATH:/usr/sbin:/sbin
-for tool in mariadbd mariadb-install-db mariadb mariadb-admin sysbench getconf timeout awk; do
-	command -v "$tool" >/dev/null ||
-		die "$tool not found (Debian: apt-get install -y mariadb-server mariadb-client sysbench)"
-done
+require_tools mariadbd mariadb-install-db mariadb mariadb-admin sysbench getconf timeout awk
 CLK_TCK=$(getconf CLK_TCK)
 
 # --- estimate -------------------------------------------------------------------------
@@ -123,11 +119,11 @@ stop_sluice() {
 	S_PID[$1]=""
 }
 
-# stop_mariadbs: SIGTERM to every mariadbd at once; after 2 s, `mariadb-admin shutdown` to any
+# stop_hostgroup_mariadbs: SIGTERM to every mariadbd at once; after 2 s, `mariadb-admin shutdown` to any
 # still running; SIGKILL after 10 s (their data is thrown away anyway). MariaDB 10.11 that gets
 # SIGTERM in its first ~0.1 s of start-up (Ctrl-C early) hangs there and ignores every later
 # SIGTERM; only SIGKILL ends it.
-stop_mariadbs() {
+stop_hostgroup_mariadbs() {
 	local hg i left admins=() a
 	for hg in "${!DB_PID[@]}"; do kill -TERM "${DB_PID[$hg]}" 2>/dev/null || true; done
 	for ((i = 1; i <= 100; i++)); do
@@ -177,7 +173,7 @@ cleanup() {
 		RUN_PID=""
 	fi
 	for n in "${CONFIG_LIST[@]}"; do stop_sluice "$n"; done
-	stop_mariadbs
+	stop_hostgroup_mariadbs
 	finish_work "$rc"
 }
 trap_cleanup
@@ -242,6 +238,9 @@ config_head() {
 # bench/rules.sh: configuration "$1"
 [proxy]
 listen = ["127.0.0.1:${S_PORT[$1]}"]
+# Several sluices run at once: none opens the admin or HTTP port (their defaults would collide).
+admin_listen = ""
+http_listen = ""
 
 [tls]
 enabled = false

@@ -64,10 +64,7 @@ read -ra WORKLOAD_LIST <<<"$WORKLOADS"
 [ ${#WORKLOAD_LIST[@]} -gt 0 ] || die "WORKLOADS is empty"
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-PATH=$PATH:/usr/sbin:/sbin
-for tool in mariadbd mariadb-install-db mariadb mariadb-admin mariadb-dump sysbench getconf timeout awk md5sum; do
-	command -v "$tool" >/dev/null || die "$tool not found (Debian: apt-get install -y mariadb-server mariadb-client sysbench)"
-done
+require_tools mariadbd mariadb-install-db mariadb mariadb-admin mariadb-dump sysbench getconf timeout awk md5sum
 CLK_TCK=$(getconf CLK_TCK)
 VARIANTS=(direct)
 command -v "$HAPROXY_BIN" >/dev/null && VARIANTS+=(haproxy) || log "no $HAPROXY_BIN: its runs are left out"
@@ -232,13 +229,12 @@ done
 
 ELAPSED=$((SECONDS - START_S))
 
-CPU_MODEL=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 REPORT=$WORK/report.md
 {
 	echo
 	echo "### sharding: 4 shards vs one server, $START_TS"
 	echo
-	echo "- machine: $(nproc) CPUs, ${CPU_MODEL:-$(uname -m)}, Linux $(uname -r); sysbench, both mariadbd, HAProxy and sluice share these CPUs; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+	machine_line "sysbench, both mariadbd, HAProxy and sluice"
 	echo "- mariadbd $DB_VERSION (two private instances, buffer pool 256M each); $(sysbench --version)"
 	echo "- sluice: $SLUICE_DESC, git $GIT_REV"
 	echo "- command: \`$INVOCATION\`"

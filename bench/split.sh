@@ -63,10 +63,7 @@ for t in "${THREAD_LIST[@]}"; do
 done
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PATH=$PATH:/usr/sbin:/sbin
-for tool in mariadbd mariadb-install-db mariadb mariadb-admin sysbench getconf timeout awk; do
-	command -v "$tool" >/dev/null || die "$tool not found (Debian: apt-get install -y mariadb-server mariadb-client sysbench)"
-done
+require_tools mariadbd mariadb-install-db mariadb mariadb-admin sysbench getconf timeout awk
 CLK_TCK=$(getconf CLK_TCK)
 CAUSAL_MODES=(off local global)
 NRUNS=$((${#WORKLOAD_LIST[@]} * ${#THREAD_LIST[@]} * ROUNDS * 2 + ROUNDS * ${#CAUSAL_MODES[@]}))
