@@ -81,6 +81,8 @@ struct Out<'c> {
     /// Rows go out in the binary protocol (a prepared statement's execute): the columns' types,
     /// set once the column definitions are known.
     binary: Option<Vec<super::binary::BinColumn>>,
+    /// The first shard's names, given back their logical ones in the column definitions.
+    rename: Option<super::RenameColumns<'c>>,
 }
 
 impl Out<'_> {
@@ -193,7 +195,8 @@ async fn next_row(shards: &mut [Shard<'_>], i: usize, ended: &mut [bool]) -> Res
 }
 
 /// Sends each shard its request (a COM_QUERY packet) and writes the merged reply, starting
-/// at sequence id `seq`; its rows in the binary protocol with `binary`. A shard whose reply was not read to its end is left `finished == false`: its connection must be closed.
+/// at sequence id `seq`; its rows in the binary protocol with `binary`, its column definitions
+/// renamed by `rename` (the first shard's names). A shard whose reply was not read to its end is left `finished == false`: its connection must be closed.
 ///
 /// `sent_seq` holds, at each moment, the sequence id of the next packet the client expects
 /// (what it was sent so far): if the merge is abandoned (KILL, a timeout), an error packet
@@ -206,9 +209,10 @@ pub async fn run(
     seq: u8,
     sent_seq: &std::sync::atomic::AtomicU8,
     binary: bool,
+    rename: Option<super::RenameColumns<'_>>,
 ) -> Result<Outcome, ClientGone> {
     sent_seq.store(seq, std::sync::atomic::Ordering::Relaxed);
-    let mut out = Out { client, buf: Vec::new(), seq, rows: 0, sent_seq, binary: None };
+    let mut out = Out { client, buf: Vec::new(), seq, rows: 0, sent_seq, binary: None, rename };
     let mut outcome = Outcome::default();
     // Replies read to their end; the others are closed, not pooled.
     let mut ended = vec![false; shards.len()];
@@ -626,7 +630,10 @@ async fn merge_rows(
     write_lenenc(&mut head, visible as u64);
     out.packet(&head);
     for def in &columns[..visible] {
-        out.packet(def);
+        match out.rename {
+            Some(rename) => out.packet(&rename.column(def)),
+            None => out.packet(def),
+        }
     }
     if !deprecate_eof {
         packet::write_eof(&mut out.buf, &mut out.seq, 0, shards[0].status);

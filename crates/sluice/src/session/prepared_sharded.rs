@@ -86,6 +86,7 @@ impl Session {
                     };
                     let id = self.statements.add_sharded(statement, text);
                     super::prepared::set_statement_id(&mut out, id);
+                    out = crate::exec::RenameColumns::of(&first).packets(&out);
                     registered = true;
                 } else {
                     out.clear();

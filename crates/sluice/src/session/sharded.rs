@@ -194,7 +194,8 @@ impl Session {
         timeout: Option<std::time::Duration>,
     ) -> Option<Result<crate::exec::Outcome, merge::ClientGone>> {
         // Boxed, so that it can be dropped (and its borrows end) when the merge is abandoned.
-        let mut merging = Box::pin(merge::run(&mut self.client, shards, requests, &sharded.merge, seq, sent_seq, binary));
+        let rename = sharded.targets.first().map(crate::exec::RenameColumns::of);
+        let mut merging = Box::pin(merge::run(&mut self.client, shards, requests, &sharded.merge, seq, sent_seq, binary, rename));
         tokio::select! {
             biased;
             r = &mut merging => Some(r),

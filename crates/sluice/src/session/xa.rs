@@ -299,7 +299,11 @@ impl Session {
             // One shard: its reply relayed as it is, as the one-target path does.
             let request = plan::query_packet(target.sql.as_bytes(), seq.wrapping_sub(1));
             let Some(b) = txn.branches.get_mut(*i) else { return Flow::Continue };
-            let outcome = self.forward(&mut b.held.backend, &request, Some(Reply::Query), timeout).await;
+            let tap = crate::exec::Tap { rename: Some(crate::exec::RenameColumns::of(target)), ..Default::default() };
+            let outcome = match self.exchange(&mut b.held.backend, &request, Some(Reply::Query), timeout, false, tap).await {
+                super::Forwarded::Done(o) => Some(o),
+                super::Forwarded::LostBeforeReply { .. } | super::Forwarded::Ended => None,
+            };
             let Some(outcome) = outcome else {
                 // The branch's connection (or the client) is gone: so is the transaction.
                 txn.close(&self.data.stats);

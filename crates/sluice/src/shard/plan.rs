@@ -28,9 +28,11 @@ const RECURSION_LIMIT: usize = 64;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardStatement {
     pub hostgroup: u32,
-    /// The node's database (for messages).
+    /// The node's database (for messages, and the schema its column definitions name).
     pub database: String,
     pub sql: String,
+    /// The logical names its column definitions are given back.
+    pub names: std::sync::Arc<super::LogicalNames>,
 }
 
 /// A column the merge sorts on: its position in the result, or its name (found in the column
@@ -993,8 +995,9 @@ impl<'a> Planner<'a> {
                 }
             }
         }
-        let node = &self.map.databases[target.database].nodes[target.node];
-        Ok(ShardStatement { hostgroup: node.hostgroup, database: node.database.clone(), sql: s.to_string() })
+        let db = &self.map.databases[target.database];
+        let node = &db.nodes[target.node];
+        Ok(ShardStatement { hostgroup: node.hostgroup, database: node.database.clone(), sql: s.to_string(), names: db.names.clone() })
     }
 
     fn one_or_many(&self, s: &Statement, targets: &[Target], merge: Merge, db: usize) -> Result<Sharding, Refusal> {
