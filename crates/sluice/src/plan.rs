@@ -274,7 +274,7 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
             Some(Sharding::Single(s)) if facts.in_transaction => {
                 let hostgroup = s.hostgroup;
                 let merge = crate::shard::plan::Merge::Ok { sum: false };
-                sharded = Some(Box::new(crate::shard::plan::ShardPlan { targets: vec![s], merge, max_connections: 1 }));
+                sharded = Some(Box::new(crate::shard::plan::ShardPlan::one(s, merge)));
                 Routed::shard(hostgroup)
             }
             Some(Sharding::Single(s)) => {
