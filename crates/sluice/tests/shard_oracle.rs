@@ -154,13 +154,19 @@ fn join_queries() -> Vec<(String, bool)> {
         let (u, a, b) = (g.next(24), g.next(24), g.next(24));
         let (off, n, q) = (g.next(10), 1 + g.next(15), g.next(10));
         let dir = if g.next(2) == 0 { "ASC" } else { "DESC" };
-        out.push((format!("SELECT o.id AS oid, i.id AS iid, i.sku, o.amount FROM t_order o {on} WHERE o.user_id = {u} ORDER BY iid"), true));
+        out.push((
+            format!("SELECT o.id AS oid, i.id AS iid, i.sku, o.amount FROM t_order o {on} WHERE o.user_id = {u} ORDER BY iid"),
+            true,
+        ));
         out.push((
             format!("SELECT o.id AS oid, i.id AS iid, i.qty FROM t_order o {on} WHERE o.user_id IN ({a}, {b}) ORDER BY iid {dir} LIMIT {off}, {n}"),
             true,
         ));
         out.push((format!("SELECT i.id AS iid, o.status FROM t_order o {on} ORDER BY i.qty {dir}, iid LIMIT {n}"), true));
-        out.push((format!("SELECT o.status, COUNT(*), SUM(i.qty), AVG(o.amount) FROM t_order o {on} WHERE o.qty > {q} GROUP BY o.status"), true));
+        out.push((
+            format!("SELECT o.status, COUNT(*), SUM(i.qty), AVG(o.amount) FROM t_order o {on} WHERE o.qty > {q} GROUP BY o.status"),
+            true,
+        ));
         out.push((
             format!(
                 "SELECT COUNT(*), MAX(i.sku), MIN(o.amount) FROM t_order o, t_item i \
@@ -172,7 +178,10 @@ fn join_queries() -> Vec<(String, bool)> {
             format!("SELECT r.name, COUNT(*) AS n, SUM(o.amount) FROM t_order o JOIN region r ON r.id = o.qty % 4 GROUP BY r.name ORDER BY r.name {dir}"),
             true,
         ));
-        out.push((format!("SELECT o.id, r.name FROM t_order o LEFT JOIN region r ON r.id = o.qty WHERE o.user_id IN ({a}, {b}) ORDER BY o.id"), true));
+        out.push((
+            format!("SELECT o.id, r.name FROM t_order o LEFT JOIN region r ON r.id = o.qty WHERE o.user_id IN ({a}, {b}) ORDER BY o.id"),
+            true,
+        ));
         out.push((
             format!(
                 "SELECT o.id AS oid, i.sku, r.name FROM t_order o {on} JOIN region r ON r.id = i.qty WHERE o.qty < {q} \
@@ -406,6 +415,29 @@ async fn unsupported_statements_are_refused_and_a_lost_shard_is_an_error() {
     assert_eq!(server_code(&e), Some(1317), "{e}");
     let n: Option<u64> = k.query_first("SELECT COUNT(*) FROM t_order").await.unwrap();
     assert_eq!(n, Some(400), "the killed session goes on");
+
+    // A client that goes away while a merge waits for its shards: the shards' statements are
+    // killed at once (its merge would otherwise notice at its next write, after ~5 s here).
+    let mut cli = std::process::Command::new("mariadb")
+        .args(["-h127.0.0.1", "-uroot", "--skip-ssl", "-Dshop", &format!("-P{}", proxy.port)])
+        .args(["-e", "SELECT id, SLEEP(0.05) FROM t_order ORDER BY id"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("mariadb CLI");
+    let sleeping = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT id, SLEEP(0.05)%'";
+    let started = std::time::Instant::now();
+    while a.sql(sleeping).unwrap() == "0\n" && started.elapsed() < std::time::Duration::from_secs(5) {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(a.sql(sleeping).unwrap(), "2\n", "both shards of a run the statement");
+    cli.kill().expect("the CLI is killed");
+    let _ = cli.wait();
+    let gone = std::time::Instant::now();
+    while (a.sql(sleeping).unwrap() != "0\n" || b.sql(sleeping).unwrap() != "0\n") && gone.elapsed() < std::time::Duration::from_secs(10) {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let stopped_after = gone.elapsed();
+    assert!(stopped_after < std::time::Duration::from_secs(2), "the shards' statements ran on for {stopped_after:?}");
 
     // A shard lost while its rows are merged: the client gets an error, never a result that
     // looks complete.

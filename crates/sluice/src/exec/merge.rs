@@ -19,6 +19,11 @@ use proto::errors::*;
 use proto::frame::{write_packet, MAX_CHUNK};
 use proto::packet::{self, EOF_HEADER, ERR_HEADER};
 use std::cmp::Ordering;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::task::Poll;
+use tokio::io::AsyncWrite;
 
 use super::Outcome;
 
@@ -80,8 +85,8 @@ enum Head {
 }
 
 /// What the merge writes and counts.
-struct Out<'c> {
-    client: &'c mut Conn,
+struct Out<'c, 'k> {
+    client: &'c Mutex<&'k mut Conn>,
     buf: Vec<u8>,
     seq: u8,
     rows: u64,
@@ -94,7 +99,7 @@ struct Out<'c> {
     rename: Option<super::RenameColumns<'c>>,
 }
 
-impl Out<'_> {
+impl Out<'_, '_> {
     fn packet(&mut self, payload: &[u8]) {
         write_packet(&mut self.buf, &mut self.seq, payload);
     }
@@ -108,7 +113,7 @@ impl Out<'_> {
 
     async fn flush(&mut self) -> Result<(), ClientGone> {
         if !self.buf.is_empty() {
-            self.client.write_all(&self.buf).await.map_err(|_| ClientGone)?;
+            write_client(self.client, &self.buf).await.map_err(|_| ClientGone)?;
             self.buf.clear();
             self.sent_seq.store(self.seq, std::sync::atomic::Ordering::Relaxed);
         }
@@ -133,6 +138,20 @@ impl Out<'_> {
     fn error(&mut self, code: u16, sqlstate: &[u8; 5], message: &[u8]) {
         packet::write_err_bytes(&mut self.buf, &mut self.seq, code, sqlstate, message);
     }
+}
+
+/// Writes `bytes` to the client (and flushes them), holding it only while each step is polled.
+async fn write_client(client: &Mutex<&mut Conn>, bytes: &[u8]) -> std::io::Result<()> {
+    let take = || client.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut written = 0;
+    while written < bytes.len() {
+        let n = std::future::poll_fn(|cx| Pin::new(&mut take().stream).poll_write(cx, &bytes[written..])).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        written += n;
+    }
+    std::future::poll_fn(|cx| Pin::new(&mut take().stream).poll_flush(cx)).await
 }
 
 /// Reads one packet from a shard, skipping MariaDB progress reports.
@@ -213,9 +232,46 @@ async fn next_row(shards: &mut [Shard<'_>], i: usize, ended: &mut [bool]) -> Res
 /// `sent_seq` holds, at each moment, the sequence id of the next packet the client expects
 /// (what it was sent so far): if the merge is abandoned (KILL, a timeout), an error packet
 /// with that id ends the reply cleanly.
+///
+/// A client that goes away while the merge waits for its shards is noticed then, not at the
+/// merge's next write: the merge ends with `ClientGone` (its shards' replies unfinished).
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
     client: &mut Conn,
+    shards: &mut [Shard<'_>],
+    requests: &[Vec<u8>],
+    merge: &Merge,
+    seq: u8,
+    sent_seq: &std::sync::atomic::AtomicU8,
+    binary: bool,
+    rename: Option<super::RenameColumns<'_>>,
+) -> Result<Outcome, ClientGone> {
+    // The merge takes the client only while a write of it is polled (`write_client`), so that
+    // between writes the client's side can be watched. One task uses both: never contended.
+    let client = Mutex::new(client);
+    let mut merging = std::pin::pin!(merge_replies(&client, shards, requests, merge, seq, sent_seq, binary, rename));
+    let mut watching = true;
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = merging.as_mut().poll(cx) {
+            return Poll::Ready(r);
+        }
+        if watching {
+            if let Ok(mut c) = client.try_lock() {
+                match super::watch_client_side(&mut c, cx) {
+                    super::Watch::Quiet => {}
+                    super::Watch::Gone => return Poll::Ready(Err(ClientGone)),
+                    super::Watch::Stop => watching = false,
+                }
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn merge_replies(
+    client: &Mutex<&mut Conn>,
     shards: &mut [Shard<'_>],
     requests: &[Vec<u8>],
     merge: &Merge,
@@ -388,7 +444,7 @@ async fn merge_ok(
     ended: &mut [bool],
     sum: bool,
     generated: Option<u64>,
-    out: &mut Out<'_>,
+    out: &mut Out<'_, '_>,
     outcome: &mut Outcome,
 ) -> Result<Result<(), ClientGone>, Failure> {
     let mut combined: Option<packet::Ok> = None;
@@ -626,7 +682,7 @@ async fn merge_rows(
     shards: &mut [Shard<'_>],
     ended: &mut [bool],
     merge: &RowMerge<'_>,
-    out: &mut Out<'_>,
+    out: &mut Out<'_, '_>,
     outcome: &mut Outcome,
     binary: bool,
 ) -> Result<Result<(), ClientGone>, Failure> {

@@ -712,7 +712,7 @@ async fn drain(
 }
 
 /// What the client did while its reply was awaited.
-enum Watch {
+pub(crate) enum Watch {
     /// Nothing (or bytes it sent ahead, kept in its read buffer).
     Quiet,
     /// It closed its connection (EOF with nothing sent ahead) or reset it.
@@ -744,7 +744,7 @@ pub async fn client_gone(client: &mut Conn) {
 /// system call while the client sends nothing (its command's read drained its socket). Once it
 /// is readable, what it sent ahead — its next command — is read into its buffer, where the
 /// command loop finds it; only an EOF or error with nothing pending means gone.
-fn watch_client_side(client: &mut Conn, cx: &mut Context<'_>) -> Watch {
+pub(crate) fn watch_client_side(client: &mut Conn, cx: &mut Context<'_>) -> Watch {
     loop {
         match client.stream.tcp().poll_read_ready(cx) {
             Poll::Pending => return Watch::Quiet,

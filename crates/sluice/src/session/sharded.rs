@@ -203,6 +203,9 @@ impl Session {
         let outcome = match result {
             Ok(o) => o,
             Err(merge::ClientGone) => {
+                // Nobody waits for the shards' statements any more: they are stopped.
+                let killable: Vec<_> = held.iter().map(|h| (h.backend.server.clone(), h.backend.thread_id)).collect();
+                self.kill_shard_statements(&killable).await;
                 for mut h in held {
                     h.backend.broken = true;
                     self.release(h);
