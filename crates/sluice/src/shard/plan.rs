@@ -809,6 +809,10 @@ impl<'a> Planner<'a> {
         // With sharded tables: each shard's statement reads the single table, which is whole on
         // its node only; every shard the statement reaches must be there.
         let planned = self.on_shards(s)?;
+        if self.unbound {
+            // A placeholder key may narrow it to that node: each execute is checked.
+            return Ok(planned);
+        }
         let home = &self.map.databases[database].nodes[node];
         let elsewhere: Vec<&str> = match &planned {
             Sharding::Single(one) => vec![one],

@@ -477,6 +477,12 @@ fn single_tables_prepare_on_their_node() {
     let s = first_shard(&m, "shop", b"SELECT * FROM t_order o JOIN t_audit a ON a.id = o.id WHERE o.user_id = ?").unwrap();
     assert_eq!(s.sql, "SELECT * FROM `ds_1`.`t_order` o JOIN `ds_1`.`t_audit` a ON a.id = o.id WHERE o.user_id = ?");
     assert!(matches!(plan_unbound(&m, "shop", b"UPDATE t_audit SET what = ? WHERE id = ? LIMIT ?"), Sharding::Single(_)));
+    // A placeholder key may narrow a join to the single table's node: checked at each execute.
+    let join = b"SELECT * FROM t_order o JOIN t_audit a ON a.id = o.id WHERE o.user_id = ?";
+    assert!(matches!(plan_unbound(&m, "shop", join), Sharding::Fanout(_)));
+    let parsed = parse_template(join, 1).unwrap();
+    assert!(matches!(plan_parsed(&m, "shop", &parsed, &["5".to_string()]), Sharding::Single(_)));
+    assert!(matches!(plan_parsed(&m, "shop", &parsed, &["6".to_string()]), Sharding::Refused(_)));
     let parsed = parse_template(b"SELECT what FROM t_audit WHERE id = ?", 1).unwrap();
     match plan_parsed(&m, "shop", &parsed, &["7".to_string()]) {
         Sharding::Single(s) => assert_eq!(s.sql, "SELECT what FROM `ds_1`.`t_audit` WHERE id = 7"),
