@@ -1221,6 +1221,28 @@ impl<'a> Planner<'a> {
                 }
             }
         }
+        if let Statement::Delete(d) = &mut s {
+            // A multi-table DELETE's targets (single tables of one node): a table's name, not
+            // an alias of the FROM list, is renamed as its FROM entry is.
+            let from = match &d.from {
+                FromTable::WithFromKeyword(f) | FromTable::WithoutKeyword(f) => f,
+            };
+            let aliases: Vec<String> = from
+                .iter()
+                .chain(d.using.iter().flatten())
+                .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)))
+                .filter_map(|f| match f {
+                    TableFactor::Table { alias: Some(a), .. } => Some(a.name.value.clone()),
+                    _ => None,
+                })
+                .collect();
+            for n in d.tables.iter_mut() {
+                let aliased = matches!(ident_text(n).as_slice(), [one] if aliases.iter().any(|a| a.eq_ignore_ascii_case(one)));
+                if let Some((physical, _)) = rename(n).filter(|_| !aliased) {
+                    *n = physical;
+                }
+            }
+        }
         let node = &self.map.databases[target.database].nodes[target.node];
         Ok(ShardStatement { hostgroup: node.hostgroup, database: node.database.clone(), sql: s.to_string() })
     }

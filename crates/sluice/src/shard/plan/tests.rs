@@ -489,3 +489,15 @@ fn single_tables_prepare_on_their_node() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn single_tables_multi_table_delete() {
+    assert_eq!(
+        single("DELETE a FROM t_audit a JOIN t_config c ON c.id = a.id WHERE c.what = 'x'").sql,
+        "DELETE a FROM `ds_1`.`t_audit` a JOIN `ds_1`.`t_config` c ON c.id = a.id WHERE c.what = 'x'"
+    );
+    assert_eq!(
+        single("DELETE t_audit FROM t_audit JOIN t_config ON t_config.id = t_audit.id").sql,
+        "DELETE `ds_1`.`t_audit` FROM `ds_1`.`t_audit` JOIN `ds_1`.`t_config` ON t_config.id = t_audit.id"
+    );
+}
