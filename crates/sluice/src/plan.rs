@@ -143,6 +143,9 @@ pub struct Plan {
     /// A statement the shard map sends to several shards: their statements and the merge
     /// (`routed` then names the first shard's hostgroup).
     pub sharded: Option<Box<crate::shard::plan::ShardPlan>>,
+    /// A statement the shard map sends to one shard (in `rewrite`): whose column definitions
+    /// get the logical names back.
+    pub shard_names: Option<crate::shard::ShardNames>,
     /// The text reads `information_schema.processlist`, which the session answers with its
     /// sessions (`sql::classify::processlist_sites`) in the text it sends.
     pub processlist: bool,
@@ -259,6 +262,7 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
     };
     // Router 4, the shard map, between the split and the default.
     let mut shard_text = None;
+    let mut shard_names = None;
     let mut sharded = None;
     let mut shard_refusal = None;
     let routed = match route::claimed(&route_facts) {
@@ -270,11 +274,12 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
             Some(Sharding::Single(s)) if facts.in_transaction => {
                 let hostgroup = s.hostgroup;
                 let merge = crate::shard::plan::Merge::Ok { sum: false };
-                sharded = Some(Box::new(crate::shard::plan::ShardPlan { targets: vec![s], merge, max_connections: 1 }));
+                sharded = Some(Box::new(crate::shard::plan::ShardPlan::one(s, merge)));
                 Routed::shard(hostgroup)
             }
             Some(Sharding::Single(s)) => {
                 shard_text = Some(s.sql);
+                shard_names = Some(crate::shard::ShardNames { node_database: s.database, names: s.names });
                 Routed::shard(s.hostgroup)
             }
             Some(Sharding::Fanout(p)) => {
@@ -334,7 +339,7 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
         None
     };
     let watch_tail = !stmt.whole && (facts.multi_statements || !sql::classify::plain_dml(text));
-    Plan { command, digest, decision, action, rewrite, effects, use_db, routed, dynamic_sql, watch_tail, sharded, processlist }
+    Plan { command, digest, decision, action, rewrite, effects, use_db, routed, dynamic_sql, watch_tail, sharded, shard_names, processlist }
 }
 
 impl Plan {
@@ -352,6 +357,7 @@ impl Plan {
             dynamic_sql: None,
             watch_tail: false,
             sharded: None,
+            shard_names: None,
             processlist: false,
         }
     }

@@ -3,7 +3,7 @@
 //! tables per node) through sluice, and the same rows in unsharded tables on a third server.
 //! Generated queries (key equality, IN, ranges, ORDER BY, LIMIT/OFFSET, GROUP BY, DISTINCT,
 //! aggregates, sort columns sluice adds and hides) must return the same rows and the same column
-//! metadata (the schema aside: each shard's is its own database; and t_log's physical names)
+//! metadata (the logical schema and table names, not the shards' databases and physical tables)
 //! both ways. Then what sluice refuses, EXPLAIN SHARDING, the memory budget, KILL QUERY, and a
 //! shard lost in the middle of a merge.
 
@@ -23,7 +23,11 @@ const TABLE: &str = "CREATE TABLE t_order (id BIGINT PRIMARY KEY, user_id BIGINT
 /// schema), and holds the unsharded tables on `a`, the default hostgroup.
 fn shard_config(a: &MariaDb, b: &MariaDb, database_fields: &str) -> Config {
     for (db, names) in [(a, ["ds_0", "ds_1"]), (b, ["ds_2", "ds_3"])] {
-        db.sql(&format!("CREATE DATABASE shop; CREATE DATABASE {}; CREATE DATABASE {};", names[0], names[1])).unwrap();
+        db.sql(&format!(
+            "CREATE DATABASE IF NOT EXISTS shop; CREATE DATABASE IF NOT EXISTS {}; CREATE DATABASE IF NOT EXISTS {};",
+            names[0], names[1]
+        ))
+        .unwrap();
     }
     let text = format!(
         "[proxy]\nlisten = [\"127.0.0.1:0\"]\nworkers = 2\n\
@@ -47,7 +51,7 @@ async fn connect_shop(port: u16) -> Conn {
     Conn::new(opts(port, "root", "").db_name(Some("shop"))).await.expect("connects")
 }
 
-/// What a result is compared by: each column's metadata but its schema, and the rows.
+/// What a result is compared by: each column's metadata, and the rows.
 type Result = (Vec<String>, Vec<Vec<Value>>);
 
 async fn run(c: &mut Conn, sql: &str) -> std::result::Result<Result, mysql_async::Error> {
@@ -143,6 +147,10 @@ async fn sharded_results_match_one_unsharded_server() {
     oracle.sql("CREATE DATABASE shop").unwrap();
     let mut o = Conn::new(opts(oracle.port(), "root", "").db_name(Some("shop"))).await.unwrap();
     let mut s = connect_shop(proxy.port).await;
+    // The same shards through a sluice that reads at most 3 at once: t_order's 4 shards are
+    // a held batch of 1 and 3 live, t_log's 8 two held batches of 3 and 2, then 3 live.
+    let batched_proxy = Proxy::start(shard_config(&a, &b, "max_connections_per_query = 3"));
+    let mut batched = connect_shop(batched_proxy.port).await;
 
     // DDL through sluice reaches every physical table. t_log: the same columns, by range over
     // 8 shards (2 tables per node: t_log_0 and t_log_1).
@@ -201,24 +209,26 @@ async fn sharded_results_match_one_unsharded_server() {
         assert_eq!(via_sluice, direct, "{sql}: affected rows");
     }
 
-    // Every query on t_order (mod), and on t_log (range, with physical tables t_log_N: their
-    // names are the columns' org_table).
+    // Every query on t_order (mod), and on t_log (range, with physical tables t_log_N, which
+    // the columns' schema and original table must not show).
     let queries: Vec<(String, bool)> =
         queries().into_iter().flat_map(|(q, ordered)| [(q.replace("t_order", "t_log"), ordered), (q, ordered)]).collect();
     for (sql, ordered) in &queries {
         let want = run(&mut o, sql).await.unwrap_or_else(|e| panic!("oracle: {sql}: {e}"));
-        let mut got = run(&mut s, sql).await.unwrap_or_else(|e| panic!("sluice: {sql}: {e}"));
-        for c in &mut got.0 {
-            *c = c.replace("t_log_0", "t_log").replace("t_log_1", "t_log");
-        }
-        assert_eq!(got.0, want.0, "{sql}: column metadata");
-        let (mut got_rows, mut want_rows) = (got.1, want.1);
+        let got = run(&mut s, sql).await.unwrap_or_else(|e| panic!("sluice: {sql}: {e}"));
+        let in_batches = run(&mut batched, sql).await.unwrap_or_else(|e| panic!("sluice in batches: {sql}: {e}"));
+        let key = |r: &Vec<Value>| format!("{r:?}");
+        let mut want_rows = want.1;
         if !ordered {
-            let key = |r: &Vec<Value>| format!("{r:?}");
-            got_rows.sort_by_key(key);
             want_rows.sort_by_key(key);
         }
-        assert_eq!(got_rows, want_rows, "{sql}: rows");
+        for (how, (columns, mut rows)) in [("", got), (" (shards read in batches)", in_batches)] {
+            assert_eq!(columns, want.0, "{sql}: column metadata{how}");
+            if !ordered {
+                rows.sort_by_key(key);
+            }
+            assert_eq!(rows, want_rows, "{sql}: rows{how}");
+        }
     }
     eprintln!("{} generated queries matched the oracle", queries.len());
 
@@ -282,6 +292,27 @@ async fn unsupported_statements_are_refused_and_a_lost_shard_is_an_error() {
     let top: Vec<(i64, i64)> =
         s.query("SELECT user_id, COUNT(*) AS n FROM t_order GROUP BY user_id ORDER BY n DESC, user_id LIMIT 2").await.unwrap();
     assert_eq!(top, [(0, 25), (1, 25)], "16 groups fit");
+    // The per-query connection budget: with 1 connection at once, a fan-out over the 4 shards
+    // reads them one at a time (shards 0-2 held whole, shard 3 live)...
+    let from_sluice = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND USER = 'root' \
+                       AND DB IN ('shop', 'ds_2', 'ds_3')";
+    let count = |text: String| text.trim().parse::<u32>().expect("a count");
+    let others = count(b.sql(from_sluice).unwrap());
+    let narrow = Proxy::start(shard_config(&a, &b, "max_connections_per_query = 1\nmax_merge_buffer_bytes = 4096"));
+    let mut n1 = connect_shop(narrow.port).await;
+    let counts: Vec<(i64, i64)> =
+        n1.query("SELECT user_id, COUNT(*) FROM t_order GROUP BY user_id ORDER BY user_id LIMIT 3").await.unwrap();
+    assert_eq!(counts, [(0, 25), (1, 25), (2, 25)]);
+    // ...so no more than one connection to `b` (shards ds_2 and ds_3) was ever open at once.
+    assert_eq!(count(b.sql(from_sluice).unwrap()), others + 1, "one new pooled connection to b: shards were read one at a time");
+    // ...and the held shards' replies must fit the memory budget: all 400 rows do not.
+    let e = n1.query_drop("SELECT * FROM t_order").await.expect_err("held batches over budget");
+    assert!(e.to_string().contains("max_merge_buffer_bytes") && e.to_string().contains("max_connections_per_query"), "{e}");
+    let n: Option<u64> = n1.query_first("SELECT COUNT(*) FROM t_order").await.unwrap();
+    assert_eq!(n, Some(400), "the session goes on after the budget's error");
+    drop(n1);
+    drop(narrow);
+
     // Prepared statements are routed at each execute (tests/shard_prepared.rs); what sluice
     // refuses whatever the values is refused at prepare.
     let n: Option<u64> = s.exec_first("SELECT COUNT(*) FROM t_order WHERE user_id = ?", (1,)).await.unwrap();

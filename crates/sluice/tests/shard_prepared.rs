@@ -47,8 +47,8 @@ async fn connect_shop(port: u16) -> Conn {
     Conn::new(opts(port, "root", "").db_name(Some("shop"))).await.expect("connects")
 }
 
-/// What an execute is compared by: the prepare's parameter and column metadata (but the
-/// schema), the result's column metadata, and the rows as binary-protocol values.
+/// What an execute is compared by: the prepare's parameter and column metadata, the result's
+/// column metadata, and the rows as binary-protocol values.
 type Outcome = (Vec<String>, Vec<String>, Vec<Vec<Value>>);
 
 async fn exec(c: &mut Conn, sql: &str, params: Params) -> Result<Outcome, mysql_async::Error> {

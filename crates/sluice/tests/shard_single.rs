@@ -41,7 +41,7 @@ async fn connect_shop(port: u16) -> Conn {
     Conn::new(opts(port, "root", "").db_name(Some("shop"))).await.expect("connects")
 }
 
-/// Each column's metadata but its schema, and the rows.
+/// Each column's metadata (its schema the logical database's, as one server gives it), and the rows.
 type Result = (Vec<String>, Vec<Vec<Value>>);
 
 async fn run(c: &mut Conn, sql: &str) -> std::result::Result<Result, mysql_async::Error> {

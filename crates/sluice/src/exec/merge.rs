@@ -28,9 +28,18 @@ const FLUSH_AT: usize = 64 << 10;
 /// The largest packet read from a shard.
 const MAX_PACKET: usize = 1 << 30;
 
-/// One shard's connection and how messages name it.
+/// Where a shard's reply is read from.
+pub enum Source<'a> {
+    /// Its connection: the request is sent and the reply streams.
+    Live(&'a mut Conn),
+    /// Its whole reply, read earlier (`read_whole`): a shard of an earlier batch, past the
+    /// per-query connection budget. Packets missing at its end are a lost connection.
+    Held(std::collections::VecDeque<Vec<u8>>),
+}
+
+/// One shard's reply and how messages name it.
 pub struct Shard<'a> {
-    pub conn: &'a mut Conn,
+    pub source: Source<'a>,
     pub format: super::Format,
     /// `ds_2 (hostgroup 2)`.
     pub label: String,
@@ -81,6 +90,8 @@ struct Out<'c> {
     /// Rows go out in the binary protocol (a prepared statement's execute): the columns' types,
     /// set once the column definitions are known.
     binary: Option<Vec<super::binary::BinColumn>>,
+    /// The first shard's names, given back their logical ones in the column definitions.
+    rename: Option<super::RenameColumns<'c>>,
 }
 
 impl Out<'_> {
@@ -126,7 +137,10 @@ impl Out<'_> {
 
 /// Reads one packet from a shard, skipping MariaDB progress reports.
 async fn read_packet(shards: &mut [Shard<'_>], i: usize) -> Result<Vec<u8>, Failure> {
-    let conn = &mut *shards[i].conn;
+    let conn = match &mut shards[i].source {
+        Source::Live(conn) => &mut **conn,
+        Source::Held(packets) => return packets.pop_front().ok_or(Failure::Lost(i)),
+    };
     loop {
         let frame = match conn.read_frame(MAX_PACKET).await {
             Ok(Some(f)) => f,
@@ -193,11 +207,13 @@ async fn next_row(shards: &mut [Shard<'_>], i: usize, ended: &mut [bool]) -> Res
 }
 
 /// Sends each shard its request (a COM_QUERY packet) and writes the merged reply, starting
-/// at sequence id `seq`; its rows in the binary protocol with `binary`. A shard whose reply was not read to its end is left `finished == false`: its connection must be closed.
+/// at sequence id `seq`; its rows in the binary protocol with `binary`, its column definitions
+/// renamed by `rename` (the first shard's names). A shard whose reply was not read to its end is left `finished == false`: its connection must be closed.
 ///
 /// `sent_seq` holds, at each moment, the sequence id of the next packet the client expects
 /// (what it was sent so far): if the merge is abandoned (KILL, a timeout), an error packet
 /// with that id ends the reply cleanly.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     client: &mut Conn,
     shards: &mut [Shard<'_>],
@@ -206,9 +222,10 @@ pub async fn run(
     seq: u8,
     sent_seq: &std::sync::atomic::AtomicU8,
     binary: bool,
+    rename: Option<super::RenameColumns<'_>>,
 ) -> Result<Outcome, ClientGone> {
     sent_seq.store(seq, std::sync::atomic::Ordering::Relaxed);
-    let mut out = Out { client, buf: Vec::new(), seq, rows: 0, sent_seq, binary: None };
+    let mut out = Out { client, buf: Vec::new(), seq, rows: 0, sent_seq, binary: None, rename };
     let mut outcome = Outcome::default();
     // Replies read to their end; the others are closed, not pooled.
     let mut ended = vec![false; shards.len()];
@@ -217,8 +234,10 @@ pub async fn run(
             return Err(Failure::Mismatch("a cross-shard statement without one request per shard".into()));
         }
         for (i, request) in requests.iter().enumerate() {
-            if shards[i].conn.write_all(request).await.is_err() {
-                return Err(Failure::Lost(i));
+            if let Source::Live(conn) = &mut shards[i].source {
+                if conn.write_all(request).await.is_err() {
+                    return Err(Failure::Lost(i));
+                }
             }
         }
         match merge {
@@ -272,6 +291,70 @@ pub async fn run(
     out.flush().await?;
     outcome.rows = out.rows;
     Ok(outcome)
+}
+
+/// A reply read whole by `read_whole`.
+pub struct HeldReply {
+    pub packets: std::collections::VecDeque<Vec<u8>>,
+    /// It was read to its end: the connection can be reused.
+    pub complete: bool,
+}
+
+/// The shard's replies held so far need more than the query's memory budget.
+#[derive(Debug)]
+pub struct OverBudget;
+
+/// Reads the whole reply to a request sent on `conn` into memory, as `Source::Held` gives it
+/// back to the merge, taking each packet's size from `budget` (bytes left of the query's). A
+/// lost connection ends the packets early (`complete == false`); the merge reports it.
+pub async fn read_whole(conn: &mut Conn, format: super::Format, budget: &mut usize) -> Result<HeldReply, OverBudget> {
+    let mut reply = HeldReply { packets: std::collections::VecDeque::new(), complete: false };
+    let Some(first) = hold_next(conn, budget, &mut reply).await? else { return Ok(reply) };
+    match first {
+        packet::OK_HEADER | ERR_HEADER => {
+            reply.complete = true;
+            return Ok(reply);
+        }
+        // A LOCAL INFILE request (the merge refuses it) leaves the server waiting: not reusable.
+        packet::LOCAL_INFILE_HEADER => return Ok(reply),
+        _ => {}
+    }
+    let Some((count, _)) = reply.packets.back().and_then(|p| read_lenenc(p)) else { return Ok(reply) };
+    let head = count.saturating_add(u64::from(!format.deprecate_eof));
+    for _ in 0..head {
+        if hold_next(conn, budget, &mut reply).await?.is_none() {
+            return Ok(reply);
+        }
+    }
+    while let Some(first) = hold_next(conn, budget, &mut reply).await? {
+        if first == ERR_HEADER || reply.packets.back().is_some_and(|p| is_terminator(p)) {
+            reply.complete = true;
+            break;
+        }
+    }
+    Ok(reply)
+}
+
+/// Reads the reply's next packet (progress reports skipped) onto `reply`, its cost taken from
+/// `budget`: its first byte, `None` when the connection is gone.
+async fn hold_next(conn: &mut Conn, budget: &mut usize, reply: &mut HeldReply) -> Result<Option<u8>, OverBudget> {
+    loop {
+        let frame = match conn.read_frame(MAX_PACKET).await {
+            Ok(Some(f)) => f,
+            Ok(None) | Err(_) => return Ok(None),
+        };
+        let payload = frame.payload(&conn.rbuf).into_owned();
+        conn.consume(frame.wire_len);
+        if payload.starts_with(&[ERR_HEADER, 0xFF, 0xFF]) {
+            continue;
+        }
+        // What a held packet costs: its bytes and its place in the queue.
+        let cost = payload.len() + 2 * std::mem::size_of::<Vec<u8>>();
+        *budget = budget.checked_sub(cost).ok_or(OverBudget)?;
+        let first = payload.first().copied().unwrap_or(0);
+        reply.packets.push_back(payload);
+        return Ok(Some(first));
+    }
 }
 
 /// The error a failure gives the client: the shard's own error, with which shard said it.
@@ -626,7 +709,10 @@ async fn merge_rows(
     write_lenenc(&mut head, visible as u64);
     out.packet(&head);
     for def in &columns[..visible] {
-        out.packet(def);
+        match out.rename {
+            Some(rename) => out.packet(&rename.column(def)),
+            None => out.packet(def),
+        }
     }
     if !deprecate_eof {
         packet::write_eof(&mut out.buf, &mut out.seq, 0, shards[0].status);

@@ -207,11 +207,60 @@ impl ReplyChecksum {
 }
 
 /// What else a reply's bytes are fed to as they stream: the replay journal's checksum, the
-/// result cache's capture.
+/// result cache's capture; and, for a statement on a shard, the logical names its column
+/// definitions are given back.
 #[derive(Default)]
 pub struct Tap<'a> {
     pub checksum: Option<&'a mut ReplyChecksum>,
     pub capture: Option<&'a mut crate::cache::Capture>,
+    pub rename: Option<RenameColumns<'a>>,
+}
+
+/// A shard's column definitions given its logical database's names (`shard::LogicalNames`):
+/// the client sees `shop` and `t_log` where the shard says `ds_2` and `t_log_1`.
+#[derive(Debug, Clone, Copy)]
+pub struct RenameColumns<'a> {
+    /// The shard's database: the schema its columns name.
+    pub node_database: &'a str,
+    pub names: &'a crate::shard::LogicalNames,
+}
+
+impl<'a> RenameColumns<'a> {
+    pub fn of(target: &'a crate::shard::plan::ShardStatement) -> Self {
+        RenameColumns { node_database: &target.database, names: &target.names }
+    }
+
+    pub fn of_names(names: &'a crate::shard::ShardNames) -> Self {
+        RenameColumns { node_database: &names.node_database, names: &names.names }
+    }
+
+    /// A whole reply (`wire`: packets with their headers, as a prepare's answer) with every
+    /// column definition in it renamed (they are the packets whose catalog is `def`).
+    pub fn packets(&self, wire: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(wire.len() + 256);
+        let mut rest = wire;
+        while let Ok(Some(f)) = proto::frame::frame(rest, usize::MAX) {
+            let packet = &rest[..f.wire_len];
+            match f.single_payload(rest).filter(|p| p.starts_with(b"\x03def")) {
+                Some(def) => {
+                    let mut seq = f.first_seq;
+                    proto::frame::write_packet(&mut out, &mut seq, &self.column(def));
+                }
+                None => out.extend_from_slice(packet),
+            }
+            rest = &rest[f.wire_len..];
+        }
+        out.extend_from_slice(rest);
+        out
+    }
+
+    /// `def` renamed, or as it is when it names nothing of the shard's own.
+    pub fn column<'d>(&self, def: &'d [u8]) -> std::borrow::Cow<'d, [u8]> {
+        match self.names.rename_column(self.node_database, def) {
+            Some(renamed) => std::borrow::Cow::Owned(renamed),
+            None => std::borrow::Cow::Borrowed(def),
+        }
+    }
 }
 
 impl Tap<'_> {
@@ -251,6 +300,9 @@ pub async fn forward(
     };
     let mut scanner = Scanner::new(reply, format.deprecate_eof).with_mariadb_capabilities(format.mariadb_caps).with_status(format.status);
     let mut reply_bytes = 0;
+    if let (Some(rename), Reply::Query) = (tap.rename, reply) {
+        rename_head(client, backend, &mut scanner, rename, &mut tap, &mut reply_bytes, request_seq, timed.then_some(&mut timing)).await?;
+    }
     loop {
         let step = match stream_reply(
             client,
@@ -292,6 +344,70 @@ pub async fn forward(
             Event::More => return Err(ExecError::BackendProtocol(proto::ProtoError::Unexpected("reply scanning stopped early"))),
         }
     }
+}
+
+/// A statement on one shard: the head of its result set (column count and definitions) read
+/// whole, written to the client with the logical names (`RenameColumns`), before the rest
+/// streams through `stream_reply`. Any other reply (OK, ERR, LOCAL INFILE) is left unread for
+/// it. The head is a few packets: this costs a copy of them, not of the rows.
+#[allow(clippy::too_many_arguments)]
+async fn rename_head(
+    client: &mut Conn,
+    backend: &mut Conn,
+    scanner: &mut Scanner,
+    rename: RenameColumns<'_>,
+    tap: &mut Tap<'_>,
+    reply_bytes: &mut u64,
+    request_seq: u8,
+    timing: Option<&mut Timing>,
+) -> Result<(), ExecError> {
+    // Nothing of the reply has reached the client yet.
+    let lost = || ExecError::BackendLost { reply_seq: Some(request_seq.wrapping_add(1)), before_reply: true };
+    async fn read(backend: &mut Conn) -> Option<proto::frame::Frame> {
+        backend.read_frame(proto::frame::MAX_CHUNK - 1).await.ok().flatten().filter(|f| f.chunks == 1)
+    }
+    let frame = read(backend).await.ok_or_else(lost)?;
+    if let Some(t) = timing {
+        t.first_read = Some(Instant::now());
+    }
+    let first = frame.single_payload(&backend.rbuf).unwrap_or_default();
+    let count = match first.first() {
+        None | Some(&0x00 | &0xFB | &0xFF) => return Ok(()),
+        Some(_) => match proto::codec::read_lenenc(first) {
+            Some((n, _)) => n,
+            None => return Ok(()),
+        },
+    };
+    let mut out = Vec::with_capacity(64 * (count.min(64) as usize + 1));
+    let mut pass = |backend: &mut Conn, frame: proto::frame::Frame, renamed: Option<&[u8]>, out: &mut Vec<u8>| {
+        let wire = &backend.rbuf[..frame.wire_len];
+        match scanner.feed(wire) {
+            Ok((used, Event::More)) if used == wire.len() => {}
+            Ok(_) => {
+                return Err(ExecError::BackendProtocol(proto::ProtoError::Unexpected("a result set ended inside its column definitions")))
+            }
+            Err(e) => return Err(ExecError::BackendProtocol(e)),
+        }
+        match renamed {
+            Some(payload) => {
+                let mut seq = frame.first_seq;
+                proto::frame::write_packet(out, &mut seq, payload);
+            }
+            None => out.extend_from_slice(wire),
+        }
+        *reply_bytes += frame.wire_len as u64;
+        backend.consume(frame.wire_len);
+        Ok(())
+    };
+    pass(backend, frame, None, &mut out)?;
+    for _ in 0..count {
+        let frame = read(backend).await.ok_or_else(lost)?;
+        let def = frame.single_payload(&backend.rbuf).unwrap_or_default();
+        let renamed = rename.names.rename_column(rename.node_database, def);
+        pass(backend, frame, renamed.as_deref(), &mut out)?;
+    }
+    tap.feed(&out);
+    client.write_all(&out).await.map_err(|_| ExecError::ClientLost { running: true })
 }
 
 /// Relays the client's LOCAL INFILE data packets to the backend up to the empty packet that

@@ -543,7 +543,7 @@ impl Session {
         if entry.route.class != sql::rw::Class::Read {
             self.mark_writes(&entry.sql, true);
         }
-        let tap = crate::exec::Tap { checksum: None, capture: capture.as_mut() };
+        let tap = crate::exec::Tap { checksum: None, capture: capture.as_mut(), rename: None };
         let outcome = match self.exchange(&mut held.backend, &request, Some(reply), None, false, tap).await {
             super::Forwarded::Done(o) => o,
             super::Forwarded::LostBeforeReply { .. } | super::Forwarded::Ended => return Flow::End,

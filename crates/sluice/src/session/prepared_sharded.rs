@@ -86,6 +86,7 @@ impl Session {
                     };
                     let id = self.statements.add_sharded(statement, text);
                     super::prepared::set_statement_id(&mut out, id);
+                    out = crate::exec::RenameColumns::of(&first).packets(&out);
                     registered = true;
                 } else {
                     out.clear();
@@ -218,7 +219,7 @@ impl Session {
         let sharded = match planned {
             Sharding::Refused(why) => return self.refuse(seq, &why).await,
             Sharding::NotSharded => return self.refuse(seq, "sluice found no sharded table in this statement at its execute").await,
-            Sharding::Single(one) => ShardPlan { targets: vec![one], merge: Merge::One, max_connections: 1 },
+            Sharding::Single(one) => ShardPlan::one(one, Merge::One),
             Sharding::Fanout(p) => p,
         };
         let hostgroup = sharded.targets.first().map_or(0, |t| t.hostgroup);

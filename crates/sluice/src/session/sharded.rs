@@ -5,9 +5,10 @@
 
 use super::multiplex::{Held, Needs};
 use super::{Flow, Session};
-use crate::exec::merge::{self, Shard};
+use crate::exec::merge::{self, Shard, Source};
 use crate::plan::{self, Plan};
 use crate::shard::plan::ShardPlan;
+use proto::errors::{ER_PROXY_NO_BACKEND, SQLSTATE_GENERAL};
 use proto::frame::Frame;
 use std::sync::atomic::AtomicU8;
 
@@ -98,11 +99,52 @@ impl Session {
     }
 
     /// Runs `sharded` (the client's request already consumed) and writes its merged reply.
+    ///
+    /// At most `max_connections` shards are read at once: past that, the shards of the earlier
+    /// batches are read whole first, one batch after another, their replies held within
+    /// `max_buffered` bytes (`early_batches`), and the merge takes them with the last batch's
+    /// live connections.
     pub(super) async fn run_sharded(&mut self, sharded: &ShardPlan, watch: &super::observe::Watch, run: Run, seq: u8) -> Flow {
         let Run { retries, timeout, digest_text, binary } = run;
         let digest_text = digest_text.as_deref().unwrap_or(&self.plan_scratch.digest_text).to_vec();
-        let mut held: Vec<Held> = Vec::with_capacity(sharded.targets.len());
-        for target in &sharded.targets {
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let requests: Vec<Vec<u8>> = sharded.targets.iter().map(|t| plan::query_packet(t.sql.as_bytes(), 0).to_vec()).collect();
+        self.handle.clear_kill_query();
+        let live_from = sharded.targets.len().saturating_sub(sharded.max_connections.max(1));
+        let early = match self.early_batches(sharded, &requests, live_from, retries, deadline).await {
+            Ok(early) => early,
+            Err(failed) => {
+                let code = match &failed {
+                    Batches::Backend(e) => super::backend_error_code(e),
+                    Batches::OverBudget => ER_PROXY_NO_BACKEND,
+                    Batches::Interrupted => ER_QUERY_INTERRUPTED,
+                };
+                if let Batches::Interrupted = failed {
+                    let sent_seq = AtomicU8::new(seq);
+                    return self.reply_interrupted(watch, &digest_text, &sent_seq, "Query execution was interrupted").await;
+                }
+                let outcome = crate::exec::Outcome { error: true, error_code: code, ..Default::default() };
+                self.observed(watch, None, &outcome, 0, &digest_text, b"");
+                return match failed {
+                    Batches::Backend(e) => self.reply_backend_error(seq, &e).await,
+                    _ => {
+                        let message = format!(
+                            "this statement reads {} shards, more than max_connections_per_query ({}) at once, so sluice reads \
+                             them in batches and holds the earlier batches' replies: they exceed max_merge_buffer_bytes \
+                             ({} bytes); narrow the statement with the sharding key or a LIMIT, or raise either setting",
+                            sharded.targets.len(),
+                            sharded.max_connections,
+                            sharded.max_buffered
+                        );
+                        self.reply_err(seq, ER_PROXY_NO_BACKEND, SQLSTATE_GENERAL, &message).await;
+                        Flow::Continue
+                    }
+                };
+            }
+        };
+        let live = &sharded.targets[live_from..];
+        let mut held: Vec<Held> = Vec::with_capacity(live.len());
+        for target in live {
             match self.acquire(target.hostgroup, retries, Needs::default()).await {
                 Ok(h) => held.push(h),
                 Err(e) => {
@@ -115,24 +157,31 @@ impl Session {
                 }
             }
         }
-        let requests: Vec<Vec<u8>> = sharded.targets.iter().map(|t| plan::query_packet(t.sql.as_bytes(), 0).to_vec()).collect();
         let mut ends: Vec<(u16, bool)> = Vec::with_capacity(held.len());
         let sent_seq = std::sync::atomic::AtomicU8::new(seq);
-        self.handle.clear_kill_query();
+        let remaining = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
         let result = {
-            let mut shards: Vec<Shard> = held
-                .iter_mut()
+            let label = |t: &crate::shard::plan::ShardStatement| format!("`{}` (hostgroup {})", t.database, t.hostgroup);
+            let mut shards: Vec<Shard> = early
+                .into_iter()
                 .zip(&sharded.targets)
-                .map(|(h, t)| Shard {
-                    format: h.backend.format(),
-                    status: h.backend.status,
-                    finished: false,
-                    label: format!("`{}` (hostgroup {})", t.database, t.hostgroup),
-                    conn: &mut h.backend.conn,
+                .map(|((packets, format), t)| Shard {
+                    format,
+                    status: format.status,
+                    finished: true,
+                    label: label(t),
+                    source: Source::Held(packets),
                 })
                 .collect();
-            let result = self.merge_interruptible(&mut shards, &requests, sharded, seq, &sent_seq, binary, timeout).await;
-            ends.extend(shards.iter().map(|s| (s.status, s.finished)));
+            shards.extend(held.iter_mut().zip(live).map(|(h, t)| Shard {
+                format: h.backend.format(),
+                status: h.backend.status,
+                finished: false,
+                label: label(t),
+                source: Source::Live(&mut h.backend.conn),
+            }));
+            let result = self.merge_interruptible(&mut shards, &requests, sharded, seq, &sent_seq, binary, remaining).await;
+            ends.extend(shards[live_from..].iter().map(|s| (s.status, s.finished)));
             result
         };
         let Some(result) = result else {
@@ -177,6 +226,118 @@ impl Session {
         }
         Flow::Continue
     }
+
+    /// The replies of `targets[..upto]`, read whole batch by batch (`max_connections` shards,
+    /// so connections at once, per batch), with each reply's packet format. Stops at the
+    /// query's memory budget, KILL QUERY or `deadline`.
+    async fn early_batches(
+        &mut self,
+        sharded: &ShardPlan,
+        requests: &[Vec<u8>],
+        upto: usize,
+        retries: u32,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Vec<(std::collections::VecDeque<Vec<u8>>, crate::exec::Format)>, Batches> {
+        let mut budget = sharded.max_buffered;
+        let mut replies = Vec::with_capacity(upto);
+        let batch_size = sharded.max_connections.max(1);
+        let mut start = 0;
+        while start < upto {
+            let batch = start..(start + batch_size).min(upto);
+            start = batch.end;
+            let mut held: Vec<Held> = Vec::with_capacity(batch.len());
+            for target in &sharded.targets[batch.clone()] {
+                match self.acquire(target.hostgroup, retries, Needs::default()).await {
+                    Ok(h) => held.push(h),
+                    Err(e) => {
+                        for h in held {
+                            self.settle(h);
+                        }
+                        return Err(Batches::Backend(e));
+                    }
+                }
+            }
+            let killable: Vec<_> = held.iter().map(|h| (h.backend.server.clone(), h.backend.thread_id)).collect();
+            let remaining = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            let read = {
+                let reading = async {
+                    // Every request of the batch first, so that its shards work at once.
+                    for (h, request) in held.iter_mut().zip(&requests[batch.clone()]) {
+                        if h.backend.conn.write_all(request).await.is_err() {
+                            h.backend.broken = true;
+                        }
+                    }
+                    let mut read = Vec::with_capacity(held.len());
+                    for h in held.iter_mut() {
+                        let format = h.backend.format();
+                        match merge::read_whole(&mut h.backend.conn, format, &mut budget).await {
+                            Ok(reply) => read.push(Some((reply, format))),
+                            Err(merge::OverBudget) => {
+                                read.push(None);
+                                break;
+                            }
+                        }
+                    }
+                    read
+                };
+                tokio::select! {
+                    biased;
+                    r = reading => Some(r),
+                    _ = self.handle.kill_query_requested() => None,
+                    _ = super::sleep_or_never(remaining) => None,
+                }
+            };
+            let Some(read) = read else {
+                self.kill_shard_statements(&killable).await;
+                for mut h in held {
+                    h.backend.broken = true;
+                    self.release(h);
+                }
+                return Err(Batches::Interrupted);
+            };
+            let over = read.last().is_some_and(Option::is_none) || read.len() < held.len();
+            let mut read = read.into_iter();
+            for mut h in held {
+                match read.next().flatten() {
+                    Some((reply, format)) => {
+                        h.backend.broken |= !reply.complete;
+                        if let Some(status) = reply.complete.then(|| last_status(&reply, format)).flatten() {
+                            h.backend.status = status;
+                        }
+                        replies.push((reply.packets, crate::exec::Format { status: h.backend.status, ..format }));
+                    }
+                    // Not read to its end: its reply is still on the way.
+                    None => h.backend.broken = true,
+                }
+                if h.backend.broken {
+                    self.release(h);
+                } else {
+                    self.settle(h);
+                }
+            }
+            if over {
+                return Err(Batches::OverBudget);
+            }
+        }
+        Ok(replies)
+    }
+}
+
+/// Why the early batches of a fan-out past the connection budget did not all read.
+enum Batches {
+    Backend(crate::pool::BackendError),
+    OverBudget,
+    Interrupted,
+}
+
+/// The status flags a whole reply ended with (its OK or its result set's terminator).
+fn last_status(reply: &merge::HeldReply, format: crate::exec::Format) -> Option<u16> {
+    let last = reply.packets.back()?;
+    match last.first() {
+        Some(&proto::packet::OK_HEADER) if reply.packets.len() == 1 => proto::packet::parse_ok(last).ok().map(|ok| ok.status),
+        Some(&proto::packet::EOF_HEADER) => proto::packet::terminator_status(last, format.deprecate_eof).ok(),
+        _ => None,
+    }
 }
 
 impl Session {
@@ -194,7 +355,8 @@ impl Session {
         timeout: Option<std::time::Duration>,
     ) -> Option<Result<crate::exec::Outcome, merge::ClientGone>> {
         // Boxed, so that it can be dropped (and its borrows end) when the merge is abandoned.
-        let mut merging = Box::pin(merge::run(&mut self.client, shards, requests, &sharded.merge, seq, sent_seq, binary));
+        let rename = sharded.targets.first().map(crate::exec::RenameColumns::of);
+        let mut merging = Box::pin(merge::run(&mut self.client, shards, requests, &sharded.merge, seq, sent_seq, binary, rename));
         tokio::select! {
             biased;
             r = &mut merging => Some(r),

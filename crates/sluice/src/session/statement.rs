@@ -276,7 +276,8 @@ impl Session {
         // The text as sent (its first chunk): what the cache keys and a write marks.
         let sent = request.get(5..request.len().min(4 + proto::frame::MAX_CHUNK)).unwrap_or_default();
         self.mark_writes(sent, whole && frame.chunks == 1);
-        let tap = Tap { checksum: checksum.as_mut(), capture: capture.as_mut() };
+        let rename = plan.shard_names.as_ref().map(crate::exec::RenameColumns::of_names);
+        let tap = Tap { checksum: checksum.as_mut(), capture: capture.as_mut(), rename };
         let outcome = match self.exchange(&mut held.backend, &request, Some(Reply::Query), timeout, whole, tap).await {
             Forwarded::Done(o) => o,
             Forwarded::Ended => return Flow::End,
@@ -318,7 +319,7 @@ impl Session {
                 held.pins.rule = plan.pins_connection();
                 journaling = self.journaling(&held.backend);
                 checksum = journaling.unwrap_or(false).then(ReplyChecksum::default);
-                let tap = Tap { checksum: checksum.as_mut(), capture: None };
+                let tap = Tap { checksum: checksum.as_mut(), capture: None, rename };
                 match self.exchange(&mut held.backend, &request, Some(Reply::Query), timeout, false, tap).await {
                     Forwarded::Done(o) => o,
                     Forwarded::LostBeforeReply { .. } | Forwarded::Ended => return Flow::End,

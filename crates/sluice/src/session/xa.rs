@@ -270,6 +270,14 @@ impl Session {
         let digest_text = digest_text.as_deref().unwrap_or(&self.plan_scratch.digest_text).to_vec();
         let refusal = if let Some(why) = self.xa.as_ref().and_then(|t| t.doomed.clone()) {
             Some(XaError::rolled_back(&format!("{why}; only ROLLBACK ends it")))
+        } else if sharded.targets.len() > sharded.max_connections {
+            // A branch keeps its connection until the transaction ends: no batches.
+            Some(XaError::refused(format!(
+                "this statement needs {} shards, more than max_connections_per_query ({}) allows in a transaction \
+                 (each shard's XA branch keeps its connection until COMMIT); narrow it with the sharding key",
+                sharded.targets.len(),
+                sharded.max_connections
+            )))
         } else if sharded.targets.first().is_some_and(|t| ddl(&t.sql)) {
             Some(XaError::refused(
                 "sluice does not run DDL on sharded tables inside a transaction (it would commit implicitly); COMMIT first".into(),
@@ -299,7 +307,11 @@ impl Session {
             // One shard: its reply relayed as it is, as the one-target path does.
             let request = plan::query_packet(target.sql.as_bytes(), seq.wrapping_sub(1));
             let Some(b) = txn.branches.get_mut(*i) else { return Flow::Continue };
-            let outcome = self.forward(&mut b.held.backend, &request, Some(Reply::Query), timeout).await;
+            let tap = crate::exec::Tap { rename: Some(crate::exec::RenameColumns::of(target)), ..Default::default() };
+            let outcome = match self.exchange(&mut b.held.backend, &request, Some(Reply::Query), timeout, false, tap).await {
+                super::Forwarded::Done(o) => Some(o),
+                super::Forwarded::LostBeforeReply { .. } | super::Forwarded::Ended => None,
+            };
             let Some(outcome) = outcome else {
                 // The branch's connection (or the client) is gone: so is the transaction.
                 txn.close(&self.data.stats);
@@ -326,7 +338,7 @@ impl Session {
                         status: b.held.backend.status,
                         finished: false,
                         label: format!("`{}` (hostgroup {})", b.database, b.hostgroup),
-                        conn: &mut b.held.backend.conn,
+                        source: crate::exec::merge::Source::Live(&mut b.held.backend.conn),
                     });
                 }
             }

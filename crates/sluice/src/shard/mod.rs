@@ -27,6 +27,55 @@ pub struct LogicalDatabase {
     pub max_merge_buffer_bytes: usize,
     /// The recovery log of its cross-shard transactions (`shard::xa`).
     pub xa_log: Option<String>,
+    /// How its shards' column definitions name it: shared by every plan on it.
+    pub names: std::sync::Arc<LogicalNames>,
+}
+
+/// A logical database's names as one server holding it would give them in column definitions:
+/// a shard reports its own database (`ds_2`) as a column's schema, and a physical table
+/// (`t_log_1`) as its original table; the client must see `shop` and `t_log`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct LogicalNames {
+    pub database: String,
+    /// (physical, logical) for each physical table whose name is not its table's.
+    pub tables: Vec<(String, String)>,
+}
+
+/// Where a one-shard statement's columns come from, to give them their logical names
+/// (`exec::RenameColumns`).
+#[derive(Debug, Clone)]
+pub struct ShardNames {
+    pub node_database: String,
+    pub names: std::sync::Arc<LogicalNames>,
+}
+
+impl LogicalNames {
+    /// The column definition `def` (a shard's, on node database `node_database`) with the
+    /// logical names: `None` when it has none to change (or does not parse: sent as it is).
+    /// Only the four names before the column's own are read; the rest is copied.
+    pub fn rename_column(&self, node_database: &str, def: &[u8]) -> Option<Vec<u8>> {
+        use proto::codec::{read_lenenc_str, write_lenenc_str};
+        let mut rest = def;
+        let mut names: [&[u8]; 4] = [b""; 4];
+        for n in &mut names {
+            let (value, used) = read_lenenc_str(rest)?;
+            *n = value;
+            rest = rest.get(used..)?;
+        }
+        let [catalog, schema, table, org_table] = names;
+        let schema_is_node = schema == node_database.as_bytes();
+        let org_logical = self.tables.iter().find(|(physical, _)| physical.as_bytes() == org_table).map(|(_, l)| l.as_bytes());
+        if !schema_is_node && org_logical.is_none() {
+            return None;
+        }
+        let mut out = Vec::with_capacity(def.len() + self.database.len());
+        write_lenenc_str(&mut out, catalog);
+        write_lenenc_str(&mut out, if schema_is_node { self.database.as_bytes() } else { schema });
+        write_lenenc_str(&mut out, table);
+        write_lenenc_str(&mut out, org_logical.unwrap_or(org_table));
+        out.extend_from_slice(rest);
+        Some(out)
+    }
 }
 
 /// How a key picks its shard.
@@ -288,6 +337,7 @@ impl ShardMap {
                 key_worker_id: d.key_worker_id,
                 max_merge_buffer_bytes: d.max_merge_buffer_bytes as usize,
                 xa_log: d.xa_log.clone().filter(|p| !p.is_empty()),
+                names: std::sync::Arc::new(LogicalNames { database: d.name.clone(), tables: Vec::new() }),
             })
             .collect();
         let tables: Vec<ShardedTable> = tables
@@ -321,6 +371,15 @@ impl ShardMap {
                 })
             })
             .collect();
+        let mut databases = databases;
+        for (i, d) in databases.iter_mut().enumerate() {
+            let physical = tables
+                .iter()
+                .filter(|t| t.database == i && t.tables_per_node > 1)
+                .flat_map(|t| (0..t.tables_per_node).map(|s| (t.physical(s).1, t.table.clone())))
+                .collect();
+            d.names = std::sync::Arc::new(LogicalNames { database: d.name.clone(), tables: physical });
+        }
         let mut names: Vec<Box<[u8]>> = tables
             .iter()
             .map(|t| t.table.as_str())
@@ -411,6 +470,26 @@ mod tests {
         let keys: Vec<i64> = (0..10_000).map(|_| generate_key(5)).collect();
         assert!(keys.windows(2).all(|w| w[0] < w[1]));
         assert!(keys.iter().all(|k| (k >> 12) & 0x3FF == 5), "the worker id is in bits 12–21");
+    }
+
+    #[test]
+    fn column_definitions_get_the_logical_database_and_table_back() {
+        use proto::codec::write_lenenc_str;
+        let names = LogicalNames { database: "shop".into(), tables: vec![("t_log_1".into(), "t_log".into())] };
+        let def = |schema: &str, table: &str, org_table: &str| {
+            let mut d = Vec::new();
+            for s in ["def", schema, table, org_table, "qty", "qty"] {
+                write_lenenc_str(&mut d, s.as_bytes());
+            }
+            d.extend_from_slice(&[0x0C, 0x21, 0, 11, 0, 0, 0, 3, 0, 0, 0, 0, 0]);
+            d
+        };
+        assert_eq!(names.rename_column("ds_2", &def("ds_2", "l", "t_log_1")), Some(def("shop", "l", "t_log")));
+        assert_eq!(names.rename_column("ds_2", &def("ds_2", "t_order", "t_order")), Some(def("shop", "t_order", "t_order")));
+        // Another database's column, an expression's: as they are.
+        assert_eq!(names.rename_column("ds_2", &def("information_schema", "TABLES", "TABLES")), None);
+        assert_eq!(names.rename_column("ds_2", &def("", "", "")), None);
+        assert_eq!(names.rename_column("ds_2", b"\x03de"), None, "a malformed definition is sent as it is");
     }
 
     #[test]

@@ -28,9 +28,11 @@ const RECURSION_LIMIT: usize = 64;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardStatement {
     pub hostgroup: u32,
-    /// The node's database (for messages).
+    /// The node's database (for messages, and the schema its column definitions name).
     pub database: String,
     pub sql: String,
+    /// The logical names its column definitions are given back.
+    pub names: std::sync::Arc<super::LogicalNames>,
 }
 
 /// A column the merge sorts on: its position in the result, or its name (found in the column
@@ -155,8 +157,19 @@ pub enum Merge {
 pub struct ShardPlan {
     pub targets: Vec<ShardStatement>,
     pub merge: Merge,
-    /// The logical database's per-query connection budget.
+    /// The logical database's per-query connection budget: more targets than this are read in
+    /// batches, the earlier batches' replies held within `max_buffered` bytes.
     pub max_connections: usize,
+    /// The per-query memory budget (`max_merge_buffer_bytes`).
+    pub max_buffered: usize,
+}
+
+impl ShardPlan {
+    /// One shard's statement run as a fan-out of one (on a transaction's branch, a prepared
+    /// statement's execute), its reply merged by `merge`.
+    pub fn one(target: ShardStatement, merge: Merge) -> ShardPlan {
+        ShardPlan { targets: vec![target], merge, max_connections: 1, max_buffered: 0 }
+    }
 }
 
 impl Merge {
@@ -1243,8 +1256,9 @@ impl<'a> Planner<'a> {
                 }
             }
         }
-        let node = &self.map.databases[target.database].nodes[target.node];
-        Ok(ShardStatement { hostgroup: node.hostgroup, database: node.database.clone(), sql: s.to_string() })
+        let db = &self.map.databases[target.database];
+        let node = &db.nodes[target.node];
+        Ok(ShardStatement { hostgroup: node.hostgroup, database: node.database.clone(), sql: s.to_string(), names: db.names.clone() })
     }
 
     fn one_or_many(&self, s: &Statement, targets: &[Target], merge: Merge, db: usize) -> Result<Sharding, Refusal> {
@@ -1255,15 +1269,18 @@ impl<'a> Planner<'a> {
         if statements.len() == 1 {
             return Ok(Sharding::Single(statements.remove(0)));
         }
-        let max_connections = self.map.databases[db].max_connections_per_query;
-        if statements.len() > max_connections {
-            return Err(format!(
-                "this statement needs {} shards, more than max_connections_per_query ({max_connections}) allows; \
-                 narrow it with the sharding key",
-                statements.len()
-            ));
-        }
-        Ok(Sharding::Fanout(ShardPlan { targets: statements, merge, max_connections }))
+        Ok(self.fanout(statements, merge, db))
+    }
+
+    /// Several shards' statements and their merge, with the database's per-query budgets.
+    fn fanout(&self, targets: Vec<ShardStatement>, merge: Merge, db: usize) -> Sharding {
+        let db = &self.map.databases[db];
+        Sharding::Fanout(ShardPlan {
+            targets,
+            merge,
+            max_connections: db.max_connections_per_query.max(1),
+            max_buffered: db.max_merge_buffer_bytes,
+        })
     }
 
     fn select(&self, q: &Query) -> Result<Sharding, Refusal> {
@@ -1600,14 +1617,7 @@ impl<'a> Planner<'a> {
         if statements.len() == 1 {
             return Ok(Sharding::Single(statements.remove(0)));
         }
-        let max_connections = self.map.databases[t.database].max_connections_per_query;
-        if statements.len() > max_connections {
-            return Err(format!(
-                "this INSERT needs {} shards, more than max_connections_per_query ({max_connections}) allows; split it",
-                statements.len()
-            ));
-        }
-        Ok(Sharding::Fanout(ShardPlan { targets: statements, merge: Merge::Ok { sum: true }, max_connections }))
+        Ok(self.fanout(statements, Merge::Ok { sum: true }, t.database))
     }
 
     /// DDL on a logical table: every physical table (every node's copy of a broadcast table).
@@ -1658,10 +1668,8 @@ impl<'a> Planner<'a> {
         if statements.len() == 1 {
             return Ok(Sharding::Single(statements.remove(0)));
         }
-        // DDL reaches every shard whatever the budget: one connection at a time is not needed
-        // for correctness, but the budget is per query and DDL is rare.
-        let max_connections = statements.len();
-        Ok(Sharding::Fanout(ShardPlan { targets: statements, merge: Merge::Ok { sum: false }, max_connections }))
+        let db = targets.first().map_or(0, |t| t.database);
+        Ok(self.fanout(statements, Merge::Ok { sum: false }, db))
     }
 }
 

@@ -441,7 +441,8 @@ impl Drop for ProxyProcess {
 /// reports its own database).
 pub fn column_metadata(c: &mysql_async::Column) -> String {
     format!(
-        "{} {} {} {} {:?} {:?} {} {} {}",
+        "{} {} {} {} {} {:?} {:?} {} {} {}",
+        c.schema_str(),
         c.name_str(),
         c.org_name_str(),
         c.table_str(),
