@@ -2,8 +2,8 @@
 //! `[[sharded_tables]]`, and which shard a key belongs to. `plan` turns a statement on sharded
 //! tables into per-shard statements and the merge `exec::merge` applies to their replies.
 //!
-//! The data path asks the map first whether a statement's text names a sharded or broadcast
-//! table at all (`ShardMap::mentions`, a lexer scan, no allocation): only those statements are
+//! The data path asks the map first whether a statement's text names a sharded, broadcast or
+//! single table at all (`ShardMap::mentions`, a lexer scan, no allocation): only those statements are
 //! parsed. With no sharding configured nothing is scanned.
 
 pub mod params;
