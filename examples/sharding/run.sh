@@ -147,6 +147,9 @@ spread=$(for s in "shards_a ds_0" "shards_a ds_1" "shards_b ds_2" "shards_b ds_3
 done | grep -vc '^0$' || true)
 show "shards holding events: $spread of 4"
 check_between "the generated keys spread the rows over several shards" 2 4 "$spread"
+out=$(app -e "INSERT INTO events (what) VALUES ('m'); SELECT LAST_INSERT_ID(); SELECT id FROM events WHERE what = 'm'")
+show "LAST_INSERT_ID() and the row's key: $(echo $out)"
+check "LAST_INSERT_ID() is the generated key, as with AUTO_INCREMENT" "$(sed -n 2p <<<"$out")" "$(sed -n 1p <<<"$out")"
 
 step "what sluice refuses (docs/sharding.md says why)"
 check_error "UPDATE of the sharding key" "ERROR 1235" app -e "UPDATE orders SET user_id = 9 WHERE id = 1"

@@ -35,7 +35,9 @@ fn shard_config(a: &MariaDb, b: &MariaDb) -> Config {
                   {{ hostgroup = 2, database = \"ds_2\" }}, {{ hostgroup = 2, database = \"ds_3\" }}]\n\
          [[sharded_tables]]\ndatabase = \"shop\"\ntable = \"t_order\"\nsharding_column = \"user_id\"\nalgorithm = \"mod\"\n\
          [[sharded_tables]]\ndatabase = \"shop\"\ntable = \"t_user\"\nsharding_column = \"name\"\nalgorithm = \"hash_mod\"\n\
-         [[sharded_tables]]\ndatabase = \"shop\"\ntable = \"sbtest1\"\nsharding_column = \"id\"\nalgorithm = \"mod\"\n",
+         [[sharded_tables]]\ndatabase = \"shop\"\ntable = \"sbtest1\"\nsharding_column = \"id\"\nalgorithm = \"mod\"\n\
+         [[sharded_tables]]\ndatabase = \"shop\"\ntable = \"t_event\"\nsharding_column = \"id\"\nalgorithm = \"hash_mod\"\n\
+         generated_key = \"id\"\n",
         a.port(),
         b.port()
     );
@@ -251,6 +253,23 @@ async fn prepared_statements_on_shards_match_one_unsharded_server() {
     }
     assert!((6..=8).contains(&refused), "2 a second: refused {refused} of 10");
     admin("DELETE FROM mysql_query_rules; LOAD MYSQL QUERY RULES TO RUNTIME");
+
+    // Keys sluice generates come back as a server's AUTO_INCREMENT does: the first row's in the
+    // OK (mysql_insert_id, lastrowid), and from LAST_INSERT_ID() after it, text and prepared.
+    s.query_drop("CREATE TABLE t_event (id BIGINT PRIMARY KEY, what VARCHAR(8))").await.unwrap();
+    s.query_drop("INSERT INTO t_event (what) VALUES ('a'), ('b'), ('c'), ('d')").await.unwrap();
+    let first = s.last_insert_id().expect("the OK carries the first generated key");
+    let keys: Vec<u64> = s.query("SELECT id FROM t_event ORDER BY id").await.unwrap();
+    assert_eq!(keys.len(), 4);
+    assert_eq!(first, keys[0], "the first row's key (keys grow row by row)");
+    let seen: Option<u64> = s.query_first("SELECT LAST_INSERT_ID()").await.unwrap();
+    assert_eq!(seen, Some(first), "LAST_INSERT_ID() on the default hostgroup's connection");
+    s.exec_drop("INSERT INTO t_event (what) VALUES (?)", ("e",)).await.unwrap();
+    let prepared = s.last_insert_id().expect("a prepared INSERT's OK carries its key too");
+    let what: Option<String> = s.query_first(format!("SELECT what FROM t_event WHERE id = {prepared}")).await.unwrap();
+    assert_eq!(what.as_deref(), Some("e"));
+    let seen: Option<u64> = s.query_first("SELECT LAST_INSERT_ID()").await.unwrap();
+    assert_eq!(seen, Some(prepared));
 
     raw_executes(proxy.port);
     let python = |port: u16| {

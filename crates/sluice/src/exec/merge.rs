@@ -241,7 +241,8 @@ pub async fn run(
             }
         }
         match merge {
-            Merge::Ok { sum } => merge_ok(shards, &mut ended, *sum, &mut out, &mut outcome).await,
+            Merge::Ok { sum } => merge_ok(shards, &mut ended, *sum, None, &mut out, &mut outcome).await,
+            Merge::Inserted { first_key } => merge_ok(shards, &mut ended, true, Some(*first_key), &mut out, &mut outcome).await,
             Merge::One => {
                 let rows = RowMerge {
                     one: true,
@@ -278,7 +279,7 @@ pub async fn run(
         Ok(Err(ClientGone)) => Err(ClientGone),
         Err(failure) => {
             outcome.error = true;
-            let (code, sqlstate, message) = describe(shards, &failure, &ended, matches!(merge, Merge::Ok { .. }));
+            let (code, sqlstate, message) = describe(shards, &failure, &ended, matches!(merge, Merge::Ok { .. } | Merge::Inserted { .. }));
             outcome.error_code = code;
             out.error(code, &sqlstate, message.as_bytes());
             Ok(())
@@ -386,6 +387,7 @@ async fn merge_ok(
     shards: &mut [Shard<'_>],
     ended: &mut [bool],
     sum: bool,
+    generated: Option<u64>,
     out: &mut Out<'_>,
     outcome: &mut Outcome,
 ) -> Result<Result<(), ClientGone>, Failure> {
@@ -420,7 +422,10 @@ async fn merge_ok(
     if let Some(f) = first_failure {
         return Err(f);
     }
-    let ok = combined.unwrap_or_default();
+    let mut ok = combined.unwrap_or_default();
+    if let Some(key) = generated {
+        ok.last_insert_id = key;
+    }
     outcome.affected_rows = ok.affected_rows;
     outcome.last_insert_id = ok.last_insert_id;
     outcome.status = ok.status & !proto::StatusFlags::SERVER_MORE_RESULTS_EXISTS.bits();

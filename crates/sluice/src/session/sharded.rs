@@ -214,6 +214,10 @@ impl Session {
         if !outcome.error {
             self.status = outcome.status;
         }
+        // LAST_INSERT_ID() reads what the OK said (a generated key's too), on any connection.
+        if !outcome.error && outcome.last_insert_id != 0 {
+            self.last_insert_id = outcome.last_insert_id;
+        }
         let server = held.first().map(|h| h.backend.server.clone());
         let sent = sharded.targets.first().map_or(&b""[..], |t| t.sql.as_bytes());
         self.observed(watch, server.as_ref(), &outcome, requests.iter().map(Vec::len).sum(), &digest_text, sent);

@@ -303,7 +303,9 @@ impl Session {
         };
         let Some(mut txn) = self.xa.take() else { return Flow::Continue };
         let in_trans = StatusFlags::SERVER_STATUS_IN_TRANS.bits();
-        if let ([i], [target], false) = (idx.as_slice(), sharded.targets.as_slice(), binary) {
+        // (An INSERT with generated keys is merged: the merge's OK carries the first key.)
+        let relayed = !binary && !matches!(sharded.merge, Merge::Inserted { .. });
+        if let ([i], [target], true) = (idx.as_slice(), sharded.targets.as_slice(), relayed) {
             // One shard: its reply relayed as it is, as the one-target path does.
             let request = plan::query_packet(target.sql.as_bytes(), seq.wrapping_sub(1));
             let Some(b) = txn.branches.get_mut(*i) else { return Flow::Continue };
@@ -369,7 +371,7 @@ impl Session {
         let sent = sharded.targets.first().map_or(&b""[..], |t| t.sql.as_bytes());
         self.observed(watch, server.as_ref(), &outcome, requests.iter().map(Vec::len).sum(), &digest_text, sent);
         let lost = txn.branches.iter().any(|b| b.held.backend.broken);
-        let partial_write = outcome.error && matches!(sharded.merge, Merge::Ok { .. });
+        let partial_write = outcome.error && matches!(sharded.merge, Merge::Ok { .. } | Merge::Inserted { .. });
         self.xa = Some(txn);
         if lost || partial_write {
             // A shard's branch is gone, or a write applied on some shards only: the transaction
@@ -378,6 +380,9 @@ impl Session {
             self.doom(why.into());
         } else {
             self.status = outcome.status | in_trans;
+            if outcome.last_insert_id != 0 {
+                self.last_insert_id = outcome.last_insert_id;
+            }
         }
         Flow::Continue
     }

@@ -148,6 +148,10 @@ pub enum Merge {
     },
     /// OK packets: affected rows summed (`sum`), else the first shard's (a broadcast write, DDL).
     Ok { sum: bool },
+    /// An INSERT whose keys sluice generated: OK packets with affected rows summed, and
+    /// `first_key` (its first row's key) as the last insert id, as a server reports the first
+    /// AUTO_INCREMENT value of a multi-row INSERT.
+    Inserted { first_key: u64 },
     /// One shard's reply as it is (a prepared statement's execute on one shard).
     One,
 }
@@ -178,6 +182,7 @@ impl Merge {
         match self {
             Merge::Ok { sum: true } => "OK replies, affected rows summed".into(),
             Merge::Ok { sum: false } => "OK replies, the first shard's affected rows".into(),
+            Merge::Inserted { first_key } => format!("OK replies, affected rows summed, last insert id {first_key} (generated)"),
             Merge::One => "one shard: forwarded".into(),
             Merge::Rows { order, then_order, offset, limit, aggregates, grouped, hidden, .. } => {
                 let mut parts = Vec::new();
@@ -1556,13 +1561,26 @@ impl<'a> Planner<'a> {
             // The key column left out: sluice generates one per row, then routes as usual.
             let mut with_keys = ins.clone();
             with_keys.columns.push(ObjectName::from(vec![Ident::new(generated)]));
+            let mut first_key = None;
             if let Some(SetExpr::Values(values)) = with_keys.source.as_deref_mut().map(|q| q.body.as_mut()) {
                 let worker = self.map.databases[t.database].key_worker_id;
                 for row in &mut values.rows {
-                    row.content.push(Expr::value(Value::Number(super::generate_key(worker).to_string(), false)));
+                    let key = super::generate_key(worker);
+                    first_key.get_or_insert(key);
+                    row.content.push(Expr::value(Value::Number(key.to_string(), false)));
                 }
             }
-            return self.insert(&Statement::Insert(with_keys));
+            // The client learns the first key as a server's AUTO_INCREMENT reports it: the
+            // OK's last insert id (so LAST_INSERT_ID() too), which the merge writes.
+            let inserted = Merge::Inserted { first_key: first_key.map_or(0, |k| k as u64) };
+            return match self.insert(&Statement::Insert(with_keys))? {
+                Sharding::Single(one) if first_key.is_some() => Ok(Sharding::Fanout(ShardPlan::one(one, inserted))),
+                Sharding::Fanout(mut p) if first_key.is_some() => {
+                    p.merge = inserted;
+                    Ok(Sharding::Fanout(p))
+                }
+                other => Ok(other),
+            };
         }
         let Some(position) = ins.columns.iter().position(|c| ident_text(c).last().is_some_and(|n| n.eq_ignore_ascii_case(&t.column)))
         else {

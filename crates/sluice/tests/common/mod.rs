@@ -357,6 +357,19 @@ pub fn assert_sysbench_clean(text: &str) {
     assert!(sysbench_figure(text, "transactions") > 0.0, "{text}");
 }
 
+/// `assert_sysbench_clean` for a workload of concurrent writing transactions (oltp_read_write):
+/// sysbench's "ignored errors" are deadlocks and lock wait timeouts (1213, 1205, 1020), which
+/// InnoDB gives such a workload now and then on its own (a run direct to the server has them
+/// too). A lock wait timeout takes 50 s, longer than these runs: what is counted is deadlocks,
+/// and they must stay as rare as the server makes them (under 1 in 200 transactions), while
+/// any other error fails the run itself.
+pub fn assert_sysbench_clean_writes(text: &str) {
+    let transactions = sysbench_figure(text, "transactions");
+    assert!(transactions > 0.0, "{text}");
+    assert!(sysbench_figure(text, "ignored errors") <= transactions / 200.0, "{text}");
+    assert_eq!(sysbench_figure(text, "reconnects"), 0.0, "{text}");
+}
+
 /// A client suite (tests/python, tests/cli) pointed at sluice on `port` and at the shared
 /// MariaDB directly, as root, through the environment the suites read.
 pub fn client_suite_command(port: u16, program: &str) -> std::process::Command {

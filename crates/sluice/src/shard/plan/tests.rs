@@ -232,6 +232,13 @@ fn inserts_split_by_shard() {
     // A generated key: added to the columns, and (as the sharding column) picking the shard.
     let p = fanout("INSERT INTO t_split (v) VALUES (1), (2), (3), (4), (5), (6), (7), (8)");
     assert!(p.targets.iter().all(|t| t.sql.contains("(v, id) VALUES")), "{:?}", p.targets);
+    // ...and the first row's key is the OK's last insert id.
+    let Merge::Inserted { first_key } = p.merge else { panic!("{:?}", p.merge) };
+    let first_row = p.targets.iter().find(|t| t.sql.contains("VALUES (1, ")).expect("the first row's shard");
+    assert!(first_row.sql.contains(&format!("VALUES (1, {first_key})")), "{first_row:?} {first_key}");
+    // One row is one shard, still merged for its key.
+    let p = fanout("INSERT INTO t_split (v) VALUES (1)");
+    assert!(matches!(p.merge, Merge::Inserted { first_key } if first_key > 0) && p.targets.len() == 1, "{p:?}");
     assert!(refused("INSERT INTO t_order (id, user_id) VALUES (1, 1 + 1)").contains("literal"));
     assert!(refused("INSERT INTO t_order (id, user_id) SELECT id, user_id FROM t_item").contains("SELECT"));
 }
