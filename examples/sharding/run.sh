@@ -2,7 +2,7 @@
 # examples/sharding: `shop.orders` split over 4 shards (2 MariaDB servers x 2 databases) by
 # user_id % 4, through one sluice: DDL reaching every shard, a multi-row INSERT split per shard,
 # reads routed by the key or merged across shards (ORDER BY + LIMIT, aggregates), a binding
-# join and a broadcast table, a transaction across shards (XA), a table sharded live through
+# join and a broadcast table, a single table on one node, a transaction across shards (XA), a table sharded live through
 # the admin tables by an inline expression, and what sluice refuses. See docs/sharding.md.
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
@@ -94,6 +94,29 @@ check "committed on both shards" $'ds_1\t1\nds_2\t1' "$(db shards_a -e "SELECT '
 check "the commit decision was logged before the XA COMMITs" 1 "$(grep -c '^C ' "$WORK/xa-shop.log")"
 app -e "START TRANSACTION; INSERT INTO orders (id, user_id, amount, region) VALUES (22, 3, 1.00, 1), (23, 0, 1.00, 1); ROLLBACK"
 check "rolled back on every shard" 0 "$(app -e "SELECT COUNT(*) FROM orders WHERE id IN (22, 23)")"
+
+step "a single table: audit_log is whole on ds_1 (single_tables), every statement runs there"
+app -e "CREATE TABLE audit_log (id INT PRIMARY KEY, user_id BIGINT, what VARCHAR(20))"
+app -e "INSERT INTO audit_log VALUES (1, 5, 'login'), (2, 5, 'pay'), (3, 6, 'login')"
+app -e "INSERT INTO audit_log (id, user_id, what) SELECT id + 10, user_id, CONCAT(what, '-copy') FROM audit_log WHERE user_id = 5"
+app -e "UPDATE audit_log SET what = 'logout' ORDER BY id DESC LIMIT 1"
+where_is() { db "$1" -e "SELECT CONCAT('$1: ', IFNULL(GROUP_CONCAT(table_schema), 'none')) FROM information_schema.tables WHERE table_name = 'audit_log'"; }
+out=$(where_is shards_a; where_is shards_b)
+show "$out"
+check "created on ds_1 only" $'shards_a: ds_1\nshards_b: none' "$out"
+check "its 5 rows there" 5 "$(db shards_a -e "SELECT COUNT(*) FROM ds_1.audit_log")"
+out=$(app -e "SELECT id, what FROM audit_log WHERE id IN (SELECT id FROM audit_log WHERE user_id = 5) ORDER BY id" | tr '\n' ' ')
+show "SELECT id, what FROM audit_log WHERE id IN (SELECT … FROM audit_log …) -> $out"
+check "a subquery runs as on one server" $'1\tlogin 2\tpay 11\tlogin-copy 12\tlogout ' "$out"
+out=$(app -e "SELECT o.id, a.what FROM orders o JOIN audit_log a ON a.user_id = o.user_id WHERE o.user_id = 5 ORDER BY a.id" | tr '\n' ' ')
+show "orders JOIN audit_log WHERE o.user_id = 5 (shard ds_1) -> $out"
+check "joined with a sharded table narrowed to a shard on ds_1" $'5\tlogin 5\tpay 5\tlogin-copy 5\tlogout ' "$out"
+out=$(app -e "EXPLAIN SHARDING SELECT COUNT(*) FROM audit_log")
+show "$out"
+check "EXPLAIN SHARDING: one target" $'ds_1\t1\tSELECT COUNT(*) FROM `ds_1`.`audit_log`\tone shard: forwarded' "$out"
+check_error "a join reaching shards on other nodes is refused" "would not see \`audit_log\`" \
+	app -e "SELECT o.id, a.what FROM orders o JOIN audit_log a ON a.user_id = o.user_id WHERE o.user_id = 6"
+show "$OUTPUT"
 
 step "the shard map in admin tables: a table sharded live by an inline expression"
 # shellcheck disable=SC2016 # ${user_id % 4} is sluice's expression, not the shell's

@@ -567,6 +567,10 @@ pub struct ShardDatabaseRow {
     /// Tables with a whole copy on every node: reads go to the first node, writes to all.
     #[serde(default)]
     pub broadcast_tables: Vec<String>,
+    /// Single tables: each a whole table on one node, named by the node's `database`
+    /// (`t_audit = "ds_1"`). Statements on them go to that node.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub single_tables: std::collections::BTreeMap<String, String>,
     /// The most backend connections one statement may use at once (the per-query
     /// connection budget): a statement that needs more shards is refused.
     #[serde(default = "default_max_connections_per_query")]
@@ -932,6 +936,8 @@ struct Problem {
 enum PathPart {
     Key(&'static str),
     Index(usize),
+    /// A key that is data (a table name in `single_tables`).
+    Name(String),
 }
 
 fn problem(path: Vec<PathPart>, message: impl Into<String>) -> Problem {
@@ -1252,6 +1258,48 @@ impl FileConfig {
         }
     }
 
+    /// `shard_databases[i].single_tables`: each names one node of its database (by the node's
+    /// `database`, which must name no other node) and is no sharded or broadcast table of it.
+    fn check_single_tables(&self, i: usize, d: &ShardDatabaseRow, out: &mut Vec<Problem>) {
+        use PathPart::{Index, Key, Name};
+        let names: Vec<&str> = d.nodes.iter().map(|n| n.database.as_str()).collect();
+        for (k, (table, node)) in d.single_tables.iter().enumerate() {
+            let at = || vec![Key("shard_databases"), Index(i), Key("single_tables"), Name(table.clone())];
+            if table.trim().is_empty() {
+                out.push(problem(at(), "a single table needs a name"));
+                continue;
+            }
+            if let Some((other, _)) = d.single_tables.iter().take(k).find(|(o, _)| o.eq_ignore_ascii_case(table)) {
+                out.push(problem(at(), format!("`{other}` and `{table}` are one table (table names compare without case)")));
+            }
+            let at_node: Vec<usize> = d.nodes.iter().enumerate().filter(|(_, n)| n.database == *node).map(|(j, _)| j).collect();
+            match at_node.as_slice() {
+                [] => out.push(problem(at(), format!("`{node}` is no node of `{}` ({})", d.name, names.join(", ")))),
+                [_] => {}
+                several => {
+                    let list: Vec<String> = several.iter().map(|j| format!("node {j} (hostgroup {})", d.nodes[*j].hostgroup)).collect();
+                    out.push(problem(
+                        at(),
+                        format!(
+                            "`{node}` names {} of `{}`: a single table's node is named by its database, which must then be \
+                             unique among the nodes",
+                            list.join(" and "),
+                            d.name
+                        ),
+                    ));
+                }
+            }
+            if d.broadcast_tables.iter().any(|b| b.eq_ignore_ascii_case(table)) {
+                out.push(problem(at(), format!("`{table}` is also a broadcast table of `{}`", d.name)));
+            }
+            let sharded =
+                self.sharded_tables.iter().position(|t| t.database.eq_ignore_ascii_case(&d.name) && t.table.eq_ignore_ascii_case(table));
+            if let Some(j) = sharded {
+                out.push(problem(at(), format!("`{table}` is also a sharded table of `{}` (sharded_tables[{j}])", d.name)));
+            }
+        }
+    }
+
     /// `[[shard_databases]]` and `[[sharded_tables]]`: names unique, nodes on hostgroups that
     /// exist, algorithms with what they need, binding groups alike.
     fn check_sharding(&self, out: &mut Vec<Problem>) {
@@ -1293,6 +1341,7 @@ impl FileConfig {
                     out.push(problem(at("xa_log"), "another shard database has this recovery log; each needs its own"));
                 }
             }
+            self.check_single_tables(i, d, out);
         }
         for (i, t) in self.sharded_tables.iter().enumerate() {
             let at = |k| vec![Key("sharded_tables"), Index(i), Key(k)];
@@ -1503,6 +1552,12 @@ fn field_name(path: &[PathPart]) -> String {
                 }
                 s.push_str(k);
             }
+            PathPart::Name(k) => {
+                if !s.is_empty() {
+                    s.push('.');
+                }
+                s.push_str(k);
+            }
             PathPart::Index(i) => s.push_str(&format!("[{i}]")),
         }
     }
@@ -1519,6 +1574,7 @@ fn locate_problem(file: Option<&Path>, src: Option<&str>, p: &Problem) -> Config
         for part in &p.path {
             let next = match part {
                 PathPart::Key(k) => value.get(*k),
+                PathPart::Name(k) => value.get(k.as_str()),
                 PathPart::Index(i) => value.get(*i),
             };
             match next {

@@ -280,3 +280,53 @@ async fn a_datadir_older_than_the_sharding_tables_keeps_the_files_sharding() {
     let mut c = connect_shop(proxy.port).await;
     assert_eq!(shards_of(&mut c, "SELECT * FROM t_order WHERE user_id = 7").await, ["ds_3"]);
 }
+
+/// Single tables through the admin tables: `shard_databases.single_tables` as text pairs, moved
+/// by LOAD and SAVE like the other columns, a bad value refused naming the row and the field,
+/// the saved value in force after a restart. Rows land on the node the value names (checked on
+/// the servers themselves).
+#[tokio::test]
+async fn single_tables_move_with_the_sharding_tables() {
+    let servers = Shards::start(&["t_order (id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL)", "t_audit (id BIGINT PRIMARY KEY)"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = SHOP.replace("name = \"shop\"\n", "name = \"shop\"\nsingle_tables = { t_audit = \"ds_1\" }\n");
+    {
+        let proxy = servers.proxy(dir.path(), &file);
+        let a = proxy.admin_port();
+        assert_eq!(admin(a, "SELECT name, single_tables FROM runtime_shard_databases").unwrap(), "shop\tt_audit=ds_1");
+        let mut c = connect_shop(proxy.port).await;
+        c.query_drop("INSERT INTO t_audit (id) VALUES (1)").await.unwrap();
+        assert_eq!(servers.ids("ds_1", "t_audit"), "1", "the file's node");
+        assert_eq!(shards_of(&mut c, "SELECT * FROM t_audit").await, ["ds_1"]);
+
+        // Moved to ds_2 (on the other server), with spaces the reader ignores.
+        admin(a, "UPDATE shard_databases SET single_tables = ' t_audit = ds_2 '; LOAD SHARDING TO RUNTIME").unwrap();
+        c.query_drop("INSERT INTO t_audit (id) VALUES (2)").await.unwrap();
+        assert_eq!((servers.ids("ds_1", "t_audit"), servers.ids("ds_2", "t_audit")), ("1".into(), "2".into()));
+        assert_eq!(admin(a, "SELECT single_tables FROM runtime_shard_databases").unwrap(), "t_audit=ds_2");
+
+        let refused = [
+            ("t_audit=ds_9", "shard_databases name='shop': single_tables.t_audit: `ds_9` is no node of `shop` (ds_0, ds_1, ds_2, ds_3)"),
+            ("t_audit", "shard_databases name='shop': single_tables: `t_audit` is not table=node_database"),
+            ("t_order=ds_0", "shard_databases name='shop': single_tables.t_order: `t_order` is also a sharded table of `shop`"),
+        ];
+        for (value, says) in refused {
+            let e = admin(a, &format!("UPDATE shard_databases SET single_tables = '{value}'; LOAD SHARDING TO RUNTIME")).expect_err(value);
+            assert!(e.contains("LOAD SHARDING TO RUNTIME refused") && e.contains(says), "{value}: {e}");
+            admin(a, "SAVE SHARDING FROM RUNTIME").unwrap();
+            assert_eq!(shards_of(&mut c, "SELECT * FROM t_audit").await, ["ds_2"], "{value}: the map in force stays");
+        }
+        // NULL and '' are none: t_audit is then the default hostgroup's shop.t_audit.
+        admin(a, "UPDATE shard_databases SET single_tables = NULL; LOAD SHARDING TO RUNTIME").unwrap();
+        c.query_drop("INSERT INTO t_audit (id) VALUES (3)").await.unwrap();
+        assert_eq!(servers.ids("shop", "t_audit"), "3");
+        admin(a, "UPDATE shard_databases SET single_tables = 't_audit=ds_3'; LOAD SHARDING TO RUNTIME; SAVE SHARDING TO DISK").unwrap();
+        assert_eq!(admin(a, "SELECT single_tables FROM disk.shard_databases").unwrap(), "t_audit=ds_3");
+    }
+    // Restarted with the same file: the saved node is in force.
+    let proxy = servers.proxy(dir.path(), &file);
+    let mut c = connect_shop(proxy.port).await;
+    c.query_drop("INSERT INTO t_audit (id) VALUES (4)").await.unwrap();
+    assert_eq!(servers.ids("ds_3", "t_audit"), "4");
+    assert_eq!(servers.ids("ds_1", "t_audit"), "1", "nothing more on the file's node");
+}

@@ -577,8 +577,16 @@ pub(crate) fn read_fingerprints(conn: &Connection, layer: Layer) -> Result<Vec<S
     Ok(out)
 }
 
-const SHARD_DATABASE_COLUMNS: &[&str] =
-    &["name", "broadcast_tables", "max_connections_per_query", "key_worker_id", "max_merge_buffer_bytes", "max_statement_bytes", "xa_log"];
+const SHARD_DATABASE_COLUMNS: &[&str] = &[
+    "name",
+    "broadcast_tables",
+    "single_tables",
+    "max_connections_per_query",
+    "key_worker_id",
+    "max_merge_buffer_bytes",
+    "max_statement_bytes",
+    "xa_log",
+];
 const SHARD_NODE_COLUMNS: &[&str] = &["database", "node_index", "hostgroup", "node_database"];
 const SHARDED_TABLE_COLUMNS: &[&str] = &[
     "database",
@@ -609,7 +617,7 @@ pub(crate) fn write_sharding(conn: &Connection, layer: Layer, fc: &FileConfig) -
         conn.execute(&format!("DELETE FROM {table}"), [])?;
     }
     let mut insert_db =
-        conn.prepare(&format!("INSERT INTO {databases} ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", SHARD_DATABASE_COLUMNS.join(", ")))?;
+        conn.prepare(&format!("INSERT INTO {databases} ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)", SHARD_DATABASE_COLUMNS.join(", ")))?;
     let mut insert_node = conn.prepare(&format!("INSERT INTO {nodes} ({}) VALUES (?1, ?2, ?3, ?4)", SHARD_NODE_COLUMNS.join(", ")))?;
     for d in &fc.shard_databases {
         let max_merge = i64::try_from(d.max_merge_buffer_bytes).unwrap_or(i64::MAX);
@@ -618,6 +626,7 @@ pub(crate) fn write_sharding(conn: &Connection, layer: Layer, fc: &FileConfig) -
             .execute(params![
                 d.name,
                 d.broadcast_tables.join(","),
+                join_single_tables(&d.single_tables),
                 d.max_connections_per_query,
                 d.key_worker_id,
                 max_merge,
@@ -654,6 +663,11 @@ pub(crate) fn write_sharding(conn: &Connection, layer: Layer, fc: &FileConfig) -
     Ok(())
 }
 
+/// Single tables as the admin table writes them: `t_audit=ds_1,t_config=ds_0`.
+fn join_single_tables(tables: &std::collections::BTreeMap<String, String>) -> String {
+    tables.iter().map(|(t, node)| format!("{t}={node}")).collect::<Vec<_>>().join(",")
+}
+
 /// `a, b,c` → `["a", "b", "c"]`; empty items dropped.
 fn split_names(text: &str) -> Vec<String> {
     text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
@@ -669,6 +683,25 @@ impl Rec {
                 v.parse::<i64>().map_err(|_| self.err(column, format!("`{v}` is not an integer (a comma-separated list of integers)")))
             })
             .collect()
+    }
+
+    /// `t_audit=ds_1, t_config = ds_0` (spaces ignored; NULL or `''`: none) as table → node
+    /// database.
+    fn single_tables(&self, column: &str) -> Result<std::collections::BTreeMap<String, String>, RowError> {
+        let mut out = std::collections::BTreeMap::new();
+        let text = self.text(column)?.unwrap_or_default();
+        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let Some((table, node)) = item.split_once('=').map(|(t, n)| (t.trim(), n.trim())) else {
+                return Err(self.err(column, format!("`{item}` is not table=node_database (a comma-separated list of them)")));
+            };
+            if table.is_empty() || node.is_empty() {
+                return Err(self.err(column, format!("`{item}` is not table=node_database (a comma-separated list of them)")));
+            }
+            if out.insert(table.to_string(), node.to_string()).is_some() {
+                return Err(self.err(column, format!("`{table}` is listed twice")));
+            }
+        }
+        Ok(out)
     }
 
     /// NULL or `''`: none.
@@ -687,6 +720,7 @@ pub(crate) fn read_sharding(conn: &Connection, layer: Layer) -> Result<(Vec<Shar
             name: r.text_or_empty("name")?,
             nodes: Vec::new(),
             broadcast_tables: split_names(&r.text_or_empty("broadcast_tables")?),
+            single_tables: r.single_tables("single_tables")?,
             max_connections_per_query: r.ranged("max_connections_per_query", "1 to 4294967295")?,
             key_worker_id: r.ranged("key_worker_id", "0 to 1023")?,
             max_merge_buffer_bytes: r.ranged("max_merge_buffer_bytes", "0 or more")?,

@@ -8,8 +8,8 @@ use super::{Layer, Module};
 /// max_replication_lag`, `mysql_replication_hostgroups.causal_reads_timeout_ms`. 3: the
 /// statement limits of `mysql_users` and `mysql_query_rules` (`max_concurrent_queries`,
 /// `max_queries_per_second`). 4: the sharding tables (`shard_databases`, `shard_nodes`,
-/// `sharded_tables`).
-pub const SCHEMA_VERSION: i64 = 4;
+/// `sharded_tables`). 5: `shard_databases.single_tables`.
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// The first version with the sharding tables: a disk file older than it held its sharding in
 /// the config file only (`Store::sharding_predates_disk`).
@@ -144,10 +144,12 @@ const MYSQL_FIREWALL_WHITELIST_SQLI_FINGERPRINTS: &str = "
 
 /// sluice's sharding tables (docs/sharding.md): `[[shard_databases]]` without its nodes, which
 /// are rows of `shard_nodes`, and `[[sharded_tables]]`. Lists are text: `broadcast_tables` and
-/// `boundaries` comma-separated, `lists` one list per shard separated by `;`.
+/// `boundaries` comma-separated, `lists` one list per shard separated by `;`, `single_tables`
+/// `table=node_database` pairs comma-separated.
 const SHARD_DATABASES: &str = "
     name VARCHAR NOT NULL PRIMARY KEY,
     broadcast_tables VARCHAR NOT NULL DEFAULT '',
+    single_tables VARCHAR DEFAULT '',
     max_connections_per_query INT CHECK (max_connections_per_query >= 1) NOT NULL DEFAULT 16,
     key_worker_id INT CHECK (key_worker_id >= 0 AND key_worker_id <= 1023) NOT NULL DEFAULT 0,
     max_merge_buffer_bytes INT CHECK (max_merge_buffer_bytes >= 0) NOT NULL DEFAULT 67108864,

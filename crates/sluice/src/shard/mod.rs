@@ -2,8 +2,8 @@
 //! `[[sharded_tables]]`, and which shard a key belongs to. `plan` turns a statement on sharded
 //! tables into per-shard statements and the merge `exec::merge` applies to their replies.
 //!
-//! The data path asks the map first whether a statement's text names a sharded or broadcast
-//! table at all (`ShardMap::mentions`, a lexer scan, no allocation): only those statements are
+//! The data path asks the map first whether a statement's text names a sharded, broadcast or
+//! single table at all (`ShardMap::mentions`, a lexer scan, no allocation): only those statements are
 //! parsed. With no sharding configured nothing is scanned.
 
 pub mod params;
@@ -20,6 +20,8 @@ pub struct LogicalDatabase {
     pub name: String,
     pub nodes: Vec<ShardNode>,
     pub broadcast_tables: Vec<String>,
+    /// Single tables: (name, node index), each whole on its node.
+    pub single_tables: Vec<(String, usize)>,
     pub max_connections_per_query: usize,
     pub key_worker_id: u16,
     pub max_merge_buffer_bytes: usize,
@@ -296,7 +298,7 @@ impl Drop for Parsing {
 pub struct ShardMap {
     pub databases: Vec<LogicalDatabase>,
     pub tables: Vec<ShardedTable>,
-    /// Lower-cased names of every sharded and broadcast table, for `mentions`.
+    /// Lower-cased names of every sharded, broadcast and single table, for `mentions`.
     names: Vec<Box<[u8]>>,
     /// The largest statement parsed (the largest `max_statement_bytes` of the databases).
     pub max_statement_bytes: usize,
@@ -308,6 +310,11 @@ pub enum Relation<'a> {
     Sharded(&'a ShardedTable),
     /// A broadcast table of this database (index into `databases`).
     Broadcast(usize),
+    /// A single table: whole on one node (`node`) of this database (`database`).
+    Single {
+        database: usize,
+        node: usize,
+    },
 }
 
 impl ShardMap {
@@ -320,6 +327,12 @@ impl ShardMap {
                 name: d.name.clone(),
                 nodes: d.nodes.clone(),
                 broadcast_tables: d.broadcast_tables.clone(),
+                // Validated (`check_sharding`): each names exactly one node.
+                single_tables: d
+                    .single_tables
+                    .iter()
+                    .filter_map(|(t, node)| Some((t.clone(), d.nodes.iter().position(|n| n.database == *node)?)))
+                    .collect(),
                 max_connections_per_query: d.max_connections_per_query as usize,
                 key_worker_id: d.key_worker_id,
                 max_merge_buffer_bytes: d.max_merge_buffer_bytes as usize,
@@ -371,6 +384,7 @@ impl ShardMap {
             .iter()
             .map(|t| t.table.as_str())
             .chain(databases.iter().flat_map(|d| d.broadcast_tables.iter().map(String::as_str)))
+            .chain(databases.iter().flat_map(|d| d.single_tables.iter().map(|(t, _)| t.as_str())))
             .map(|n| n.to_ascii_lowercase().into_bytes().into_boxed_slice())
             .collect();
         names.sort();
@@ -383,7 +397,7 @@ impl ShardMap {
         self.names.is_empty()
     }
 
-    /// Whether `sql` names a sharded or broadcast table anywhere in its code (a word or a
+    /// Whether `sql` names a sharded, broadcast or single table anywhere in its code (a word or a
     /// backquoted identifier): the cheap test that keeps every other statement off the parser.
     pub fn mentions(&self, sql: &[u8]) -> bool {
         if self.names.is_empty() {
@@ -405,7 +419,11 @@ impl ShardMap {
         if let Some(t) = self.tables.iter().find(|t| t.database == db && t.table.eq_ignore_ascii_case(table)) {
             return Some(Relation::Sharded(t));
         }
-        self.databases[db].broadcast_tables.iter().any(|b| b.eq_ignore_ascii_case(table)).then_some(Relation::Broadcast(db))
+        let d = &self.databases[db];
+        if d.broadcast_tables.iter().any(|b| b.eq_ignore_ascii_case(table)) {
+            return Some(Relation::Broadcast(db));
+        }
+        d.single_tables.iter().find(|(t, _)| t.eq_ignore_ascii_case(table)).map(|&(_, node)| Relation::Single { database: db, node })
     }
 }
 
@@ -509,6 +527,31 @@ mod tests {
     }
 
     #[test]
+    fn single_tables_name_one_node_and_no_other_table() {
+        let db = "[[shard_databases]]\nname = \"shop\"\nbroadcast_tables = [\"region\"]\n\
+                  nodes = [{ hostgroup = 1, database = \"ds_0\" }, { hostgroup = 1, database = \"ds_1\" }]\n";
+        let with = |singles: &str| format!("{db}single_tables = {{ {singles} }}\n");
+        assert_eq!(config_error(&with("t_audit = \"ds_1\", t_config = \"ds_0\"")), None);
+        let e = config_error(&with("t_audit = \"ds_7\"")).unwrap();
+        assert!(e.contains("shard_databases[0].single_tables.t_audit: `ds_7` is no node of `shop` (ds_0, ds_1)"), "{e}");
+        let e = config_error(&with("region = \"ds_1\"")).unwrap();
+        assert!(e.contains("shard_databases[0].single_tables.region: `region` is also a broadcast table of `shop`"), "{e}");
+        let sharded = format!(
+            "{}[[sharded_tables]]\ndatabase = \"shop\"\ntable = \"T_Order\"\nsharding_column = \"k\"\nalgorithm = \"mod\"\n",
+            with("t_order = \"ds_0\"")
+        );
+        let e = config_error(&sharded).unwrap();
+        assert!(e.contains("single_tables.t_order: `t_order` is also a sharded table of `shop` (sharded_tables[0])"), "{e}");
+        let e = config_error(&with("T_audit = \"ds_0\", t_audit = \"ds_1\"")).unwrap();
+        assert!(e.contains("`T_audit` and `t_audit` are one table"), "{e}");
+        // Nodes named alike on two hostgroups: the name does not tell which.
+        let twice = with("t_audit = \"ds_1\"").replace("hostgroup = 1, database = \"ds_0\"", "hostgroup = 2, database = \"ds_1\"");
+        let text = twice.replace("[[shard_databases]]", "[[mysql_servers]]\nhostgroup_id = 2\nhostname = \"h2\"\n[[shard_databases]]");
+        let e = config_error(&text).unwrap();
+        assert!(e.contains("`ds_1` names node 0 (hostgroup 2) and node 1 (hostgroup 1) of `shop`"), "{e}");
+    }
+
+    #[test]
     fn inline_rows_are_checked_at_load() {
         let db = "[[shard_databases]]\nname = \"shop\"\nnodes = [{ hostgroup = 1, database = \"ds_0\" }, { hostgroup = 1, database = \"ds_1\" }]\n";
         let table = |fields: &str| {
@@ -539,6 +582,7 @@ mod tests {
             name: "shop".into(),
             nodes: (0..2).map(|i| ShardNode { hostgroup: 1, database: format!("ds_{i}") }).collect(),
             broadcast_tables: vec![],
+            single_tables: Default::default(),
             max_connections_per_query: 4,
             key_worker_id: 0,
             max_merge_buffer_bytes: 1 << 20,
@@ -584,6 +628,7 @@ mod tests {
                 name: "shop".into(),
                 nodes: vec![ShardNode { hostgroup: 1, database: "ds_0".into() }],
                 broadcast_tables: vec!["region".into()],
+                single_tables: [("t_audit".to_string(), "ds_0".to_string())].into(),
                 max_connections_per_query: 4,
                 key_worker_id: 0,
                 max_merge_buffer_bytes: 1 << 20,
@@ -607,6 +652,7 @@ mod tests {
         assert!(map.mentions(b"SELECT * FROM T_ORDER WHERE user_id = 1"));
         assert!(map.mentions(b"SELECT * FROM `t_order`"));
         assert!(map.mentions(b"SELECT * FROM region"));
+        assert!(map.mentions(b"INSERT INTO `T_Audit` VALUES (1)"), "single tables too");
         assert!(!map.mentions(b"SELECT 't_order' /* t_order */ FROM other"));
         assert!(!ShardMap::default().mentions(b"SELECT * FROM t_order"));
     }

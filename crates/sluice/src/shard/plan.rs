@@ -313,17 +313,25 @@ pub fn first_shard(map: &ShardMap, schema: &str, sql: &[u8]) -> Option<ShardStat
     let statements = parser().with_recursion_limit(RECURSION_LIMIT).try_with_sql(text).and_then(|mut p| p.parse_statements()).ok()?;
     let [statement] = statements.as_slice() else { return None };
     let planner = Planner { map, schema, unbound: true };
-    let mut first = None;
-    let _ = visit_relations(statement, |n| match planner.resolve(n) {
-        Some(o) => {
-            first = Some(o.relation);
-            ControlFlow::Break(())
-        }
-        None => ControlFlow::Continue(()),
+    let named = planner.named(statement);
+    // A single table is on its node only: the statement is described there (with a sharded
+    // table's first shard on that node).
+    let single = named.iter().find_map(|(_, o)| match o.relation {
+        Relation::Single { database, node } => Some((database, node)),
+        _ => None,
     });
-    let target = match first? {
-        Relation::Sharded(t) => Target { node: t.physical(0).0, shard: Some(0), database: t.database },
-        Relation::Broadcast(db) => Target { node: 0, shard: None, database: db },
+    let sharded = named.iter().find_map(|(_, o)| match o.relation {
+        Relation::Sharded(t) => Some(t),
+        _ => None,
+    });
+    let target = match (single, sharded, named.first()?.1.relation) {
+        (Some((database, node)), t, _) => {
+            let shard = t.map(|t| (0..t.shards(map)).find(|&s| t.physical(s).0 == node).unwrap_or(0));
+            Target { node, shard, database }
+        }
+        (None, Some(t), _) => Target { node: t.physical(0).0, shard: Some(0), database: t.database },
+        (None, None, Relation::Broadcast(db)) => Target { node: 0, shard: None, database: db },
+        (None, None, _) => return None,
     };
     planner.rewrite(statement, &target).ok()
 }
@@ -726,6 +734,27 @@ impl<'a> Planner<'a> {
         self.map.resolve(db, table).map(|relation| Ours { relation })
     }
 
+    /// Every table of ours `s` names (as written, and what it is), in the order visited,
+    /// with DROP TABLE's and SHOW CREATE TABLE's names.
+    fn named(&self, s: &Statement) -> Vec<(String, Ours<'a>)> {
+        let mut out = Vec::new();
+        let mut note = |n: &ObjectName| {
+            if let Some(o) = self.resolve(n) {
+                out.push((ident_text(n).last().copied().unwrap_or("").to_string(), o));
+            }
+        };
+        let _ = visit_relations(s, |n| {
+            note(n);
+            ControlFlow::<()>::Continue(())
+        });
+        match s {
+            Statement::Drop { names, .. } => names.iter().for_each(&mut note),
+            Statement::ShowCreate { obj_type: ShowCreateObject::Table, obj_name } => note(obj_name),
+            _ => {}
+        }
+        out
+    }
+
     fn touches(&self, s: &Statement) -> bool {
         let mut found =
             visit_relations(s, |n| if self.resolve(n).is_some() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }).is_break();
@@ -737,12 +766,14 @@ impl<'a> Planner<'a> {
         found
     }
 
-    /// `DESCRIBE t`, `SHOW CREATE TABLE t`: asked of the first shard's physical table.
+    /// `DESCRIBE t`, `SHOW CREATE TABLE t`: asked of the first shard's physical table (a
+    /// single table's node).
     fn describe(&self, s: &Statement, name: &ObjectName) -> Result<Sharding, Refusal> {
         let Some(ours) = self.resolve(name) else { return Ok(Sharding::NotSharded) };
         let target = match ours.relation {
             Relation::Sharded(t) => Target { node: t.physical(0).0, shard: Some(0), database: t.database },
             Relation::Broadcast(db) => Target { node: 0, shard: None, database: db },
+            Relation::Single { database, node } => Target { node, shard: None, database },
         };
         let mut rewritten = self.rewrite(s, &target)?;
         if let Statement::ShowCreate { obj_type, .. } = s {
@@ -750,7 +781,7 @@ impl<'a> Planner<'a> {
             let node = &self.map.databases[target.database].nodes[target.node];
             let table = match ours.relation {
                 Relation::Sharded(t) => t.physical(0).1,
-                Relation::Broadcast(_) => ident_text(name).last().copied().unwrap_or("").to_string(),
+                Relation::Broadcast(_) | Relation::Single { .. } => ident_text(name).last().copied().unwrap_or("").to_string(),
             };
             let obj_name = ObjectName::from(vec![Ident::with_quote('`', node.database.clone()), Ident::with_quote('`', table)]);
             rewritten.sql = Statement::ShowCreate { obj_type: *obj_type, obj_name }.to_string();
@@ -758,7 +789,159 @@ impl<'a> Planner<'a> {
         Ok(Sharding::Single(rewritten))
     }
 
+    /// Plans `s`: on a single table's node when it names single tables (`single`), else on
+    /// the shards.
     fn statement(&self, s: &Statement) -> Result<Sharding, Refusal> {
+        let named = self.named(s);
+        let mut single: Option<(&str, usize, usize)> = None;
+        for (name, o) in &named {
+            let Relation::Single { database, node } = o.relation else { continue };
+            match single {
+                None => single = Some((name, database, node)),
+                Some((first, d, n)) if (d, n) != (database, node) => {
+                    let at = |d: usize, n: usize| &self.map.databases[d].nodes[n].database;
+                    return Err(format!(
+                        "sluice cannot run one statement on single tables `{first}` (on `{}`) and `{name}` (on `{}`): they are on \
+                         different nodes, and a statement runs on one",
+                        at(d, n),
+                        at(database, node)
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        let Some((name, database, node)) = single else { return self.on_shards(s) };
+        let sharded = named.iter().find_map(|(_, o)| match o.relation {
+            Relation::Sharded(t) => Some(t),
+            _ => None,
+        });
+        let other_database = named.iter().find(|(_, o)| match o.relation {
+            Relation::Sharded(t) => t.database != database,
+            Relation::Broadcast(db) => db != database,
+            Relation::Single { .. } => false,
+        });
+        if let Some((other, _)) = other_database {
+            return Err(format!("sluice cannot join tables of two logical databases (`{name}` and `{other}`)"));
+        }
+        let Some(t) = sharded else { return self.on_single_node(s, &named, name, database, node) };
+        // With sharded tables: each shard's statement reads the single table, which is whole on
+        // its node only; every shard the statement reaches must be there.
+        let planned = self.on_shards(s)?;
+        if self.unbound {
+            // A placeholder key may narrow it to that node: each execute is checked.
+            return Ok(planned);
+        }
+        let home = &self.map.databases[database].nodes[node];
+        let elsewhere: Vec<&str> = match &planned {
+            Sharding::Single(one) => vec![one],
+            Sharding::Fanout(p) => p.targets.iter().collect(),
+            Sharding::NotSharded | Sharding::Refused(_) => vec![],
+        }
+        .into_iter()
+        .filter(|st| (st.hostgroup, st.database.as_str()) != (home.hostgroup, home.database.as_str()))
+        .map(|st| st.database.as_str())
+        .collect();
+        if !elsewhere.is_empty() {
+            return Err(format!(
+                "sluice cannot join single table `{name}` (on `{}`) with sharded table `{}` here: this statement reaches shards of \
+                 `{}` on {}, whose rows would not see `{name}`; narrow it with the sharding key `{}` to shards on `{}`",
+                home.database,
+                t.table,
+                t.table,
+                elsewhere.iter().map(|d| format!("`{d}`")).collect::<Vec<_>>().join(", "),
+                t.column,
+                home.database
+            ));
+        }
+        Ok(planned)
+    }
+
+    /// A statement on single tables of one node (and broadcast tables, whole there too): the
+    /// whole statement runs on that node, as on one server, its table names rewritten. What
+    /// would change a broadcast table there only is refused.
+    fn on_single_node(
+        &self,
+        s: &Statement,
+        named: &[(String, Ours<'a>)],
+        single: &str,
+        database: usize,
+        node: usize,
+    ) -> Result<Sharding, Refusal> {
+        let ctes = cte_names(s);
+        if let Some(c) = ctes.iter().find(|c| named.iter().any(|(n, _)| n.eq_ignore_ascii_case(c))) {
+            return Err(format!("sluice cannot tell a common table expression named `{c}` from the table of that name: rename it"));
+        }
+        let mut other = None;
+        let _ = visit_relations(s, |n| {
+            let cte = matches!(ident_text(n).as_slice(), [one] if ctes.iter().any(|c| c.eq_ignore_ascii_case(one)));
+            if self.resolve(n).is_none() && !cte {
+                other = Some(ident_text(n).join("."));
+                return ControlFlow::Break(());
+            }
+            ControlFlow::Continue(())
+        });
+        if let Some(name) = other {
+            return Err(format!(
+                "sluice cannot run a statement on single table `{single}` that also names `{name}`, which is not on the shards \
+                 (make it a broadcast table to join it)"
+            ));
+        }
+        let home = &self.map.databases[database].nodes[node].database;
+        let broadcast = named.iter().find(|(_, o)| matches!(o.relation, Relation::Broadcast(_))).map(|(n, _)| n.as_str());
+        let is_broadcast = |f: &TableFactor| matches!(f, TableFactor::Table { name, .. } if matches!(self.resolve(name), Some(Ours { relation: Relation::Broadcast(_) })));
+        let changes_broadcast = |b: &str| {
+            format!(
+                "sluice cannot change broadcast table `{b}` in a statement on single table `{single}`: every node's copy of `{b}` \
+                 must change, and `{single}` is on `{home}` only"
+            )
+        };
+        match s {
+            Statement::Query(_) => {}
+            Statement::Insert(ins) => {
+                if let TableObject::TableName(n) = &ins.table {
+                    if let Some(Ours { relation: Relation::Broadcast(_) }) = self.resolve(n) {
+                        return Err(changes_broadcast(ident_text(n).last().copied().unwrap_or("")));
+                    }
+                }
+            }
+            Statement::Update(u) => {
+                let multi = !u.table.joins.is_empty() || u.from.is_some();
+                if let Some(b) = broadcast.filter(|_| multi || is_broadcast(&u.table.relation)) {
+                    return Err(changes_broadcast(b));
+                }
+            }
+            Statement::Delete(d) => {
+                let from = match &d.from {
+                    FromTable::WithFromKeyword(f) | FromTable::WithoutKeyword(f) => f,
+                };
+                let multi = !d.tables.is_empty() || d.using.is_some() || from.len() != 1 || from.iter().any(|t| !t.joins.is_empty());
+                if let Some(b) = broadcast.filter(|_| multi || from.first().is_some_and(|t| is_broadcast(&t.relation))) {
+                    return Err(changes_broadcast(b));
+                }
+            }
+            Statement::CreateTable(_)
+            | Statement::AlterTable(_)
+            | Statement::Truncate(_)
+            | Statement::CreateIndex(_)
+            | Statement::Drop { object_type: ObjectType::Table, .. } => {
+                if let Some(b) = broadcast {
+                    return Err(format!("sluice runs DDL on single tables alone, not beside broadcast table `{b}`"));
+                }
+            }
+            Statement::ExplainTable { table_name, .. } => return self.describe(s, table_name),
+            Statement::ShowCreate { obj_type: ShowCreateObject::Table, obj_name } => return self.describe(s, obj_name),
+            _ => {
+                return Err("sluice cannot run this kind of statement on a single table yet (it runs SELECT, INSERT, UPDATE, DELETE, \
+                     table DDL, DESCRIBE and SHOW CREATE TABLE)"
+                    .into())
+            }
+        }
+        Ok(Sharding::Single(self.rewrite(s, &Target { node, shard: None, database })?))
+    }
+
+    /// Plans `s` on the shards (sharded and broadcast tables; a single table beside a sharded
+    /// one is checked by `statement`).
+    fn on_shards(&self, s: &Statement) -> Result<Sharding, Refusal> {
         if matches!(s, Statement::Query(_) | Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)) {
             // Every table it names must be on the shards: another (in a subquery, say) would be
             // read from the shard's server, where it is not the table the client means.
@@ -829,7 +1012,7 @@ impl<'a> Planner<'a> {
     /// The sharded and broadcast tables of a FROM list, checked: every table is ours, the
     /// sharded ones all of one binding group.
     fn tables_of(&self, from: &[TableWithJoins]) -> Result<Tables<'a>, Refusal> {
-        let mut out = Tables { sharded: Vec::new(), broadcast: None, keys: KeyColumns { columns: Vec::new() } };
+        let mut out = Tables { sharded: Vec::new(), broadcast: None, single: None, keys: KeyColumns { columns: Vec::new() } };
         let factors = from.iter().flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)));
         for f in factors {
             let TableFactor::Table { name, alias, .. } = f else {
@@ -854,6 +1037,13 @@ impl<'a> Planner<'a> {
                     out.sharded.push(t);
                 }
                 Relation::Broadcast(db) => out.broadcast = Some(db),
+                // Whole on its node: `statement` checks that every shard reached is there.
+                Relation::Single { database, .. } => out.single = Some(database),
+            }
+        }
+        if let (Some(t), Some(db)) = (out.sharded.first(), out.single) {
+            if t.database != db {
+                return Err("sluice cannot join tables of two logical databases".into());
             }
         }
         if let (Some(t), Some(db)) = (out.sharded.first(), out.broadcast) {
@@ -862,6 +1052,44 @@ impl<'a> Planner<'a> {
             }
         }
         Ok(out)
+    }
+
+    /// Whether `f` is a table whole beside every shard (broadcast or single).
+    fn is_whole(&self, f: &TableFactor) -> bool {
+        matches!(f, TableFactor::Table { name, .. }
+            if matches!(self.resolve(name), Some(Ours { relation: Relation::Broadcast(_) | Relation::Single { .. } })))
+    }
+
+    /// A whole table (broadcast or single) on the preserved side of an outer join whose other
+    /// side holds shard rows: over several shards, each shard would return its unmatched rows.
+    fn whole_table_preserved(&self, from: &[TableWithJoins]) -> Option<String> {
+        use sqlparser::ast::JoinOperator as J;
+        let name = |f: &TableFactor| match f {
+            TableFactor::Table { name, .. } => ident_text(name).last().copied().unwrap_or("").to_string(),
+            other => other.to_string(),
+        };
+        for t in from {
+            // Whether the rows joined so far are whole tables' only (the same on every shard).
+            let mut whole = self.is_whole(&t.relation);
+            let mut first_whole = whole.then(|| name(&t.relation));
+            for j in &t.joins {
+                let right = self.is_whole(&j.relation);
+                let preserved = match &j.join_operator {
+                    J::Left(_) | J::LeftOuter(_) if whole && !right => first_whole.clone(),
+                    J::Right(_) | J::RightOuter(_) if right && !whole => Some(name(&j.relation)),
+                    J::FullOuter(_) if whole != right => first_whole.clone().or_else(|| right.then(|| name(&j.relation))),
+                    _ => None,
+                };
+                if preserved.is_some() {
+                    return preserved;
+                }
+                whole = whole && right;
+                if !whole {
+                    first_whole = None;
+                }
+            }
+        }
+        None
     }
 
     /// The shards `e` (a WHERE clause) can match rows in; `None`: all of them.
@@ -967,7 +1195,7 @@ impl<'a> Planner<'a> {
                     let logical = (physical != t.table).then(|| t.table.clone());
                     (physical, logical)
                 }
-                Relation::Broadcast(_) => (ident_text(name).last().copied().unwrap_or("").to_string(), None),
+                Relation::Broadcast(_) | Relation::Single { .. } => (ident_text(name).last().copied().unwrap_or("").to_string(), None),
             };
             Some((ObjectName::from(vec![Ident::with_quote('`', node.database.clone()), Ident::with_quote('`', table)]), logical))
         };
@@ -1007,6 +1235,28 @@ impl<'a> Planner<'a> {
         if let Statement::Drop { names, .. } = &mut s {
             for n in names.iter_mut() {
                 if let Some((physical, _)) = rename(n) {
+                    *n = physical;
+                }
+            }
+        }
+        if let Statement::Delete(d) = &mut s {
+            // A multi-table DELETE's targets (single tables of one node): a table's name, not
+            // an alias of the FROM list, is renamed as its FROM entry is.
+            let from = match &d.from {
+                FromTable::WithFromKeyword(f) | FromTable::WithoutKeyword(f) => f,
+            };
+            let aliases: Vec<String> = from
+                .iter()
+                .chain(d.using.iter().flatten())
+                .flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)))
+                .filter_map(|f| match f {
+                    TableFactor::Table { alias: Some(a), .. } => Some(a.name.value.clone()),
+                    _ => None,
+                })
+                .collect();
+            for n in d.tables.iter_mut() {
+                let aliased = matches!(ident_text(n).as_slice(), [one] if aliases.iter().any(|a| a.eq_ignore_ascii_case(one)));
+                if let Some((physical, _)) = rename(n).filter(|_| !aliased) {
                     *n = physical;
                 }
             }
@@ -1075,6 +1325,12 @@ impl<'a> Planner<'a> {
         let statement = Statement::Query(Box::new(q.clone()));
         if targets.len() == 1 {
             return self.one_or_many(&statement, &targets, Merge::Ok { sum: false }, db);
+        }
+        if let Some(whole) = self.whole_table_preserved(&sel.from) {
+            return Err(format!(
+                "sluice cannot merge an outer join that keeps every row of `{whole}` across shards: `{whole}` is whole beside each \
+                 shard, so its unmatched rows would come once per shard; narrow it to one shard with the sharding key"
+            ));
         }
         // Several shards: what the merge can do.
         let mut group_by: Vec<Expr> = match &sel.group_by {
@@ -1283,7 +1539,7 @@ impl<'a> Planner<'a> {
         let source = ins.source.as_deref();
         if let Some(q) = source {
             if self.touches(&Statement::Query(Box::new(q.clone()))) {
-                return Err("sluice cannot shard INSERT … SELECT from a sharded or broadcast table".into());
+                return Err("sluice cannot shard INSERT … SELECT from a sharded, broadcast or single table (beside a sharded one)".into());
             }
         }
         let t = match ours.relation {
@@ -1291,6 +1547,9 @@ impl<'a> Planner<'a> {
                 let targets: Vec<Target> =
                     (0..self.map.databases[db].nodes.len()).map(|node| Target { node, shard: None, database: db }).collect();
                 return self.one_or_many(s, &targets, Merge::Ok { sum: false }, db);
+            }
+            Relation::Single { database, node } => {
+                return self.one_or_many(s, &[Target { node, shard: None, database }], Merge::Ok { sum: false }, database);
             }
             Relation::Sharded(t) => t,
         };
@@ -1398,11 +1657,14 @@ impl<'a> Planner<'a> {
                 }
             }
         }
+        if ours.iter().any(|o| matches!(o.relation, Relation::Single { .. })) {
+            return Err("sluice runs DDL on single tables alone, not beside sharded tables".into());
+        }
         let sharded: Vec<&ShardedTable> = ours
             .iter()
             .filter_map(|o| match o.relation {
                 Relation::Sharded(t) => Some(t),
-                Relation::Broadcast(_) => None,
+                Relation::Broadcast(_) | Relation::Single { .. } => None,
             })
             .collect();
         if others > 0 || sharded.windows(2).any(|w| w[0].group != w[1].group) || ours.len() > 2 {
@@ -1429,10 +1691,29 @@ impl<'a> Planner<'a> {
     }
 }
 
+/// The names of the common table expressions (WITH) anywhere in `s`.
+fn cte_names(s: &Statement) -> Vec<String> {
+    struct Ctes(Vec<String>);
+    impl sqlparser::ast::Visitor for Ctes {
+        type Break = ();
+        fn pre_visit_query(&mut self, q: &Query) -> ControlFlow<()> {
+            if let Some(w) = &q.with {
+                self.0.extend(w.cte_tables.iter().map(|c| c.alias.name.value.clone()));
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut v = Ctes(Vec::new());
+    let _ = sqlparser::ast::Visit::visit(s, &mut v);
+    v.0
+}
+
 /// The sharded and broadcast tables a statement reads or writes.
 struct Tables<'a> {
     sharded: Vec<&'a ShardedTable>,
     broadcast: Option<usize>,
+    /// A single table's database.
+    single: Option<usize>,
     keys: KeyColumns,
 }
 

@@ -860,6 +860,65 @@ fn sharding_rows_round_trip_and_bad_rows_are_named() {
 }
 
 #[test]
+fn single_tables_are_text_pairs_in_shard_databases() {
+    let (mut store, _) = Store::open(None).unwrap();
+    store.seed(&Module::ALL, &config(), &[Layer::Memory]).unwrap();
+    let read = |store: &Store| {
+        let mut fc = config();
+        store.read(Layer::Memory, Module::Sharding, &mut fc).map(|()| fc).map_err(|e| e.to_string())
+    };
+    assert!(read(&store).unwrap().shard_databases[0].single_tables.is_empty(), "'' by default");
+    store.query("UPDATE shard_databases SET single_tables = NULL").unwrap();
+    assert!(read(&store).unwrap().shard_databases[0].single_tables.is_empty(), "NULL: none");
+    store.query("UPDATE shard_databases SET single_tables = ' t_config = ds_0 , t_audit=ds_1,'").unwrap();
+    let fc = read(&store).unwrap();
+    let want: std::collections::BTreeMap<String, String> =
+        [("t_audit", "ds_1"), ("t_config", "ds_0")].into_iter().map(|(t, n)| (t.to_string(), n.to_string())).collect();
+    assert_eq!(fc.shard_databases[0].single_tables, want);
+    // Written back as the pairs, sorted by table.
+    store.write_runtime(Module::Sharding, &fc).unwrap();
+    let out = store.query("SELECT single_tables FROM runtime_shard_databases").unwrap();
+    assert_eq!(text(&rows_of(out)), vec![vec!["t_audit=ds_1,t_config=ds_0"]]);
+    for (bad, says) in
+        [("t_audit", "`t_audit` is not table=node_database"), ("t_audit=", "`t_audit=`"), ("a=ds_0,a=ds_1", "`a` is listed twice")]
+    {
+        store.query(&format!("UPDATE shard_databases SET single_tables = '{bad}'")).unwrap();
+        let e = read(&store).unwrap_err();
+        assert!(e.starts_with("shard_databases name='shop': single_tables: ") && e.contains(says), "{bad}: {e}");
+    }
+    // A node that is not one: named by the row and the field.
+    store.query("UPDATE shard_databases SET single_tables = 't_audit=ds_7'").unwrap();
+    let fc = read(&store).unwrap();
+    let e = fc.clone().validate(None, None).unwrap_err();
+    assert_eq!(
+        describe_config_error(&fc, &e),
+        "shard_databases name='shop': single_tables.t_audit: `ds_7` is no node of `shop` (ds_0, ds_1)"
+    );
+}
+
+#[test]
+fn a_disk_file_of_schema_4_gains_single_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        // shard_databases as schema 4 saved it: no single_tables.
+        let old = rusqlite::Connection::open(dir.path().join("sluice.db")).unwrap();
+        old.execute_batch(
+            "CREATE TABLE shard_databases (name VARCHAR NOT NULL PRIMARY KEY, broadcast_tables VARCHAR NOT NULL DEFAULT '', \
+             max_connections_per_query INT NOT NULL DEFAULT 16, key_worker_id INT NOT NULL DEFAULT 0, \
+             max_merge_buffer_bytes INT NOT NULL DEFAULT 67108864, max_statement_bytes INT NOT NULL DEFAULT 1048576, \
+             xa_log VARCHAR, comment VARCHAR NOT NULL DEFAULT ''); \
+             INSERT INTO shard_databases (name, broadcast_tables, xa_log) VALUES ('shop', 'region', '/x.log'); \
+             PRAGMA user_version = 4;",
+        )
+        .unwrap();
+    }
+    let (mut store, fresh) = Store::open(Some(dir.path())).unwrap();
+    assert!(!fresh && !store.sharding_predates_disk());
+    let rows = rows_of(store.query("SELECT name, broadcast_tables, xa_log, single_tables FROM disk.shard_databases").unwrap());
+    assert_eq!(text(&rows), vec![vec!["shop", "region", "/x.log", ""]]);
+}
+
+#[test]
 fn a_disk_file_older_than_the_sharding_tables_says_so() {
     let dir = tempfile::tempdir().unwrap();
     {

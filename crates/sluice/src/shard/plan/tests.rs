@@ -27,6 +27,12 @@ fn map() -> ShardMap {
             name: "shop".into(),
             nodes,
             broadcast_tables: vec!["region".into()],
+            single_tables: [
+                ("t_audit".to_string(), "ds_1".to_string()),
+                ("t_config".to_string(), "ds_1".to_string()),
+                ("t_far".to_string(), "ds_2".to_string()),
+            ]
+            .into(),
             max_connections_per_query: 16,
             key_worker_id: 3,
             max_merge_buffer_bytes: 1 << 20,
@@ -388,4 +394,117 @@ fn texts_share_a_parse_by_their_literals_cut_out() {
         let key = literal_template(sql.as_bytes()).unwrap().0;
         assert!(PARSED.with_borrow(|c| c.get(&key).is_some_and(Option::is_some)), "{sql}: cached");
     }
+}
+
+#[test]
+fn single_tables_run_whole_on_their_node() {
+    // Reads, writes, DDL and DESCRIBE: the whole statement on ds_1 (hostgroup 1).
+    let s = single("SELECT a.id, a.what FROM t_audit a WHERE a.id > 3 ORDER BY a.id LIMIT 2");
+    assert_eq!((s.hostgroup, s.database.as_str()), (1, "ds_1"));
+    assert_eq!(s.sql, "SELECT a.id, a.what FROM `ds_1`.`t_audit` a WHERE a.id > 3 ORDER BY a.id LIMIT 2");
+    assert_eq!(single("SELECT t_audit.id FROM shop.t_audit").sql, "SELECT t_audit.id FROM `ds_1`.`t_audit`");
+    assert_eq!(single("INSERT INTO t_audit SET id = 1, what = 'x'").sql, "INSERT INTO `ds_1`.`t_audit` SET id = 1, what = 'x'");
+    assert_eq!(
+        single("INSERT INTO t_audit (id, what) SELECT id + 100, what FROM t_audit WHERE id < 5").sql,
+        "INSERT INTO `ds_1`.`t_audit` (id, what) SELECT id + 100, what FROM `ds_1`.`t_audit` WHERE id < 5"
+    );
+    assert_eq!(single("INSERT INTO t_audit VALUES (1, 'x')").database, "ds_1");
+    assert_eq!(
+        single("UPDATE t_audit SET what = 'y' ORDER BY id DESC LIMIT 2").sql,
+        "UPDATE `ds_1`.`t_audit` SET what = 'y' ORDER BY id DESC LIMIT 2"
+    );
+    assert_eq!(single("DELETE FROM t_audit ORDER BY id LIMIT 1").sql, "DELETE FROM `ds_1`.`t_audit` ORDER BY id LIMIT 1");
+    assert_eq!(
+        single("CREATE TABLE t_audit (id INT PRIMARY KEY, what TEXT)").sql,
+        "CREATE TABLE `ds_1`.`t_audit` (id INT PRIMARY KEY, what TEXT)"
+    );
+    assert_eq!(single("DROP TABLE t_audit, t_config").sql, "DROP TABLE `ds_1`.`t_audit`, `ds_1`.`t_config`");
+    assert_eq!(single("ALTER TABLE t_audit ADD COLUMN n INT").database, "ds_1");
+    assert_eq!(single("TRUNCATE TABLE t_audit").sql, "TRUNCATE TABLE `ds_1`.`t_audit`");
+    assert_eq!(single("DESCRIBE t_audit").database, "ds_1");
+    assert_eq!(single("SHOW CREATE TABLE t_audit").sql, "SHOW CREATE TABLE `ds_1`.`t_audit`");
+    // Subqueries, CTEs, UNION, broadcast tables and two single tables of one node: one server's.
+    assert_eq!(
+        single("SELECT * FROM t_audit WHERE id IN (SELECT id FROM t_config) UNION SELECT id, name FROM region").sql,
+        "SELECT * FROM `ds_1`.`t_audit` WHERE id IN (SELECT id FROM `ds_1`.`t_config`) UNION SELECT id, name FROM `ds_1`.`region`"
+    );
+    assert_eq!(
+        single("WITH recent AS (SELECT * FROM t_audit WHERE id > 5) SELECT COUNT(*) FROM recent JOIN region r ON r.id = recent.id").sql,
+        "WITH recent AS (SELECT * FROM `ds_1`.`t_audit` WHERE id > 5) SELECT COUNT(*) FROM recent JOIN `ds_1`.`region` r ON r.id = recent.id"
+    );
+    assert_eq!(
+        single("UPDATE t_audit a JOIN t_config c ON c.id = a.id SET a.what = c.what").sql,
+        "UPDATE `ds_1`.`t_audit` a JOIN `ds_1`.`t_config` c ON c.id = a.id SET a.what = c.what"
+    );
+    assert_eq!(single("DELETE FROM t_audit WHERE id IN (SELECT id FROM region)").database, "ds_1");
+    // EXPLAIN-free: an unsharded schema does not see them.
+    assert_eq!(plan(&map(), "other", b"SELECT * FROM t_audit"), Sharding::NotSharded);
+}
+
+#[test]
+fn single_tables_join_sharded_tables_only_on_their_node() {
+    // user_id 5: shard 1, on ds_1, t_audit's node.
+    let s = single("SELECT o.id, a.what FROM t_order o JOIN t_audit a ON a.id = o.id WHERE o.user_id = 5");
+    assert_eq!(s.sql, "SELECT o.id, a.what FROM `ds_1`.`t_order` o JOIN `ds_1`.`t_audit` a ON a.id = o.id WHERE o.user_id = 5");
+    let e = refused("SELECT o.id, a.what FROM t_order o JOIN t_audit a ON a.id = o.id WHERE o.user_id = 6");
+    assert!(e.contains("single table `t_audit` (on `ds_1`) with sharded table `t_order`") && e.contains("`ds_2`"), "{e}");
+    let e = refused("SELECT * FROM t_order o JOIN t_audit a ON a.id = o.id");
+    assert!(e.contains("`ds_0`, `ds_2`, `ds_3`") && e.contains("sharding key `user_id`"), "{e}");
+    // t_split has 2 tables per node: shards 2 and 3 are both on ds_1.
+    let p = fanout("SELECT s.id, a.what FROM t_split s JOIN t_audit a ON a.id = s.id WHERE s.id IN (2, 3)");
+    assert_eq!(p.targets.iter().map(|t| t.database.as_str()).collect::<Vec<_>>(), ["ds_1", "ds_1"]);
+    assert!(p.targets[0].sql.contains("`ds_1`.`t_audit` a"), "{}", p.targets[0].sql);
+    // An outer join keeping the whole table's rows cannot merge over several shards.
+    let e = refused("SELECT s.id, a.what FROM t_audit a LEFT JOIN t_split s ON a.id = s.id WHERE s.id IN (2, 3) OR s.id IS NULL");
+    assert!(e.contains("outer join") && e.contains("`t_audit`"), "{e}");
+    assert!(matches!(
+        plan_of("SELECT s.id, a.what FROM t_split s LEFT JOIN t_audit a ON a.id = s.id WHERE s.id IN (2, 3)"),
+        Sharding::Fanout(_)
+    ));
+    let e = refused("SELECT r.name, o.id FROM region r LEFT JOIN t_order o ON o.region = r.id");
+    assert!(e.contains("outer join") && e.contains("`region`"), "a broadcast table likewise: {e}");
+    // Two nodes, other tables, writes to broadcast tables from a single one.
+    let e = refused("SELECT * FROM t_audit a JOIN t_far f ON f.id = a.id");
+    assert!(e.contains("`t_audit` (on `ds_1`) and `t_far` (on `ds_2`)"), "{e}");
+    assert!(refused("SELECT * FROM t_audit a JOIN customers c ON c.id = a.id").contains("`customers`, which is not on the shards"));
+    assert!(refused("INSERT INTO region SELECT id, what FROM t_audit").contains("every node's copy of `region`"));
+    assert!(refused("UPDATE region SET name = 'x' WHERE id IN (SELECT id FROM t_audit)").contains("broadcast table `region`"));
+    assert!(refused("UPDATE t_audit a JOIN region r ON r.id = a.id SET a.what = r.name").contains("broadcast table `region`"));
+    assert!(refused("DROP TABLE t_audit, t_order").contains("DDL"));
+    assert!(refused("INSERT INTO t_order (id, user_id) SELECT id, id FROM t_audit").contains("INSERT … SELECT"));
+    assert!(refused("WITH t_audit AS (SELECT 1) SELECT * FROM t_audit").contains("common table expression"));
+    assert!(refused("SHOW COLUMNS FROM t_audit").contains("kind of statement"));
+}
+
+#[test]
+fn single_tables_prepare_on_their_node() {
+    let m = map();
+    let s = first_shard(&m, "shop", b"SELECT r.name, a.what FROM region r JOIN t_audit a ON a.id = r.id WHERE a.id = ?").unwrap();
+    assert_eq!(s.database, "ds_1", "the single table's node, not the broadcast table's first");
+    let s = first_shard(&m, "shop", b"SELECT * FROM t_order o JOIN t_audit a ON a.id = o.id WHERE o.user_id = ?").unwrap();
+    assert_eq!(s.sql, "SELECT * FROM `ds_1`.`t_order` o JOIN `ds_1`.`t_audit` a ON a.id = o.id WHERE o.user_id = ?");
+    assert!(matches!(plan_unbound(&m, "shop", b"UPDATE t_audit SET what = ? WHERE id = ? LIMIT ?"), Sharding::Single(_)));
+    // A placeholder key may narrow a join to the single table's node: checked at each execute.
+    let join = b"SELECT * FROM t_order o JOIN t_audit a ON a.id = o.id WHERE o.user_id = ?";
+    assert!(matches!(plan_unbound(&m, "shop", join), Sharding::Fanout(_)));
+    let parsed = parse_template(join, 1).unwrap();
+    assert!(matches!(plan_parsed(&m, "shop", &parsed, &["5".to_string()]), Sharding::Single(_)));
+    assert!(matches!(plan_parsed(&m, "shop", &parsed, &["6".to_string()]), Sharding::Refused(_)));
+    let parsed = parse_template(b"SELECT what FROM t_audit WHERE id = ?", 1).unwrap();
+    match plan_parsed(&m, "shop", &parsed, &["7".to_string()]) {
+        Sharding::Single(s) => assert_eq!(s.sql, "SELECT what FROM `ds_1`.`t_audit` WHERE id = 7"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn single_tables_multi_table_delete() {
+    assert_eq!(
+        single("DELETE a FROM t_audit a JOIN t_config c ON c.id = a.id WHERE c.what = 'x'").sql,
+        "DELETE a FROM `ds_1`.`t_audit` a JOIN `ds_1`.`t_config` c ON c.id = a.id WHERE c.what = 'x'"
+    );
+    assert_eq!(
+        single("DELETE t_audit FROM t_audit JOIN t_config ON t_config.id = t_audit.id").sql,
+        "DELETE `ds_1`.`t_audit` FROM `ds_1`.`t_audit` JOIN `ds_1`.`t_config` ON t_config.id = t_audit.id"
+    );
 }
