@@ -272,6 +272,15 @@ async fn prepared_statements_on_shards_match_one_unsharded_server() {
     assert_eq!(seen, Some(prepared));
 
     raw_executes(proxy.port);
+    // The bulk INSERT's rows: each on its key's shard, the NULL and DEFAULT scores as sent.
+    let bulk: Vec<(String, Option<i32>)> = s.query("SELECT name, score FROM t_user WHERE name LIKE 'bulk%' ORDER BY name").await.unwrap();
+    assert_eq!(bulk.len(), 12, "{bulk:?}");
+    assert!(bulk.iter().any(|(n, sc)| n == "bulk-null" && sc.is_none()) && bulk.iter().any(|(n, sc)| n == "bulk7" && *sc == Some(7)));
+    let spread = [(&a, "ds_0"), (&a, "ds_1"), (&b, "ds_2"), (&b, "ds_3")]
+        .iter()
+        .filter(|(db, n)| db.sql(&format!("SELECT COUNT(*) FROM {n}.t_user WHERE name LIKE 'bulk%'")).unwrap() != "0\n")
+        .count();
+    assert!(spread >= 2, "the bulk rows went to their shards: {spread} shards hold some");
     let python = |port: u16| {
         let mut cmd = std::process::Command::new("python3");
         cmd.args(["-c", CONNECTOR_PREPARED, &port.to_string()]);
@@ -372,6 +381,60 @@ fn raw_executes(port: u16) {
     c.send(&cursor);
     let (_, err) = c.read_packet().unwrap();
     assert!(String::from_utf8_lossy(&err).contains("cursor"), "{}", String::from_utf8_lossy(&err));
+    // COM_STMT_BULK_EXECUTE of an INSERT (MariaDB's array binding: Connector/C, Node's batch):
+    // its rows split per shard as one multi-row INSERT's, one OK for all.
+    let mut prepare = vec![0x16];
+    prepare.extend_from_slice(b"INSERT INTO t_user (name, score) VALUES (?, ?)");
+    c.send(&prepare);
+    let insert = read_prepare(&mut c);
+    let bulk = |flags: u8, rows: &[(&str, u8, i32)]| {
+        let mut p = vec![0xFA];
+        p.extend_from_slice(&insert.to_le_bytes());
+        p.extend_from_slice(&[flags, 0]);
+        if flags & 128 != 0 {
+            p.extend_from_slice(&[0xFD, 0, 0x03, 0]);
+        }
+        for (name, indicator, score) in rows {
+            p.push(0);
+            p.push(name.len() as u8);
+            p.extend_from_slice(name.as_bytes());
+            p.push(*indicator);
+            if *indicator == 0 {
+                p.extend_from_slice(&score.to_le_bytes());
+            }
+        }
+        p
+    };
+    let names: Vec<String> = (0..10).map(|i| format!("bulk{i}")).collect();
+    let mut rows: Vec<(&str, u8, i32)> = names.iter().enumerate().map(|(i, n)| (n.as_str(), 0, i as i32)).collect();
+    rows.push(("bulk-null", 1, 0));
+    rows.push(("bulk-default", 2, 0));
+    c.send(&bulk(128, &rows));
+    let (_, ok) = c.read_packet().unwrap();
+    assert_eq!(&ok[..2], &[0, 12], "OK, 12 rows affected: {ok:?}");
+    // Per-row results (11.5's unit results) and a DEFAULT sharding key: refused, clearly.
+    c.send(&bulk(128 | 64, &rows[..1]));
+    let (_, err) = c.read_packet().unwrap();
+    assert!(String::from_utf8_lossy(&err).contains("per-row results"), "{}", String::from_utf8_lossy(&err));
+    let mut key_default = bulk(0, &[]);
+    key_default.extend_from_slice(&[2, 0]);
+    key_default.extend_from_slice(&5i32.to_le_bytes());
+    c.send(&key_default);
+    let (_, err) = c.read_packet().unwrap();
+    assert_eq!(&err[..3], b"\xff\xd3\x04", "ER_NOT_SUPPORTED_YET (1235): {}", String::from_utf8_lossy(&err));
+    // A bulk SELECT: a server runs it per row; refused here.
+    let mut prepare = vec![0x16];
+    prepare.extend_from_slice(b"SELECT score FROM t_user WHERE name = ?");
+    c.send(&prepare);
+    let select = read_prepare(&mut c);
+    let mut p = vec![0xFA];
+    p.extend_from_slice(&select.to_le_bytes());
+    p.extend_from_slice(&[128, 0, 0xFD, 0, 0, 5]);
+    p.extend_from_slice(b"bulk1");
+    c.send(&p);
+    let (_, err) = c.read_packet().unwrap();
+    assert!(String::from_utf8_lossy(&err).contains("INSERT"), "{}", String::from_utf8_lossy(&err));
+
     // Closed: unknown afterwards.
     let mut close = vec![0x19];
     close.extend_from_slice(&id.to_le_bytes());

@@ -7,12 +7,20 @@
 
 use super::sharded::Run;
 use super::{Flow, Session};
-use crate::shard::params::{bind, Template};
+use crate::shard::params::{bind, bind_bulk, BulkError, Template, BULK_UNIT_RESULTS};
 use crate::shard::plan::{self, Merge, ShardPlan, Sharding};
 use proto::command::*;
 use proto::errors::*;
 use proto::frame::Frame;
 use std::sync::Arc;
+
+/// An execute's parameters as literals: one row (`literals`), or a bulk execute's `rows`.
+struct Bound {
+    literals: Vec<String>,
+    rows: Vec<Vec<String>>,
+    sent_types: Option<Vec<u8>>,
+    flags: u8,
+}
 
 /// A prepared statement on sharded tables.
 pub(super) struct ShardedStatement {
@@ -116,7 +124,8 @@ impl Session {
     /// A COM_STMT_* command (but PREPARE) for a statement on sharded tables.
     pub(super) async fn sharded_command(&mut self, cmd: u8, id: u32, frame: Frame, seq: u8) -> Flow {
         match cmd {
-            COM_STMT_EXECUTE => self.execute_sharded(id, frame, seq).await,
+            COM_STMT_EXECUTE => self.execute_sharded(id, frame, seq, false).await,
+            COM_STMT_BULK_EXECUTE => self.execute_sharded(id, frame, seq, true).await,
             COM_STMT_SEND_LONG_DATA => {
                 // Statement id (4), parameter (2), data: kept until the execute.
                 let payload = frame.payload(&self.client.rbuf);
@@ -149,35 +158,53 @@ impl Session {
             }
             _ => {
                 self.client.consume(frame.wire_len);
-                let msg = "sluice does not run COM_STMT_BULK_EXECUTE on sharded or broadcast tables yet; execute each row";
-                self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, msg).await;
+                let msg = format!("sluice does not run command {cmd:#04x} on a statement on sharded tables");
+                self.reply_err(seq, ER_NOT_SUPPORTED_YET, SQLSTATE_NOT_SUPPORTED, &msg).await;
                 Flow::Continue
             }
         }
     }
 
     /// COM_STMT_EXECUTE: the parameters bound into the template, planned, run on the shards,
-    /// the rows sent in the binary protocol.
-    async fn execute_sharded(&mut self, id: u32, frame: Frame, seq: u8) -> Flow {
+    /// the rows sent in the binary protocol. COM_STMT_BULK_EXECUTE (`bulk`): each row of
+    /// parameters a row of one multi-row INSERT (`plan::plan_parsed_rows`).
+    async fn execute_sharded(&mut self, id: u32, frame: Frame, seq: u8, bulk: bool) -> Flow {
         if self.tail.is_some() || frame.chunks != 1 {
             self.client.consume(frame.wire_len);
             return self.refuse(seq, "sluice cannot shard a statement larger than max_buffered_packet or 16 MiB").await;
         }
         let backslash_escapes = self.backslash_escapes();
+        let max_text = self.snap.shards.max_statement_bytes;
         let payload = frame.payload(&self.client.rbuf);
         let Some(s) = self.statements.sharded_mut(id) else {
             self.client.consume(frame.wire_len);
             return Flow::Continue;
         };
-        let bound = bind(&payload, s.template.params(), s.types.as_deref(), &s.long, backslash_escapes);
+        let bound = if bulk {
+            let flags = payload.get(5..7).map_or(0, |f| u16::from_le_bytes([f[0], f[1]]));
+            match bind_bulk(&payload, s.template.params(), s.types.as_deref(), backslash_escapes, max_text) {
+                _ if flags & BULK_UNIT_RESULTS != 0 => Err((
+                    ER_NOT_SUPPORTED_YET,
+                    "sluice does not send per-row results of COM_STMT_BULK_EXECUTE on sharded tables yet".to_string(),
+                )),
+                Ok((rows, sent_types)) => Ok(Bound { literals: Vec::new(), sent_types, flags: 0, rows }),
+                Err(BulkError::Bad(m)) => Err((ER_WRONG_ARGUMENTS, m)),
+                Err(BulkError::TooLarge(m)) => Err((ER_NOT_SUPPORTED_YET, m)),
+            }
+        } else {
+            bind(&payload, s.template.params(), s.types.as_deref(), &s.long, backslash_escapes)
+                .map(|b| Bound { literals: b.literals, sent_types: b.sent_types, flags: b.flags, rows: Vec::new() })
+                .map_err(|m| (ER_WRONG_ARGUMENTS, m))
+        };
         drop(payload);
         self.client.consume(frame.wire_len);
         // An execute uses the long data up, whatever its outcome (as on the server).
         s.long.iter_mut().for_each(|l| *l = None);
         let bound = match bound {
             Ok(b) => b,
-            Err(msg) => {
-                self.reply_err(seq, ER_WRONG_ARGUMENTS, SQLSTATE_GENERAL, &msg).await;
+            Err((code, msg)) => {
+                let sqlstate = if code == ER_WRONG_ARGUMENTS { SQLSTATE_GENERAL } else { SQLSTATE_NOT_SUPPORTED };
+                self.reply_err(seq, code, sqlstate, &msg).await;
                 return Flow::Continue;
             }
         };
@@ -211,10 +238,12 @@ impl Session {
         if in_transaction && self.local_writes {
             return self.refuse(seq, super::xa::AFTER_LOCAL_WRITES).await;
         }
-        let text = template.fill(&bound.literals);
-        let planned = match &parsed {
-            Some(p) => plan::plan_parsed(&self.snap.shards, &schema, p, &bound.literals),
-            None => plan::plan(&self.snap.shards, &schema, &text),
+        let text = template.fill(bound.rows.first().unwrap_or(&bound.literals));
+        let planned = match (&parsed, bulk) {
+            (Some(p), true) => plan::plan_parsed_rows(&self.snap.shards, &schema, p, &bound.rows),
+            (None, true) => Sharding::Refused("sluice cannot run COM_STMT_BULK_EXECUTE on this statement; execute each row".into()),
+            (Some(p), false) => plan::plan_parsed(&self.snap.shards, &schema, p, &bound.literals),
+            (None, false) => plan::plan(&self.snap.shards, &schema, &text),
         };
         let sharded = match planned {
             Sharding::Refused(why) => return self.refuse(seq, &why).await,

@@ -124,6 +124,92 @@ pub fn bind(
     Ok(Bound { literals, sent_types, flags })
 }
 
+/// COM_STMT_BULK_EXECUTE's flags: the client sends the parameter types; it wants a result per
+/// row (MariaDB 11.5's unit results).
+pub const BULK_SEND_TYPES: u16 = 128;
+pub const BULK_UNIT_RESULTS: u16 = 64;
+
+/// Per-value indicators of a bulk row: a value follows; NULL; the column's DEFAULT; leave it
+/// (IGNORE, which an INSERT reads as DEFAULT).
+const INDICATOR_NONE: u8 = 0;
+const INDICATOR_NULL: u8 = 1;
+const INDICATOR_DEFAULT: u8 = 2;
+const INDICATOR_IGNORE: u8 = 3;
+
+/// A bulk execute's rows of literals, and the parameter types it sent.
+pub type BulkRows = (Vec<Vec<String>>, Option<Vec<u8>>);
+
+/// Why a bulk execute's rows were not bound.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BulkError {
+    /// Malformed: ER_WRONG_ARGUMENTS's message.
+    Bad(String),
+    /// More text than sluice parses: a refusal's message.
+    TooLarge(String),
+}
+
+/// Reads a COM_STMT_BULK_EXECUTE `payload` (command byte first) of a statement with `params`
+/// parameters: each row's parameters as SQL literals (`DEFAULT` where the client says so), and
+/// the types it sent. `types`: those the client sent last, when this one sends none.
+/// `max_text`: the most literal text the rows may make (past it: an error).
+pub fn bind_bulk(
+    payload: &[u8],
+    params: usize,
+    types: Option<&[u8]>,
+    backslash_escapes: bool,
+    max_text: usize,
+) -> Result<BulkRows, BulkError> {
+    let bad = || BulkError::Bad("Incorrect arguments to mysqld_stmt_bulk_execute".to_string());
+    let flags = u16::from_le_bytes([*payload.get(5).ok_or_else(bad)?, *payload.get(6).ok_or_else(bad)?]);
+    let mut at = 7;
+    let sent_types = if flags & BULK_SEND_TYPES != 0 {
+        let t = payload.get(at..at + 2 * params).ok_or_else(bad)?.to_vec();
+        at += 2 * params;
+        Some(t)
+    } else {
+        None
+    };
+    let types = sent_types.as_deref().or(types).ok_or_else(bad)?;
+    if types.len() != 2 * params || params == 0 {
+        return Err(bad());
+    }
+    let mut rows = Vec::new();
+    let mut text = 0usize;
+    while at < payload.len() {
+        let mut row = Vec::with_capacity(params);
+        for i in 0..params {
+            let (ty, flag) = (types[2 * i], types[2 * i + 1]);
+            let indicator = *payload.get(at).ok_or_else(bad)?;
+            at += 1;
+            let literal = match indicator {
+                INDICATOR_NONE if ty == TYPE_NULL => "NULL".to_string(),
+                INDICATOR_NONE => {
+                    let rest = payload.get(at..).ok_or_else(bad)?;
+                    let (literal, used) = value_literal(rest, ty, flag & UNSIGNED != 0, backslash_escapes).ok_or_else(bad)?;
+                    at += used;
+                    literal
+                }
+                INDICATOR_NULL => "NULL".to_string(),
+                INDICATOR_DEFAULT | INDICATOR_IGNORE => "DEFAULT".to_string(),
+                _ => return Err(bad()),
+            };
+            text += literal.len() + 2;
+            if text > max_text {
+                return Err(BulkError::TooLarge(format!(
+                    "this batch's rows make {text}+ bytes of statement text, past the {max_text} sluice parses on sharded tables \
+                     (shard_databases.max_statement_bytes): send fewer rows at once"
+                )));
+            }
+            row.push(literal);
+        }
+        rows.push(row);
+    }
+    if rows.is_empty() {
+        return Err(bad());
+    }
+    Ok((rows, sent_types))
+}
+
 fn le(bytes: &[u8]) -> u64 {
     bytes.iter().rev().fold(0u64, |v, &b| v << 8 | u64::from(b))
 }
@@ -247,6 +333,33 @@ fn string_literal(bytes: &[u8], ty: u8, backslash_escapes: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bulk_rows_bind_with_their_indicators() {
+        // Statement 7, types sent: LONGLONG, VAR_STRING; rows (1, 'a'), (NULL, DEFAULT), (-2, 'b').
+        let mut p = vec![0xFA, 7, 0, 0, 0, 128, 0, TYPE_LONGLONG, 0, 0xFD, 0];
+        p.extend_from_slice(&[0]);
+        p.extend_from_slice(&1i64.to_le_bytes());
+        p.extend_from_slice(&[0, 1, b'a']);
+        p.extend_from_slice(&[1, 2]);
+        p.extend_from_slice(&[0]);
+        p.extend_from_slice(&(-2i64).to_le_bytes());
+        p.extend_from_slice(&[0, 1, b'b']);
+        let (rows, types) = bind_bulk(&p, 2, None, true, 1 << 20).unwrap();
+        assert_eq!(rows, [vec!["1", "'a'"], vec!["NULL", "DEFAULT"], vec!["-2", "'b'"]]);
+        assert_eq!(types.as_deref(), Some(&[TYPE_LONGLONG, 0, 0xFD, 0][..]));
+        // Without types: those of an earlier execute; none known is an error.
+        let mut q = vec![0xFA, 7, 0, 0, 0, 0, 0];
+        q.extend_from_slice(&[1, 1]);
+        assert_eq!(bind_bulk(&q, 2, Some(&[TYPE_LONGLONG, 0, 0xFD, 0]), true, 1 << 20).unwrap().0, [vec!["NULL", "NULL"]]);
+        assert!(matches!(bind_bulk(&q, 2, None, true, 1 << 20), Err(BulkError::Bad(_))));
+        // A row cut short, an unknown indicator, too much text.
+        assert!(matches!(bind_bulk(&p[..p.len() - 1], 2, None, true, 1 << 20), Err(BulkError::Bad(_))));
+        let mut r = q.clone();
+        r[8] = 9;
+        assert!(matches!(bind_bulk(&r, 2, Some(&[TYPE_LONGLONG, 0, 0xFD, 0]), true, 1 << 20), Err(BulkError::Bad(_))));
+        assert!(matches!(bind_bulk(&p, 2, None, true, 12), Err(BulkError::TooLarge(_))));
+    }
 
     #[test]
     fn placeholders_outside_strings_and_comments() {

@@ -477,6 +477,10 @@ impl Parsed {
 fn literal_value(text: &str) -> Value {
     if text == "NULL" {
         Value::Null
+    } else if text == "DEFAULT" {
+        // A bulk row's DEFAULT: written as the keyword (a placeholder's text is printed as it
+        // is), and no literal, so never a sharding key.
+        Value::Placeholder(text.to_string())
     } else if let Some(hex) = text.strip_prefix("X'").and_then(|t| t.strip_suffix('\'')) {
         Value::HexStringLiteral(hex.to_string())
     } else if let Some(hex) = text.strip_prefix("x'").and_then(|t| t.strip_suffix('\'')) {
@@ -497,6 +501,45 @@ pub fn plan_parsed(map: &ShardMap, schema: &str, parsed: &Parsed, literals: &[St
     let mut statement = parsed.statement.clone();
     parsed.bind(&mut statement, literals);
     match (Planner { map, schema, unbound: false }).statement(&statement) {
+        Ok(s) => s,
+        Err(why) => Sharding::Refused(why),
+    }
+}
+
+/// A COM_STMT_BULK_EXECUTE of an `INSERT … VALUES (?, …)` (one row of placeholders, and none
+/// elsewhere): each bound row (`rows`) a row of one multi-row INSERT, planned as its text would
+/// be (split per shard). Other statements are refused: a server runs them once per row.
+pub fn plan_parsed_rows(map: &ShardMap, schema: &str, parsed: &Parsed, rows: &[Vec<String>]) -> Sharding {
+    let refused = || {
+        Sharding::Refused(
+            "sluice runs COM_STMT_BULK_EXECUTE on sharded tables for INSERT … VALUES with one row of placeholders only; \
+             execute each row"
+                .into(),
+        )
+    };
+    let Statement::Insert(ins) = &parsed.statement else { return refused() };
+    let Some(SetExpr::Values(values)) = ins.source.as_deref().map(|q| q.body.as_ref()) else { return refused() };
+    let [row] = values.rows.as_slice() else { return refused() };
+    if row.content.iter().filter(|e| is_placeholder(e)).count() != parsed.order.len() {
+        return refused();
+    }
+    let mut combined = parsed.statement.clone();
+    let mut all_rows = Vec::with_capacity(rows.len());
+    for literals in rows {
+        let mut one = parsed.statement.clone();
+        parsed.bind(&mut one, literals);
+        if let Statement::Insert(i) = one {
+            if let Some(SetExpr::Values(mut v)) = i.source.map(|q| *q.body) {
+                all_rows.append(&mut v.rows);
+            }
+        }
+    }
+    if let Statement::Insert(i) = &mut combined {
+        if let Some(SetExpr::Values(v)) = i.source.as_deref_mut().map(|q| q.body.as_mut()) {
+            v.rows = all_rows;
+        }
+    }
+    match (Planner { map, schema, unbound: false }).statement(&combined) {
         Ok(s) => s,
         Err(why) => Sharding::Refused(why),
     }
