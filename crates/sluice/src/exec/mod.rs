@@ -301,7 +301,7 @@ pub async fn forward(
     let mut scanner = Scanner::new(reply, format.deprecate_eof).with_mariadb_capabilities(format.mariadb_caps).with_status(format.status);
     let mut reply_bytes = 0;
     if let (Some(rename), Reply::Query) = (tap.rename, reply) {
-        rename_head(client, backend, &mut scanner, rename, &mut tap, &mut reply_bytes, request_seq, timed.then_some(&mut timing)).await?;
+        rename_head(client, backend, rename, request_seq, timed.then_some(&mut timing)).await?;
     }
     loop {
         let step = match stream_reply(
@@ -347,67 +347,109 @@ pub async fn forward(
 }
 
 /// A statement on one shard: the head of its result set (column count and definitions) read
-/// whole, written to the client with the logical names (`RenameColumns`), before the rest
-/// streams through `stream_reply`. Any other reply (OK, ERR, LOCAL INFILE) is left unread for
-/// it. The head is a few packets: this costs a copy of them, not of the rows.
-#[allow(clippy::too_many_arguments)]
+/// whole into the backend's read buffer and renamed there (`RenameColumns`), so that
+/// `stream_reply` scans and sends it with the rows, in the same writes. Any other reply (OK,
+/// ERR, LOCAL INFILE) is left as it is. The head is a few packets: this costs a copy of them,
+/// not of the rows, and no system call of its own.
 async fn rename_head(
     client: &mut Conn,
     backend: &mut Conn,
-    scanner: &mut Scanner,
     rename: RenameColumns<'_>,
-    tap: &mut Tap<'_>,
-    reply_bytes: &mut u64,
     request_seq: u8,
     timing: Option<&mut Timing>,
 ) -> Result<(), ExecError> {
-    // Nothing of the reply has reached the client yet.
     let lost = || ExecError::BackendLost { reply_seq: Some(request_seq.wrapping_add(1)), before_reply: true };
-    async fn read(backend: &mut Conn) -> Option<proto::frame::Frame> {
-        backend.read_frame(proto::frame::MAX_CHUNK - 1).await.ok().flatten().filter(|f| f.chunks == 1)
-    }
-    let frame = read(backend).await.ok_or_else(lost)?;
-    if let Some(t) = timing {
-        t.first_read = Some(Instant::now());
-    }
-    let first = frame.single_payload(&backend.rbuf).unwrap_or_default();
-    let count = match first.first() {
-        None | Some(&0x00 | &0xFB | &0xFF) => return Ok(()),
-        Some(_) => match proto::codec::read_lenenc(first) {
-            Some((n, _)) => n,
-            None => return Ok(()),
-        },
-    };
-    let mut out = Vec::with_capacity(64 * (count.min(64) as usize + 1));
-    let mut pass = |backend: &mut Conn, frame: proto::frame::Frame, renamed: Option<&[u8]>, out: &mut Vec<u8>| {
-        let wire = &backend.rbuf[..frame.wire_len];
-        match scanner.feed(wire) {
-            Ok((used, Event::More)) if used == wire.len() => {}
-            Ok(_) => {
-                return Err(ExecError::BackendProtocol(proto::ProtoError::Unexpected("a result set ended inside its column definitions")))
-            }
-            Err(e) => return Err(ExecError::BackendProtocol(e)),
+    let mut timing = timing;
+    // The client is watched while the head is awaited, as `stream_reply` watches it.
+    let mut watch_client = true;
+    // Frames of the head: (start, wire length), once all are in the buffer.
+    let mut frames: Vec<(usize, usize)> = Vec::new();
+    loop {
+        frames.clear();
+        match head_frames(&backend.rbuf, &mut frames) {
+            Head::Complete => break,
+            Head::NotRows => return Ok(()),
+            Head::Partial => {}
         }
-        match renamed {
+        if backend.rbuf.capacity() - backend.rbuf.len() < READ_CHUNK / 4 {
+            backend.rbuf.reserve(READ_CHUNK);
+        }
+        let Conn { stream, rbuf } = &mut *backend;
+        poll_fn(|cx| {
+            if watch_client {
+                match watch_client_side(client, cx) {
+                    Watch::Quiet => {}
+                    Watch::Gone => return Poll::Ready(Err(ExecError::ClientLost { running: true })),
+                    Watch::Stop => watch_client = false,
+                }
+            }
+            match tokio_util::io::poll_read_buf(Pin::new(&mut *stream), cx, rbuf) {
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Poll::Ready(Err(lost())),
+                Poll::Ready(Ok(_)) => Poll::Ready(Ok(())),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await?;
+        if let Some(t) = timing.as_deref_mut().filter(|t| t.first_read.is_none()) {
+            t.first_read = Some(Instant::now());
+        }
+    }
+    let end = frames.last().map_or(0, |&(at, len)| at + len);
+    let mut renamed = bytes::BytesMut::with_capacity(backend.rbuf.len() + 64 * frames.len());
+    for (k, &(at, len)) in frames.iter().enumerate() {
+        let wire = &backend.rbuf[at..at + len];
+        let def = wire.get(proto::frame::HEADER_LEN..).unwrap_or_default();
+        match (k > 0).then(|| rename.names.rename_column(rename.node_database, def)).flatten() {
             Some(payload) => {
-                let mut seq = frame.first_seq;
-                proto::frame::write_packet(out, &mut seq, payload);
+                let mut out = Vec::with_capacity(payload.len() + proto::frame::HEADER_LEN);
+                let mut seq = wire[3];
+                proto::frame::write_packet(&mut out, &mut seq, &payload);
+                renamed.extend_from_slice(&out);
             }
-            None => out.extend_from_slice(wire),
+            None => renamed.extend_from_slice(wire),
         }
-        *reply_bytes += frame.wire_len as u64;
-        backend.consume(frame.wire_len);
-        Ok(())
-    };
-    pass(backend, frame, None, &mut out)?;
-    for _ in 0..count {
-        let frame = read(backend).await.ok_or_else(lost)?;
-        let def = frame.single_payload(&backend.rbuf).unwrap_or_default();
-        let renamed = rename.names.rename_column(rename.node_database, def);
-        pass(backend, frame, renamed.as_deref(), &mut out)?;
     }
-    tap.feed(&out);
-    client.write_all(&out).await.map_err(|_| ExecError::ClientLost { running: true })
+    renamed.extend_from_slice(&backend.rbuf[end..]);
+    backend.rbuf = renamed;
+    Ok(())
+}
+
+/// How much of a result set's head a buffer holds.
+enum Head {
+    /// The column count and every column definition (`frames`).
+    Complete,
+    /// Not all of it yet.
+    Partial,
+    /// The reply is no result set (or a packet of 16 MiB or more): nothing to rename.
+    NotRows,
+}
+
+/// Finds the head's frames (start, wire length) at the front of `buf`.
+fn head_frames(buf: &[u8], frames: &mut Vec<(usize, usize)>) -> Head {
+    let mut at = 0;
+    let mut count = None;
+    loop {
+        let f = match proto::frame::frame(&buf[at..], proto::frame::MAX_CHUNK - 1) {
+            Ok(Some(f)) if f.chunks == 1 => f,
+            Ok(Some(_)) | Err(_) => return Head::NotRows,
+            Ok(None) => return Head::Partial,
+        };
+        if count.is_none() {
+            let payload = &buf[at + proto::frame::HEADER_LEN..at + f.wire_len];
+            count = match payload.first() {
+                None | Some(&0x00 | &0xFB | &0xFF) => return Head::NotRows,
+                Some(_) => match proto::codec::read_lenenc(payload) {
+                    Some((n, _)) => Some(n),
+                    None => return Head::NotRows,
+                },
+            };
+        }
+        frames.push((at, f.wire_len));
+        at += f.wire_len;
+        if count.is_some_and(|n| frames.len() as u64 > n) {
+            return Head::Complete;
+        }
+    }
 }
 
 /// Relays the client's LOCAL INFILE data packets to the backend up to the empty packet that
@@ -763,6 +805,36 @@ pub(crate) fn watch_client_side(client: &mut Conn, cx: &mut Context<'_>) -> Watc
             Poll::Ready(Ok(0)) => return Watch::Stop,
             Poll::Ready(Err(_)) => return Watch::Gone,
             Poll::Ready(Ok(_)) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod head_tests {
+    use super::{head_frames, Head};
+
+    fn packet(seq: u8, payload: &[u8]) -> Vec<u8> {
+        let mut p = vec![payload.len() as u8, 0, 0, seq];
+        p.extend_from_slice(payload);
+        p
+    }
+
+    #[test]
+    fn a_result_sets_head_is_found_whole_or_not_yet() {
+        let mut reply = packet(1, &[2]);
+        reply.extend(packet(2, b"\x03def\x04ds_2"));
+        reply.extend(packet(3, b"\x03def\x04ds_2"));
+        reply.extend(packet(4, &[0xFE, 0, 0, 2, 0]));
+        let mut frames = Vec::new();
+        assert!(matches!(head_frames(&reply, &mut frames), Head::Complete));
+        assert_eq!(frames, [(0, 5), (5, 13), (18, 13)]);
+        for cut in [0, 3, 5, 20, 30] {
+            frames.clear();
+            assert!(matches!(head_frames(&reply[..cut], &mut frames), Head::Partial), "cut at {cut}");
+        }
+        for other in [packet(1, &[0, 0, 0, 2, 0]), packet(1, b"\xff\x15\x04#28000"), packet(1, b"\xfbfile")] {
+            frames.clear();
+            assert!(matches!(head_frames(&other, &mut frames), Head::NotRows));
         }
     }
 }
