@@ -218,7 +218,17 @@ async fn switched_off_and_on_under_load_it_joins_every_statement_again() {
     for l in load {
         clients.push(l.await.unwrap());
     }
-    let before = proxy.server().data.stats.split_totals();
+    // A session records a statement just after its reply went out: the load's last statements
+    // may still be counting when their clients have them. Settled first.
+    let mut before = proxy.server().data.stats.split_totals();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = proxy.server().data.stats.split_totals();
+        if (now.proxy_count, now.server.count) == (before.proxy_count, before.server.count) {
+            break;
+        }
+        before = now;
+    }
     let misses = proxy.server().data.probe.misses();
     for c in &mut clients {
         for _ in 0..10 {
