@@ -106,7 +106,15 @@ fn explain(stmt: &[u8], facts: &Facts) -> Action {
         }
         Sharding::Single(s) => Action::ExplainSharding(vec![row(&s.database, s.hostgroup, &s.sql, "one shard: forwarded")]),
         Sharding::Fanout(p) => {
-            let merge = p.merge.describe();
+            let mut merge = p.merge.describe();
+            let held = p.targets.len().saturating_sub(p.max_connections);
+            if held > 0 {
+                // Past the connection budget (session::sharded::early_batches).
+                merge.push_str(&format!(
+                    "; read {} shards at once: the first {held} held whole (max_merge_buffer_bytes), in batches",
+                    p.max_connections
+                ));
+            }
             Action::ExplainSharding(p.targets.iter().map(|t| row(&t.database, t.hostgroup, &t.sql, &merge)).collect())
         }
         Sharding::Refused(message) => Action::Refuse { code: ER_NOT_SUPPORTED_YET, message },

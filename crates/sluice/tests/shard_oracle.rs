@@ -368,6 +368,11 @@ async fn unsupported_statements_are_refused_and_a_lost_shard_is_an_error() {
     let others = count(b.sql(from_sluice).unwrap());
     let narrow = Proxy::start(shard_config(&a, &b, "max_connections_per_query = 1\nmax_merge_buffer_bytes = 4096"));
     let mut n1 = connect_shop(narrow.port).await;
+    let explained: Vec<(String, u32, String, String)> = n1.query("EXPLAIN SHARDING SELECT COUNT(*) FROM t_order").await.unwrap();
+    assert!(
+        explained[0].3.ends_with("read 1 shards at once: the first 3 held whole (max_merge_buffer_bytes), in batches"),
+        "{explained:?}"
+    );
     let counts: Vec<(i64, i64)> =
         n1.query("SELECT user_id, COUNT(*) FROM t_order GROUP BY user_id ORDER BY user_id LIMIT 3").await.unwrap();
     assert_eq!(counts, [(0, 25), (1, 25), (2, 25)]);
