@@ -71,10 +71,6 @@ fn admin(port: u16, sql: &str) -> Result<String, String> {
     mariadb_cli(port, "admin", Some("admin"), sql)
 }
 
-async fn connect_shop(port: u16) -> Conn {
-    Conn::new(opts(port, "root", "").db_name(Some("shop"))).await.expect("connects")
-}
-
 /// The node databases EXPLAIN SHARDING sends `sql` to.
 async fn shards_of(c: &mut Conn, sql: &str) -> Vec<String> {
     let rows: Vec<(String, u32, String, String)> =

@@ -12,7 +12,7 @@ mod common;
 
 use common::*;
 use mysql_async::prelude::*;
-use mysql_async::{Conn, Row, Value};
+use mysql_async::{Conn, Value};
 use sluice::config::{self, Config};
 use testkit::MariaDb;
 
@@ -49,20 +49,6 @@ fn shard_config(a: &MariaDb, b: &MariaDb, database_fields: &str) -> Config {
     );
     let fc = config::FileConfig::parse(&text).expect("test TOML parses");
     fc.validate(None, Some(&text)).expect("test TOML is valid")
-}
-
-async fn connect_shop(port: u16) -> Conn {
-    Conn::new(opts(port, "root", "").db_name(Some("shop"))).await.expect("connects")
-}
-
-/// What a result is compared by: each column's metadata, and the rows.
-type Result = (Vec<String>, Vec<Vec<Value>>);
-
-async fn run(c: &mut Conn, sql: &str) -> std::result::Result<Result, mysql_async::Error> {
-    let mut r = c.query_iter(sql).await?;
-    let columns = r.columns().map(|cs| cs.iter().map(column_metadata).collect()).unwrap_or_default();
-    let rows: Vec<Row> = r.collect().await?;
-    Ok((columns, rows.into_iter().map(Row::unwrap).collect()))
 }
 
 /// A small deterministic generator (the same queries every run).
@@ -291,9 +277,9 @@ async fn sharded_results_match_one_unsharded_server() {
         .chain(join_queries())
         .collect();
     for (sql, ordered) in &queries {
-        let want = run(&mut o, sql).await.unwrap_or_else(|e| panic!("oracle: {sql}: {e}"));
-        let got = run(&mut s, sql).await.unwrap_or_else(|e| panic!("sluice: {sql}: {e}"));
-        let in_batches = run(&mut batched, sql).await.unwrap_or_else(|e| panic!("sluice in batches: {sql}: {e}"));
+        let want = result_of(&mut o, sql).await.unwrap_or_else(|e| panic!("oracle: {sql}: {e}"));
+        let got = result_of(&mut s, sql).await.unwrap_or_else(|e| panic!("sluice: {sql}: {e}"));
+        let in_batches = result_of(&mut batched, sql).await.unwrap_or_else(|e| panic!("sluice in batches: {sql}: {e}"));
         let key = |r: &Vec<Value>| format!("{r:?}");
         let mut want_rows = want.1;
         if !ordered {

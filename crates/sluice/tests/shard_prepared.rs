@@ -45,10 +45,6 @@ fn shard_config(a: &MariaDb, b: &MariaDb) -> Config {
     fc.validate(None, Some(&text)).expect("test TOML is valid")
 }
 
-async fn connect_shop(port: u16) -> Conn {
-    Conn::new(opts(port, "root", "").db_name(Some("shop"))).await.expect("connects")
-}
-
 /// What an execute is compared by: the prepare's parameter and column metadata, the result's
 /// column metadata, and the rows as binary-protocol values.
 type Outcome = (Vec<String>, Vec<String>, Vec<Vec<Value>>);

@@ -10,7 +10,7 @@ mod common;
 
 use common::*;
 use mysql_async::prelude::*;
-use mysql_async::{Conn, Row, Value};
+use mysql_async::Conn;
 use sluice::config::{self, Config};
 use testkit::MariaDb;
 
@@ -35,20 +35,6 @@ fn single_config(a: &MariaDb, b: &MariaDb, xa_log: &std::path::Path) -> Config {
     );
     let fc = config::FileConfig::parse(&text).expect("test TOML parses");
     fc.validate(None, Some(&text)).expect("test TOML is valid")
-}
-
-async fn connect_shop(port: u16) -> Conn {
-    Conn::new(opts(port, "root", "").db_name(Some("shop"))).await.expect("connects")
-}
-
-/// Each column's metadata (its schema the logical database's, as one server gives it), and the rows.
-type Result = (Vec<String>, Vec<Vec<Value>>);
-
-async fn run(c: &mut Conn, sql: &str) -> std::result::Result<Result, mysql_async::Error> {
-    let mut r = c.query_iter(sql).await?;
-    let columns = r.columns().map(|cs| cs.iter().map(column_metadata).collect()).unwrap_or_default();
-    let rows: Vec<Row> = r.collect().await?;
-    Ok((columns, rows.into_iter().map(Row::unwrap).collect()))
 }
 
 /// The databases of server `db` that hold a table named `table`.
@@ -150,8 +136,8 @@ async fn single_tables_live_whole_on_their_node_and_match_one_server() {
         "SELECT o.id, a.what FROM t_order o LEFT JOIN t_audit a ON a.id = o.id WHERE o.user_id IN (1, 5) ORDER BY o.id",
     ];
     for sql in queries {
-        let want = run(&mut o, sql).await.unwrap_or_else(|e| panic!("oracle: {sql}: {e}"));
-        let got = run(&mut s, sql).await.unwrap_or_else(|e| panic!("sluice: {sql}: {e}"));
+        let want = result_of(&mut o, sql).await.unwrap_or_else(|e| panic!("oracle: {sql}: {e}"));
+        let got = result_of(&mut s, sql).await.unwrap_or_else(|e| panic!("sluice: {sql}: {e}"));
         assert_eq!(got, want, "{sql}");
     }
     let create: Vec<(String, String)> = s.query("SHOW CREATE TABLE t_audit").await.unwrap();

@@ -31,10 +31,6 @@ fn config_text(a: &MariaDb, b: &MariaDb, listen: &str, log: &Path) -> String {
     )
 }
 
-async fn connect_shop(port: u16) -> Conn {
-    Conn::new(opts(port, "root", "").db_name(Some("shop"))).await.expect("connects")
-}
-
 /// Rows of `t_order` with ids in [from, to) on each shard, read on the servers themselves.
 fn per_shard(a: &MariaDb, b: &MariaDb, from: u64, to: u64) -> Vec<u64> {
     let mut out = Vec::new();

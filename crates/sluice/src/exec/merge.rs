@@ -225,31 +225,33 @@ async fn next_row(shards: &mut [Shard<'_>], i: usize, ended: &mut [bool]) -> Res
     Ok(Some(p))
 }
 
-/// Sends each shard its request (a COM_QUERY packet) and writes the merged reply, starting
-/// at sequence id `seq`; its rows in the binary protocol with `binary`, its column definitions
-/// renamed by `rename` (the first shard's names). A shard whose reply was not read to its end is left `finished == false`: its connection must be closed.
-///
-/// `sent_seq` holds, at each moment, the sequence id of the next packet the client expects
-/// (what it was sent so far): if the merge is abandoned (KILL, a timeout), an error packet
-/// with that id ends the reply cleanly.
+/// What a fan-out sends and how its merged reply goes out.
+pub struct Fanout<'r> {
+    /// One COM_QUERY packet per shard (a `Source::Held` shard's was sent already).
+    pub requests: &'r [Vec<u8>],
+    pub merge: &'r Merge,
+    /// The reply's first sequence id.
+    pub seq: u8,
+    /// At each moment, the sequence id of the next packet the client expects (what it was sent
+    /// so far): if the merge is abandoned (KILL, a timeout), an error packet with that id ends
+    /// the reply cleanly.
+    pub sent_seq: &'r std::sync::atomic::AtomicU8,
+    /// Rows in the binary protocol (a prepared statement's execute).
+    pub binary: bool,
+    /// The first shard's names, given back their logical ones in the column definitions.
+    pub rename: Option<super::RenameColumns<'r>>,
+}
+
+/// Sends each shard its request and writes the merged reply. A shard whose reply was not read
+/// to its end is left `finished == false`: its connection must be closed.
 ///
 /// A client that goes away while the merge waits for its shards is noticed then, not at the
 /// merge's next write: the merge ends with `ClientGone` (its shards' replies unfinished).
-#[allow(clippy::too_many_arguments)]
-pub async fn run(
-    client: &mut Conn,
-    shards: &mut [Shard<'_>],
-    requests: &[Vec<u8>],
-    merge: &Merge,
-    seq: u8,
-    sent_seq: &std::sync::atomic::AtomicU8,
-    binary: bool,
-    rename: Option<super::RenameColumns<'_>>,
-) -> Result<Outcome, ClientGone> {
+pub async fn run(client: &mut Conn, shards: &mut [Shard<'_>], fanout: Fanout<'_>) -> Result<Outcome, ClientGone> {
     // The merge takes the client only while a write of it is polled (`write_client`), so that
     // between writes the client's side can be watched. One task uses both: never contended.
     let client = Mutex::new(client);
-    let mut merging = std::pin::pin!(merge_replies(&client, shards, requests, merge, seq, sent_seq, binary, rename));
+    let mut merging = std::pin::pin!(merge_replies(&client, shards, fanout));
     let mut watching = true;
     std::future::poll_fn(|cx| {
         if let Poll::Ready(r) = merging.as_mut().poll(cx) {
@@ -269,17 +271,8 @@ pub async fn run(
     .await
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn merge_replies(
-    client: &Mutex<&mut Conn>,
-    shards: &mut [Shard<'_>],
-    requests: &[Vec<u8>],
-    merge: &Merge,
-    seq: u8,
-    sent_seq: &std::sync::atomic::AtomicU8,
-    binary: bool,
-    rename: Option<super::RenameColumns<'_>>,
-) -> Result<Outcome, ClientGone> {
+async fn merge_replies(client: &Mutex<&mut Conn>, shards: &mut [Shard<'_>], fanout: Fanout<'_>) -> Result<Outcome, ClientGone> {
+    let Fanout { requests, merge, seq, sent_seq, binary, rename } = fanout;
     sent_seq.store(seq, std::sync::atomic::Ordering::Relaxed);
     let mut out = Out { client, buf: Vec::new(), seq, rows: 0, sent_seq, binary: None, rename };
     let mut outcome = Outcome::default();

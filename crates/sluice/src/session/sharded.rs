@@ -363,7 +363,8 @@ impl Session {
     ) -> Option<Result<crate::exec::Outcome, merge::ClientGone>> {
         // Boxed, so that it can be dropped (and its borrows end) when the merge is abandoned.
         let rename = sharded.targets.first().map(crate::exec::RenameColumns::of);
-        let mut merging = Box::pin(merge::run(&mut self.client, shards, requests, &sharded.merge, seq, sent_seq, binary, rename));
+        let fanout = merge::Fanout { requests, merge: &sharded.merge, seq, sent_seq, binary, rename };
+        let mut merging = Box::pin(merge::run(&mut self.client, shards, fanout));
         tokio::select! {
             biased;
             r = &mut merging => Some(r),

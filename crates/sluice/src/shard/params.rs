@@ -94,17 +94,8 @@ pub fn bind(
     let mut at = nulls_at + bitmap.len();
     let bound = *payload.get(at).ok_or_else(bad)?;
     at += 1;
-    let sent_types = if bound == 1 {
-        let t = payload.get(at..at + 2 * params).ok_or_else(bad)?.to_vec();
-        at += 2 * params;
-        Some(t)
-    } else {
-        None
-    };
-    let types = sent_types.as_deref().or(types).ok_or_else(bad)?;
-    if types.len() != 2 * params {
-        return Err(bad());
-    }
+    let sent_types = if bound == 1 { Some(sent_types(payload, &mut at, params).ok_or_else(bad)?) } else { None };
+    let types = sent_types.as_deref().or(types).filter(|t| t.len() == 2 * params).ok_or_else(bad)?;
     let mut literals = Vec::with_capacity(params);
     for i in 0..params {
         let (ty, flag) = (types[2 * i], types[2 * i + 1]);
@@ -162,17 +153,8 @@ pub fn bind_bulk(
     let bad = || BulkError::Bad("Incorrect arguments to mysqld_stmt_bulk_execute".to_string());
     let flags = u16::from_le_bytes([*payload.get(5).ok_or_else(bad)?, *payload.get(6).ok_or_else(bad)?]);
     let mut at = 7;
-    let sent_types = if flags & BULK_SEND_TYPES != 0 {
-        let t = payload.get(at..at + 2 * params).ok_or_else(bad)?.to_vec();
-        at += 2 * params;
-        Some(t)
-    } else {
-        None
-    };
-    let types = sent_types.as_deref().or(types).ok_or_else(bad)?;
-    if types.len() != 2 * params || params == 0 {
-        return Err(bad());
-    }
+    let sent_types = if flags & BULK_SEND_TYPES != 0 { Some(sent_types(payload, &mut at, params).ok_or_else(bad)?) } else { None };
+    let types = sent_types.as_deref().or(types).filter(|t| t.len() == 2 * params && params > 0).ok_or_else(bad)?;
     let mut rows = Vec::new();
     let mut text = 0usize;
     while at < payload.len() {
@@ -208,6 +190,13 @@ pub fn bind_bulk(
         return Err(bad());
     }
     Ok((rows, sent_types))
+}
+
+/// The parameter types an execute sends (two bytes each), at `at`, which moves past them.
+fn sent_types(payload: &[u8], at: &mut usize, params: usize) -> Option<Vec<u8>> {
+    let t = payload.get(*at..*at + 2 * params)?.to_vec();
+    *at += 2 * params;
+    Some(t)
 }
 
 fn le(bytes: &[u8]) -> u64 {

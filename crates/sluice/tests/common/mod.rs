@@ -450,6 +450,24 @@ impl Drop for ProxyProcess {
     }
 }
 
+/// A client of sluice on `port` in the logical database `shop` (the sharding tests').
+pub async fn connect_shop(port: u16) -> mysql_async::Conn {
+    mysql_async::Conn::new(opts(port, "root", "").db_name(Some("shop"))).await.expect("connects")
+}
+
+/// What the sharding oracles compare a result by: each column's metadata (`column_metadata`),
+/// and the rows.
+pub type Outcome = (Vec<String>, Vec<Vec<mysql_async::Value>>);
+
+/// `sql`'s result as an `Outcome`.
+pub async fn result_of(c: &mut mysql_async::Conn, sql: &str) -> Result<Outcome, mysql_async::Error> {
+    use mysql_async::prelude::Queryable;
+    let mut r = c.query_iter(sql).await?;
+    let columns = r.columns().map(|cs| cs.iter().map(column_metadata).collect()).unwrap_or_default();
+    let rows: Vec<mysql_async::Row> = r.collect().await?;
+    Ok((columns, rows.into_iter().map(mysql_async::Row::unwrap).collect()))
+}
+
 /// A column's metadata as the sharding oracles compare it: everything but the schema (each shard
 /// reports its own database).
 pub fn column_metadata(c: &mysql_async::Column) -> String {
