@@ -45,16 +45,10 @@ fn load(a: &MariaDb, b: &MariaDb, rows: u64) {
 
 fn config(port: u16, a: &MariaDb, b: &MariaDb) -> String {
     format!(
-        "[proxy]\nlisten = [\"127.0.0.1:{port}\"]\nworkers = 2\nadmin_listen = \"\"\nhttp_listen = \"\"\n\
-         [[mysql_servers]]\nhostgroup_id = 1\nhostname = \"127.0.0.1\"\nport = {}\n\
-         [[mysql_servers]]\nhostgroup_id = 2\nhostname = \"127.0.0.1\"\nport = {}\n\
-         [[mysql_users]]\nusername = \"root\"\npassword = \"\"\ndefault_hostgroup = 1\n\
-         [[shard_databases]]\nname = \"shop\"\n\
-         nodes = [{{ hostgroup = 1, database = \"ds_0\" }}, {{ hostgroup = 1, database = \"ds_1\" }}, \
-                  {{ hostgroup = 2, database = \"ds_2\" }}, {{ hostgroup = 2, database = \"ds_3\" }}]\n\
+        "[proxy]\nlisten = [\"127.0.0.1:{port}\"]\nworkers = 2\nadmin_listen = \"\"\nhttp_listen = \"\"\n{}\
+         [[shard_databases]]\nname = \"shop\"\n{SHOP_NODES}\
          [[sharded_tables]]\ndatabase = \"shop\"\ntable = \"t_big\"\nsharding_column = \"id\"\nalgorithm = \"mod\"\n",
-        a.port(),
-        b.port()
+        two_hostgroups(a, b)
     )
 }
 

@@ -13,7 +13,7 @@ mod common;
 use common::*;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Value};
-use sluice::config::{self, Config};
+use sluice::config::Config;
 use testkit::MariaDb;
 
 const TABLE: &str = "CREATE TABLE t_order (id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, amount DECIMAL(10,2), \
@@ -23,32 +23,18 @@ const TABLE: &str = "CREATE TABLE t_order (id BIGINT PRIMARY KEY, user_id BIGINT
 /// logical database `shop` exists on both servers (pooled connections follow the session's
 /// schema), and holds the unsharded tables on `a`, the default hostgroup.
 fn shard_config(a: &MariaDb, b: &MariaDb, database_fields: &str) -> Config {
-    for (db, names) in [(a, ["ds_0", "ds_1"]), (b, ["ds_2", "ds_3"])] {
-        db.sql(&format!(
-            "CREATE DATABASE IF NOT EXISTS shop; CREATE DATABASE IF NOT EXISTS {}; CREATE DATABASE IF NOT EXISTS {};",
-            names[0], names[1]
-        ))
-        .unwrap();
-    }
-    let text = format!(
-        "[proxy]\nlisten = [\"127.0.0.1:0\"]\nworkers = 2\n\
-         [[mysql_servers]]\nhostgroup_id = 1\nhostname = \"127.0.0.1\"\nport = {}\n\
-         [[mysql_servers]]\nhostgroup_id = 2\nhostname = \"127.0.0.1\"\nport = {}\n\
-         [[mysql_users]]\nusername = \"root\"\npassword = \"\"\ndefault_hostgroup = 1\n\
-         [[shard_databases]]\nname = \"shop\"\nbroadcast_tables = [\"region\"]\n\
-         nodes = [{{ hostgroup = 1, database = \"ds_0\" }}, {{ hostgroup = 1, database = \"ds_1\" }}, \
-                  {{ hostgroup = 2, database = \"ds_2\" }}, {{ hostgroup = 2, database = \"ds_3\" }}]\n{database_fields}\n\
+    create_shop_databases(a, b);
+    valid_config(&format!(
+        "[proxy]\nlisten = [\"127.0.0.1:0\"]\nworkers = 2\n{}\
+         [[shard_databases]]\nname = \"shop\"\nbroadcast_tables = [\"region\"]\n{SHOP_NODES}{database_fields}\n\
          [[sharded_tables]]\ndatabase = \"shop\"\ntable = \"t_order\"\nsharding_column = \"user_id\"\nalgorithm = \"mod\"\n\
          binding_group = \"by_user\"\n\
          [[sharded_tables]]\ndatabase = \"shop\"\ntable = \"t_item\"\nsharding_column = \"user_id\"\nalgorithm = \"mod\"\n\
          binding_group = \"by_user\"\n\
          [[sharded_tables]]\ndatabase = \"shop\"\ntable = \"t_log\"\nsharding_column = \"user_id\"\nalgorithm = \"range\"\n\
          tables_per_node = 2\nboundaries = [3, 6, 9, 12, 15, 18, 21]\n",
-        a.port(),
-        b.port()
-    );
-    let fc = config::FileConfig::parse(&text).expect("test TOML parses");
-    fc.validate(None, Some(&text)).expect("test TOML is valid")
+        two_hostgroups(a, b)
+    ))
 }
 
 /// A small deterministic generator (the same queries every run).

@@ -12,7 +12,7 @@ mod common;
 use common::*;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Params, Row, Value};
-use sluice::config::{self, Config};
+use sluice::config::Config;
 use testkit::MariaDb;
 
 const TABLES: [&str; 2] = [
@@ -22,27 +22,17 @@ const TABLES: [&str; 2] = [
 ];
 
 fn shard_config(a: &MariaDb, b: &MariaDb) -> Config {
-    for (db, names) in [(a, ["ds_0", "ds_1"]), (b, ["ds_2", "ds_3"])] {
-        db.sql(&format!("CREATE DATABASE shop; CREATE DATABASE {}; CREATE DATABASE {};", names[0], names[1])).unwrap();
-    }
-    let text = format!(
-        "[proxy]\nlisten = [\"127.0.0.1:0\"]\nworkers = 2\n\
-         [[mysql_servers]]\nhostgroup_id = 1\nhostname = \"127.0.0.1\"\nport = {}\n\
-         [[mysql_servers]]\nhostgroup_id = 2\nhostname = \"127.0.0.1\"\nport = {}\n\
-         [[mysql_users]]\nusername = \"root\"\npassword = \"\"\ndefault_hostgroup = 1\n\
-         [[shard_databases]]\nname = \"shop\"\n\
-         nodes = [{{ hostgroup = 1, database = \"ds_0\" }}, {{ hostgroup = 1, database = \"ds_1\" }}, \
-                  {{ hostgroup = 2, database = \"ds_2\" }}, {{ hostgroup = 2, database = \"ds_3\" }}]\n\
+    create_shop_databases(a, b);
+    valid_config(&format!(
+        "[proxy]\nlisten = [\"127.0.0.1:0\"]\nworkers = 2\n{}\
+         [[shard_databases]]\nname = \"shop\"\n{SHOP_NODES}\
          [[sharded_tables]]\ndatabase = \"shop\"\ntable = \"t_order\"\nsharding_column = \"user_id\"\nalgorithm = \"mod\"\n\
          [[sharded_tables]]\ndatabase = \"shop\"\ntable = \"t_user\"\nsharding_column = \"name\"\nalgorithm = \"hash_mod\"\n\
          [[sharded_tables]]\ndatabase = \"shop\"\ntable = \"sbtest1\"\nsharding_column = \"id\"\nalgorithm = \"mod\"\n\
          [[sharded_tables]]\ndatabase = \"shop\"\ntable = \"t_event\"\nsharding_column = \"id\"\nalgorithm = \"hash_mod\"\n\
          generated_key = \"id\"\n",
-        a.port(),
-        b.port()
-    );
-    let fc = config::FileConfig::parse(&text).expect("test TOML parses");
-    fc.validate(None, Some(&text)).expect("test TOML is valid")
+        two_hostgroups(a, b)
+    ))
 }
 
 /// What an execute is compared by: the prepare's parameter and column metadata, the result's

@@ -11,30 +11,20 @@ mod common;
 use common::*;
 use mysql_async::prelude::*;
 use mysql_async::Conn;
-use sluice::config::{self, Config};
+use sluice::config::Config;
 use testkit::MariaDb;
 
 /// ds_0 and ds_1 on `a` (hostgroup 1, the default: `plain` lives there), ds_2 and ds_3 on `b`.
 fn single_config(a: &MariaDb, b: &MariaDb, xa_log: &std::path::Path) -> Config {
-    for (db, names) in [(a, ["ds_0", "ds_1"]), (b, ["ds_2", "ds_3"])] {
-        db.sql(&format!("CREATE DATABASE shop; CREATE DATABASE {}; CREATE DATABASE {};", names[0], names[1])).unwrap();
-    }
-    let text = format!(
-        "[proxy]\nlisten = [\"127.0.0.1:0\"]\nworkers = 2\n\
-         [[mysql_servers]]\nhostgroup_id = 1\nhostname = \"127.0.0.1\"\nport = {}\n\
-         [[mysql_servers]]\nhostgroup_id = 2\nhostname = \"127.0.0.1\"\nport = {}\n\
-         [[mysql_users]]\nusername = \"root\"\npassword = \"\"\ndefault_hostgroup = 1\n\
+    create_shop_databases(a, b);
+    valid_config(&format!(
+        "[proxy]\nlisten = [\"127.0.0.1:0\"]\nworkers = 2\n{}\
          [[shard_databases]]\nname = \"shop\"\nbroadcast_tables = [\"region\"]\nxa_log = \"{}\"\n\
-         single_tables = {{ t_audit = \"ds_1\", t_note = \"ds_1\", t_far = \"ds_2\" }}\n\
-         nodes = [{{ hostgroup = 1, database = \"ds_0\" }}, {{ hostgroup = 1, database = \"ds_1\" }}, \
-                  {{ hostgroup = 2, database = \"ds_2\" }}, {{ hostgroup = 2, database = \"ds_3\" }}]\n\
+         single_tables = {{ t_audit = \"ds_1\", t_note = \"ds_1\", t_far = \"ds_2\" }}\n{SHOP_NODES}\
          [[sharded_tables]]\ndatabase = \"shop\"\ntable = \"t_order\"\nsharding_column = \"user_id\"\nalgorithm = \"mod\"\n",
-        a.port(),
-        b.port(),
+        two_hostgroups(a, b),
         xa_log.display()
-    );
-    let fc = config::FileConfig::parse(&text).expect("test TOML parses");
-    fc.validate(None, Some(&text)).expect("test TOML is valid")
+    ))
 }
 
 /// The databases of server `db` that hold a table named `table`.

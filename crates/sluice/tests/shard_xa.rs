@@ -17,16 +17,10 @@ use testkit::MariaDb;
 fn config_text(a: &MariaDb, b: &MariaDb, listen: &str, log: &Path) -> String {
     format!(
         "[proxy]\nlisten = [\"{listen}\"]\nworkers = 2\nadmin_listen = \"\"\nhttp_listen = \"\"\n\
-         [monitor]\nusername = \"root\"\npassword = \"\"\n\
-         [[mysql_servers]]\nhostgroup_id = 1\nhostname = \"127.0.0.1\"\nport = {}\n\
-         [[mysql_servers]]\nhostgroup_id = 2\nhostname = \"127.0.0.1\"\nport = {}\n\
-         [[mysql_users]]\nusername = \"root\"\npassword = \"\"\ndefault_hostgroup = 1\n\
-         [[shard_databases]]\nname = \"shop\"\nxa_log = \"{}\"\n\
-         nodes = [{{ hostgroup = 1, database = \"ds_0\" }}, {{ hostgroup = 1, database = \"ds_1\" }}, \
-                  {{ hostgroup = 2, database = \"ds_2\" }}, {{ hostgroup = 2, database = \"ds_3\" }}]\n\
+         [monitor]\nusername = \"root\"\npassword = \"\"\n{}\
+         [[shard_databases]]\nname = \"shop\"\nxa_log = \"{}\"\n{SHOP_NODES}\
          [[sharded_tables]]\ndatabase = \"shop\"\ntable = \"t_order\"\nsharding_column = \"user_id\"\nalgorithm = \"mod\"\n",
-        a.port(),
-        b.port(),
+        two_hostgroups(a, b),
         log.display()
     )
 }
@@ -120,13 +114,11 @@ impl Drop for Binary {
 async fn transactions_across_shards_commit_all_or_nothing_and_survive_a_crash() {
     let a = MariaDb::start().unwrap();
     let b = MariaDb::start().unwrap();
-    for (db, names) in [(&a, ["ds_0", "ds_1"]), (&b, ["ds_2", "ds_3"])] {
-        db.sql(&format!("CREATE DATABASE shop; CREATE DATABASE {}; CREATE DATABASE {};", names[0], names[1])).unwrap();
-    }
+    create_shop_databases(&a, &b);
     a.sql("CREATE TABLE shop.plain (id INT PRIMARY KEY)").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let text = config_text(&a, &b, "127.0.0.1:0", &dir.path().join("inprocess.xalog"));
-    let proxy = Proxy::start(config::FileConfig::parse(&text).unwrap().validate(None, Some(&text)).unwrap());
+    let proxy = Proxy::start(valid_config(&text));
     let mut c = connect_shop(proxy.port).await;
     c.query_drop("CREATE TABLE t_order (id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, note VARCHAR(20))").await.unwrap();
     let mut other = connect_shop(proxy.port).await;
@@ -295,5 +287,3 @@ async fn transactions_across_shards_commit_all_or_nothing_and_survive_a_crash() 
     assert!(prepared(&b).is_empty());
     a.sql("XA ROLLBACK 'foreign','x'").unwrap();
 }
-
-use sluice::config;

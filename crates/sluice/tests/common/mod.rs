@@ -450,6 +450,40 @@ impl Drop for ProxyProcess {
     }
 }
 
+/// The sharding tests' two servers and user, as TOML: hostgroup 1 on `a` (the root user's
+/// default: unsharded tables live there), hostgroup 2 on `b`. Follows a `[proxy]` section.
+pub fn two_hostgroups(a: &MariaDb, b: &MariaDb) -> String {
+    format!(
+        "[[mysql_servers]]\nhostgroup_id = 1\nhostname = \"127.0.0.1\"\nport = {}\n\
+         [[mysql_servers]]\nhostgroup_id = 2\nhostname = \"127.0.0.1\"\nport = {}\n\
+         [[mysql_users]]\nusername = \"root\"\npassword = \"\"\ndefault_hostgroup = 1\n",
+        a.port(),
+        b.port()
+    )
+}
+
+/// The logical database `shop`'s four nodes on `two_hostgroups`: ds_0 and ds_1 on `a`, ds_2 and
+/// ds_3 on `b` (a `[[shard_databases]]` line).
+pub const SHOP_NODES: &str = "nodes = [{ hostgroup = 1, database = \"ds_0\" }, { hostgroup = 1, database = \"ds_1\" }, \
+                              { hostgroup = 2, database = \"ds_2\" }, { hostgroup = 2, database = \"ds_3\" }]\n";
+
+/// Creates `shop` (pooled connections follow the session's schema, so it must exist on both)
+/// and the node databases of `SHOP_NODES`, where missing.
+pub fn create_shop_databases(a: &MariaDb, b: &MariaDb) {
+    for (db, names) in [(a, ["ds_0", "ds_1"]), (b, ["ds_2", "ds_3"])] {
+        db.sql(&format!(
+            "CREATE DATABASE IF NOT EXISTS shop; CREATE DATABASE IF NOT EXISTS {}; CREATE DATABASE IF NOT EXISTS {};",
+            names[0], names[1]
+        ))
+        .expect("the shard databases are created");
+    }
+}
+
+/// A test's configuration text, parsed and validated.
+pub fn valid_config(text: &str) -> Config {
+    config::FileConfig::parse(text).expect("test TOML parses").validate(None, Some(text)).expect("test TOML is valid")
+}
+
 /// A client of sluice on `port` in the logical database `shop` (the sharding tests').
 pub async fn connect_shop(port: u16) -> mysql_async::Conn {
     mysql_async::Conn::new(opts(port, "root", "").db_name(Some("shop"))).await.expect("connects")
