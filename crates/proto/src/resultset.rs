@@ -30,6 +30,16 @@ pub const TYPE_DOUBLE: u8 = 0x05;
 pub const TYPE_LONGLONG: u8 = 0x08;
 pub const TYPE_INT24: u8 = 0x09;
 pub const TYPE_YEAR: u8 = 0x0D;
+/// `MYSQL_TYPE_*` of the other values a prepared statement binds or a row carries.
+pub const TYPE_DECIMAL: u8 = 0x00;
+pub const TYPE_NULL: u8 = 0x06;
+pub const TYPE_TIMESTAMP: u8 = 0x07;
+pub const TYPE_DATE: u8 = 0x0A;
+pub const TYPE_TIME: u8 = 0x0B;
+pub const TYPE_DATETIME: u8 = 0x0C;
+pub const TYPE_NEWDECIMAL: u8 = 0xF6;
+/// TINY_BLOB, MEDIUM_BLOB, LONG_BLOB, BLOB.
+pub const TYPE_BLOBS: std::ops::RangeInclusive<u8> = 0xF9..=0xFC;
 /// `MYSQL_TYPE_VAR_STRING`.
 pub const TYPE_VAR_STRING: u8 = 0xFD;
 /// utf8_general_ci.

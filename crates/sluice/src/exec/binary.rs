@@ -4,6 +4,7 @@
 //! converted as they go out.
 
 use proto::codec::{read_lenenc_str, write_lenenc_str};
+use proto::resultset::*;
 
 /// What the conversion needs of a column definition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,15 +64,15 @@ fn value(out: &mut Vec<u8>, v: &[u8], c: BinColumn) -> Option<()> {
         Some(())
     };
     match c.type_id {
-        0x01 => int(out, 1)?,
-        0x02 | 0x0D => int(out, 2)?,
-        0x03 | 0x09 => int(out, 4)?,
-        0x08 => int(out, 8)?,
-        0x04 => out.extend_from_slice(&parse::<f32>(v)?.to_le_bytes()),
-        0x05 => out.extend_from_slice(&parse::<f64>(v)?.to_le_bytes()),
-        // DATE, TIMESTAMP, DATETIME: the shortest struct that holds the value, as the server.
-        0x0A | 0x07 | 0x0C => datetime(out, v)?,
-        0x0B => time(out, v)?,
+        TYPE_TINY => int(out, 1)?,
+        TYPE_SHORT | TYPE_YEAR => int(out, 2)?,
+        TYPE_LONG | TYPE_INT24 => int(out, 4)?,
+        TYPE_LONGLONG => int(out, 8)?,
+        TYPE_FLOAT => out.extend_from_slice(&parse::<f32>(v)?.to_le_bytes()),
+        TYPE_DOUBLE => out.extend_from_slice(&parse::<f64>(v)?.to_le_bytes()),
+        // The shortest struct that holds the value, as the server.
+        TYPE_DATE | TYPE_TIMESTAMP | TYPE_DATETIME => datetime(out, v)?,
+        TYPE_TIME => time(out, v)?,
         // DECIMAL, strings, blobs, BIT, ENUM, SET, JSON, GEOMETRY: the same bytes.
         _ => write_lenenc_str(out, v),
     }

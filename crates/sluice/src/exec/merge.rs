@@ -156,22 +156,23 @@ async fn write_client(client: &Mutex<&mut Conn>, bytes: &[u8]) -> std::io::Resul
 
 /// Reads one packet from a shard, skipping MariaDB progress reports.
 async fn read_packet(shards: &mut [Shard<'_>], i: usize) -> Result<Vec<u8>, Failure> {
-    let conn = match &mut shards[i].source {
-        Source::Live(conn) => &mut **conn,
-        Source::Held(packets) => return packets.pop_front().ok_or(Failure::Lost(i)),
-    };
+    match &mut shards[i].source {
+        Source::Live(conn) => next_packet(conn).await.ok_or(Failure::Lost(i)),
+        Source::Held(packets) => packets.pop_front().ok_or(Failure::Lost(i)),
+    }
+}
+
+/// A shard connection's next packet, MariaDB progress reports skipped; `None` when the
+/// connection failed or closed.
+async fn next_packet(conn: &mut Conn) -> Option<Vec<u8>> {
     loop {
-        let frame = match conn.read_frame(MAX_PACKET).await {
-            Ok(Some(f)) => f,
-            Ok(None) | Err(_) => return Err(Failure::Lost(i)),
-        };
+        let frame = conn.read_frame(MAX_PACKET).await.ok().flatten()?;
         let payload = frame.payload(&conn.rbuf).into_owned();
         conn.consume(frame.wire_len);
         // A progress report: ERR header with error code 0xFFFF.
-        if payload.starts_with(&[ERR_HEADER, 0xFF, 0xFF]) {
-            continue;
+        if !payload.starts_with(&[ERR_HEADER, 0xFF, 0xFF]) {
+            return Some(payload);
         }
-        return Ok(payload);
     }
 }
 
@@ -388,23 +389,13 @@ pub async fn read_whole(conn: &mut Conn, format: super::Format, budget: &mut usi
 /// Reads the reply's next packet (progress reports skipped) onto `reply`, its cost taken from
 /// `budget`: its first byte, `None` when the connection is gone.
 async fn hold_next(conn: &mut Conn, budget: &mut usize, reply: &mut HeldReply) -> Result<Option<u8>, OverBudget> {
-    loop {
-        let frame = match conn.read_frame(MAX_PACKET).await {
-            Ok(Some(f)) => f,
-            Ok(None) | Err(_) => return Ok(None),
-        };
-        let payload = frame.payload(&conn.rbuf).into_owned();
-        conn.consume(frame.wire_len);
-        if payload.starts_with(&[ERR_HEADER, 0xFF, 0xFF]) {
-            continue;
-        }
-        // What a held packet costs: its bytes and its place in the queue.
-        let cost = payload.len() + 2 * std::mem::size_of::<Vec<u8>>();
-        *budget = budget.checked_sub(cost).ok_or(OverBudget)?;
-        let first = payload.first().copied().unwrap_or(0);
-        reply.packets.push_back(payload);
-        return Ok(Some(first));
-    }
+    let Some(payload) = next_packet(conn).await else { return Ok(None) };
+    // What a held packet costs: its bytes and its place in the queue.
+    let cost = payload.len() + 2 * std::mem::size_of::<Vec<u8>>();
+    *budget = budget.checked_sub(cost).ok_or(OverBudget)?;
+    let first = payload.first().copied().unwrap_or(0);
+    reply.packets.push_back(payload);
+    Ok(Some(first))
 }
 
 /// The error a failure gives the client: the shard's own error, with which shard said it.

@@ -7,6 +7,7 @@ use super::multiplex::{Held, Needs};
 use super::{Flow, Session};
 use crate::exec::merge::{self, Shard, Source};
 use crate::plan::{self, Plan};
+use crate::pool::BackendError;
 use crate::shard::plan::ShardPlan;
 use proto::errors::{ER_PROXY_NO_BACKEND, SQLSTATE_GENERAL};
 use proto::frame::Frame;
@@ -113,50 +114,31 @@ impl Session {
         let live_from = sharded.targets.len().saturating_sub(sharded.max_connections.max(1));
         let early = match self.early_batches(sharded, &requests, live_from, retries, deadline).await {
             Ok(early) => early,
-            Err(failed) => {
-                let code = match &failed {
-                    Batches::Backend(e) => super::backend_error_code(e),
-                    Batches::OverBudget => ER_PROXY_NO_BACKEND,
-                    Batches::Interrupted => ER_QUERY_INTERRUPTED,
-                };
-                if let Batches::Interrupted = failed {
-                    let sent_seq = AtomicU8::new(seq);
-                    return self.reply_interrupted(watch, &digest_text, &sent_seq, "Query execution was interrupted").await;
-                }
-                let outcome = crate::exec::Outcome { error: true, error_code: code, ..Default::default() };
+            Err(Batches::Interrupted) => {
+                let sent_seq = AtomicU8::new(seq);
+                return self.reply_interrupted(watch, &digest_text, &sent_seq, "Query execution was interrupted").await;
+            }
+            Err(Batches::Backend(e)) => return self.reply_unsent(watch, &digest_text, seq, &e).await,
+            Err(Batches::OverBudget) => {
+                let outcome = crate::exec::Outcome { error: true, error_code: ER_PROXY_NO_BACKEND, ..Default::default() };
                 self.observed(watch, None, &outcome, 0, &digest_text, b"");
-                return match failed {
-                    Batches::Backend(e) => self.reply_backend_error(seq, &e).await,
-                    _ => {
-                        let message = format!(
-                            "this statement reads {} shards, more than max_connections_per_query ({}) at once, so sluice reads \
-                             them in batches and holds the earlier batches' replies: they exceed max_merge_buffer_bytes \
-                             ({} bytes); narrow the statement with the sharding key or a LIMIT, or raise either setting",
-                            sharded.targets.len(),
-                            sharded.max_connections,
-                            sharded.max_buffered
-                        );
-                        self.reply_err(seq, ER_PROXY_NO_BACKEND, SQLSTATE_GENERAL, &message).await;
-                        Flow::Continue
-                    }
-                };
+                let message = format!(
+                    "this statement reads {} shards, more than max_connections_per_query ({}) at once, so sluice reads them in \
+                     batches and holds the earlier batches' replies: they exceed max_merge_buffer_bytes ({} bytes); narrow the \
+                     statement with the sharding key or a LIMIT, or raise either setting",
+                    sharded.targets.len(),
+                    sharded.max_connections,
+                    sharded.max_buffered
+                );
+                self.reply_err(seq, ER_PROXY_NO_BACKEND, SQLSTATE_GENERAL, &message).await;
+                return Flow::Continue;
             }
         };
         let live = &sharded.targets[live_from..];
-        let mut held: Vec<Held> = Vec::with_capacity(live.len());
-        for target in live {
-            match self.acquire(target.hostgroup, retries, Needs::default()).await {
-                Ok(h) => held.push(h),
-                Err(e) => {
-                    for h in held {
-                        self.settle(h);
-                    }
-                    let outcome = crate::exec::Outcome { error: true, error_code: super::backend_error_code(&e), ..Default::default() };
-                    self.observed(watch, None, &outcome, 0, &digest_text, b"");
-                    return self.reply_backend_error(seq, &e).await;
-                }
-            }
-        }
+        let mut held = match self.acquire_all(live, retries).await {
+            Ok(held) => held,
+            Err(e) => return self.reply_unsent(watch, &digest_text, seq, &e).await,
+        };
         let mut ends: Vec<(u16, bool)> = Vec::with_capacity(held.len());
         let sent_seq = std::sync::atomic::AtomicU8::new(seq);
         let remaining = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
@@ -187,12 +169,7 @@ impl Session {
         let Some(result) = result else {
             // KILL QUERY (or the rule's timeout): the shards' statements are killed, their
             // connections closed, and the client's reply ends with an error.
-            let killable: Vec<_> = held.iter().map(|h| (h.backend.server.clone(), h.backend.thread_id)).collect();
-            self.kill_shard_statements(&killable).await;
-            for mut h in held {
-                h.backend.broken = true;
-                self.release(h);
-            }
+            self.abandon(held).await;
             return self.reply_interrupted(watch, &digest_text, &sent_seq, "Query execution was interrupted").await;
         };
         // A reply not read to its end leaves its connection mid-stream: closed, never pooled.
@@ -204,12 +181,7 @@ impl Session {
             Ok(o) => o,
             Err(merge::ClientGone) => {
                 // Nobody waits for the shards' statements any more: they are stopped.
-                let killable: Vec<_> = held.iter().map(|h| (h.backend.server.clone(), h.backend.thread_id)).collect();
-                self.kill_shard_statements(&killable).await;
-                for mut h in held {
-                    h.backend.broken = true;
-                    self.release(h);
-                }
+                self.abandon(held).await;
                 return Flow::End;
             }
         };
@@ -225,11 +197,7 @@ impl Session {
         let sent = sharded.targets.first().map_or(&b""[..], |t| t.sql.as_bytes());
         self.observed(watch, server.as_ref(), &outcome, requests.iter().map(Vec::len).sum(), &digest_text, sent);
         for h in held {
-            if h.backend.broken {
-                self.release(h);
-            } else {
-                self.settle(h);
-            }
+            self.hand_back(h);
         }
         Flow::Continue
     }
@@ -252,19 +220,7 @@ impl Session {
         while start < upto {
             let batch = start..(start + batch_size).min(upto);
             start = batch.end;
-            let mut held: Vec<Held> = Vec::with_capacity(batch.len());
-            for target in &sharded.targets[batch.clone()] {
-                match self.acquire(target.hostgroup, retries, Needs::default()).await {
-                    Ok(h) => held.push(h),
-                    Err(e) => {
-                        for h in held {
-                            self.settle(h);
-                        }
-                        return Err(Batches::Backend(e));
-                    }
-                }
-            }
-            let killable: Vec<_> = held.iter().map(|h| (h.backend.server.clone(), h.backend.thread_id)).collect();
+            let mut held = self.acquire_all(&sharded.targets[batch.clone()], retries).await.map_err(Batches::Backend)?;
             let remaining = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
             let read = {
                 let reading = async {
@@ -295,11 +251,7 @@ impl Session {
                 }
             };
             let Some(read) = read else {
-                self.kill_shard_statements(&killable).await;
-                for mut h in held {
-                    h.backend.broken = true;
-                    self.release(h);
-                }
+                self.abandon(held).await;
                 return Err(Batches::Interrupted);
             };
             let over = read.last().is_some_and(Option::is_none) || read.len() < held.len();
@@ -316,11 +268,7 @@ impl Session {
                     // Not read to its end: its reply is still on the way.
                     None => h.backend.broken = true,
                 }
-                if h.backend.broken {
-                    self.release(h);
-                } else {
-                    self.settle(h);
-                }
+                self.hand_back(h);
             }
             if over {
                 return Err(Batches::OverBudget);
@@ -328,11 +276,56 @@ impl Session {
         }
         Ok(replies)
     }
+
+    /// A pooled connection for each target, in order; on a failure, those taken go back.
+    async fn acquire_all(&mut self, targets: &[crate::shard::plan::ShardStatement], retries: u32) -> Result<Vec<Held>, BackendError> {
+        let mut held: Vec<Held> = Vec::with_capacity(targets.len());
+        for target in targets {
+            match self.acquire(target.hostgroup, retries, Needs::default()).await {
+                Ok(h) => held.push(h),
+                Err(e) => {
+                    for h in held {
+                        self.settle(h);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(held)
+    }
+
+    /// A fan-out that failed before its reply began: observed, and the backend's error sent.
+    async fn reply_unsent(&mut self, watch: &super::observe::Watch, digest_text: &[u8], seq: u8, e: &BackendError) -> Flow {
+        let outcome = crate::exec::Outcome { error: true, error_code: super::backend_error_code(e), ..Default::default() };
+        self.observed(watch, None, &outcome, 0, digest_text, b"");
+        self.reply_backend_error(seq, e).await
+    }
+
+    /// Shards' connections whose statements nobody waits for any more (KILL QUERY, a timeout,
+    /// the client gone): the statements are killed and the connections closed.
+    async fn abandon(&mut self, held: Vec<Held>) {
+        let killable: Vec<_> = held.iter().map(|h| (h.backend.server.clone(), h.backend.thread_id)).collect();
+        self.kill_shard_statements(&killable).await;
+        for mut h in held {
+            h.backend.broken = true;
+            self.release(h);
+        }
+    }
+
+    /// A shard's connection after its statement: closed when its reply was not read to its end
+    /// (or it failed), else kept or pooled as any.
+    fn hand_back(&mut self, h: Held) {
+        if h.backend.broken {
+            self.release(h);
+        } else {
+            self.settle(h);
+        }
+    }
 }
 
 /// Why the early batches of a fan-out past the connection budget did not all read.
 enum Batches {
-    Backend(crate::pool::BackendError),
+    Backend(BackendError),
     OverBudget,
     Interrupted,
 }

@@ -8,15 +8,6 @@ use proto::resultset::*;
 use sql::lexer::{code_tokens, Kind};
 use std::fmt::Write;
 
-/// `MYSQL_TYPE_*` codes the binary protocol binds, beyond those `proto::resultset` names.
-const TYPE_DECIMAL: u8 = 0x00;
-const TYPE_NULL: u8 = 0x06;
-const TYPE_TIMESTAMP: u8 = 0x07;
-const TYPE_DATE: u8 = 0x0A;
-const TYPE_TIME: u8 = 0x0B;
-const TYPE_DATETIME: u8 = 0x0C;
-const TYPE_NEWDECIMAL: u8 = 0xF6;
-const TYPE_BLOBS: std::ops::RangeInclusive<u8> = 0xF9..=0xFC;
 /// The parameter type's flag byte: an unsigned integer.
 const UNSIGNED: u8 = 0x80;
 
