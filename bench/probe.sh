@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # bench/probe.sh: the server-time probe's overhead, measured as seed 001 measured its eBPF
 # agent: sysbench read-only, read-write and write-only at 1 to 64 threads through sluice in
-# front of a private MariaDB, the probe switched on and off live (admin port) in alternated
-# windows of one sysbench run per cell; per window the QPS and the CPU of mariadbd and of
-# sluice; medians over the window pairs. Needs root (the probe). See bench/README.md; run with
-# --help for the options.
+# front of a private MariaDB, the probe switched off and on by each method (socket, dispatch)
+# live (admin port) in alternated windows of one sysbench run per cell; per window the QPS and
+# the CPU of mariadbd and of sluice; medians over the rounds. Needs root (the probe). See
+# bench/README.md; run with --help for the options.
 set -euo pipefail
 
 usage() {
@@ -15,8 +15,10 @@ Every option is also an environment variable (in CAPS); flags win over the envir
 
   --workloads "W ..."     WORKLOADS   sysbench workloads [oltp_read_only oltp_read_write oltp_write_only]
   --threads "N ..."       THREADS     sysbench thread counts [1 4 16 64]
-  --rounds N              ROUNDS      on/off window pairs per cell, order on off off on …; medians
-                                      are taken over the pairs [6]
+  --methods "M ..."       METHODS     the probe's methods measured against it off [socket dispatch]
+  --rounds N              ROUNDS      rounds per cell, each one window off and one per method, the
+                                      order rotated each round (A B C, B C A, …); medians are
+                                      taken over the rounds [6]
   --window SECONDS        WINDOW      seconds per window, its first half second not measured [3]
   --tables N              TABLES      sysbench tables [4]
   --table-size N          TABLE_SIZE  rows per table [10000]
@@ -25,7 +27,7 @@ Every option is also an environment variable (in CAPS); flags win over the envir
                                       -p sluice` is run first
                           KEEP_TMP    1 = keep the temp dir (datadir, logs, sysbench outputs)
 
-Defaults take about 9 minutes (3 workloads × 4 thread counts × 12 windows of 3 s, plus set-up).
+Defaults take about 15 minutes (3 workloads × 4 thread counts × 18 windows of 3 s, plus set-up).
 Smoke test:  WORKLOADS=oltp_read_only THREADS=4 ROUNDS=1 bench/probe.sh
 EOF
 }
@@ -34,12 +36,13 @@ PROG=probe.sh
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-OPT_VARS=(WORKLOADS THREADS ROUNDS WINDOW TABLES TABLE_SIZE OUT SLUICE_BIN)
-FLAG_VARS=(WORKLOADS THREADS ROUNDS WINDOW TABLES TABLE_SIZE OUT)
+OPT_VARS=(WORKLOADS THREADS METHODS ROUNDS WINDOW TABLES TABLE_SIZE OUT SLUICE_BIN)
+FLAG_VARS=(WORKLOADS THREADS METHODS ROUNDS WINDOW TABLES TABLE_SIZE OUT)
 parse_options "$@"
 
 WORKLOADS=${WORKLOADS:-oltp_read_only oltp_read_write oltp_write_only}
 THREADS=${THREADS:-1 4 16 64}
+METHODS=${METHODS:-socket dispatch}
 ROUNDS=${ROUNDS:-6}
 WINDOW=${WINDOW:-3}
 TABLES=${TABLES:-4}
@@ -53,6 +56,11 @@ done
 [ "$WINDOW" -ge 2 ] || die "WINDOW must be at least 2 seconds"
 read -ra WORKLOAD_LIST <<<"$WORKLOADS"
 read -ra THREAD_LIST <<<"$THREADS"
+read -ra METHOD_LIST <<<"$METHODS"
+for m in "${METHOD_LIST[@]}"; do [[ $m == socket || $m == dispatch ]] || die "METHODS: socket or dispatch, not '$m'"; done
+[ ${#METHOD_LIST[@]} -gt 0 ] || die "METHODS must not be empty"
+STATES=(off "${METHOD_LIST[@]}")
+NSTATES=${#STATES[@]}
 [ ${#WORKLOAD_LIST[@]} -gt 0 ] && [ ${#THREAD_LIST[@]} -gt 0 ] || die "WORKLOADS and THREADS must not be empty"
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 [ "$(id -u)" = 0 ] || die "the probe needs root (loading BPF programs, attaching uprobes)"
@@ -60,7 +68,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TOOL_PACKAGES="mariadb-server mariadb-client sysbench curl" require_tools mariadbd mariadb-install-db mariadb mariadb-admin sysbench curl timeout awk
 NCELLS=$((${#WORKLOAD_LIST[@]} * ${#THREAD_LIST[@]}))
 NRUNS=$NCELLS
-log "$NCELLS cell(s), each one sysbench run of $((2 * ROUNDS)) windows of ${WINDOW}s, the probe on and off"
+log "$NCELLS cell(s), each one sysbench run of $((NSTATES * ROUNDS)) windows of ${WINDOW}s: the probe ${STATES[*]}"
 
 pick_sluice
 
@@ -133,43 +141,53 @@ log "sysbench prepare: $TABLES tables × $TABLE_SIZE rows"
 sb_args oltp_read_only 4 1 "$DB_PORT"
 run_bounded 3600 "$WORK/prepare.log" "${SB[@]}" prepare || die "sysbench prepare failed (see $WORK/prepare.log)"
 
-# probe on|off: switches [probe] enabled live and waits (up to 5 s) until the probe is
-# attached to mariadbd, or detached.
+# probe off|socket|dispatch: switches the probe off, or on by that method, live and waits (up
+# to 5 s) until it is detached from mariadbd, or attached by that method.
 probe() {
 	local v=false want='"attached":false' i
-	[ "$1" = on ] && v=true want='"attached":true'
-	admin "UPDATE global_variables SET variable_value='$v' WHERE variable_name='sluice-probe_enabled'; LOAD MYSQL VARIABLES TO RUNTIME" ||
-		die "cannot switch the probe $1 through the admin port"
+	case $1 in
+	socket) v=true want='"state":"probe: attached to the sockets of pid' ;;
+	dispatch) v=true want='"state":"probe: attached to _Z16dispatch_command' ;;
+	esac
+	if [ "$1" = off ]; then
+		admin "UPDATE global_variables SET variable_value='false' WHERE variable_name='sluice-probe_enabled'; LOAD MYSQL VARIABLES TO RUNTIME"
+	else
+		admin "UPDATE global_variables SET variable_value='$1' WHERE variable_name='sluice-probe_method';
+			UPDATE global_variables SET variable_value='true' WHERE variable_name='sluice-probe_enabled'; LOAD MYSQL VARIABLES TO RUNTIME"
+	fi || die "cannot switch the probe $1 through the admin port"
 	for ((i = 0; i < 50; i++)); do
 		curl -fsS "http://127.0.0.1:$HTTP_PORT/api/stats/probe" | grep -qF "$want" && return 0
 		sleep 0.1
 	done
 	die "the probe did not switch $1 within 5 s: $(grep 'probe:' "$WORK/sluice.log" | tail -n 1)"
 }
-log "checking that the probe attaches"
-probe on
-ATTACHED=$(grep -o 'probe: attached.*' "$WORK/sluice.log" | tail -n 1)
-log "$ATTACHED"
+log "checking that the probe attaches by each method"
+ATTACHED=()
+for m in "${METHOD_LIST[@]}"; do
+	probe "$m"
+	ATTACHED+=("$(grep -o 'probe: attached.*' "$WORK/sluice.log" | tail -n 1)")
+	log "${ATTACHED[-1]}"
+done
 probe off
 
 declare -A WQPS WDB WSL WSTATE WJOIN # key "workload|threads|window"
 FAILURES=() NOTES=() RUN_NO=0
 
-# measure WORKLOAD THREADS: one sysbench run of 2 × ROUNDS windows, the probe on and off in the
-# order on off off on on off …; per window sluice's QPS (its Questions counter) and the CPU
-# time of mariadbd's and sluice's threads (/proc/PID/task/*/schedstat).
+# measure WORKLOAD THREADS: one sysbench run of NSTATES × ROUNDS windows, the probe off and on
+# by each method, the order rotated each round; per window sluice's QPS (its Questions counter)
+# and the CPU time of mariadbd's and sluice's threads (/proc/PID/task/*/schedstat).
 measure() {
-	local wl=$1 thr=$2 nwin=$((2 * ROUNDS)) w state q0 q1 d0 d1 s0 s1 t0 t1 j0 j1 logf rc=0
+	local wl=$1 thr=$2 nwin=$((NSTATES * ROUNDS)) w state q0 q1 d0 d1 s0 s1 t0 t1 j0 j1 logf rc=0
 	local what="$wl, $thr threads, the probe switched every ${WINDOW}s"
 	RUN_NO=$((RUN_NO + 1))
 	logf=$WORK/run-$(printf %03d "$RUN_NO")-$wl-$thr.log
-	probe on
+	probe off
 	sb_args "$wl" "$thr" $((nwin * (WINDOW + 3) + 10))
 	timeout --kill-after=10 $((nwin * (WINDOW + 3) + 70)) "${SB[@]}" run </dev/null >"$logf" 2>&1 &
 	RUN_PID=$!
 	sleep 2 # connect and ramp up
 	for ((w = 0; w < nwin; w++)); do
-		if (((w / 2 + w) % 2 == 0)); then state=on; else state=off; fi
+		state=${STATES[$(((w % NSTATES + w / NSTATES) % NSTATES))]}
 		probe "$state"
 		sleep 0.5
 		alive "$RUN_PID" || break
@@ -201,7 +219,7 @@ START_S=$SECONDS
 for wl in "${WORKLOAD_LIST[@]}"; do
 	for thr in "${THREAD_LIST[@]}"; do measure "$wl" "$thr"; done
 done
-probe on
+probe "${METHOD_LIST[0]}"
 SAMPLES=$(curl -fsS "http://127.0.0.1:$HTTP_PORT/api/stats/probe")
 ELAPSED=$((SECONDS - START_S))
 
@@ -209,41 +227,43 @@ diff3() { awk -v x="$1" -v y="$2" 'BEGIN { printf "%.4f", x - y }'; }
 REPORT=$WORK/report.md
 {
 	echo
-	echo "### server-time probe: on vs off, $START_TS"
+	echo "### server-time probe: off vs ${METHOD_LIST[*]}, $START_TS"
 	echo
 	machine_line "sysbench, mariadbd and sluice"
 	echo "- mariadbd $DB_VERSION (private instance, buffer pool 256M, flush at commit 2); $(sysbench --version)"
-	echo "- sluice: $SLUICE_DESC, git $GIT_REV; $ATTACHED"
+	echo "- sluice: $SLUICE_DESC, git $GIT_REV; $(IFS=';'; echo "${ATTACHED[*]}")"
 	echo "- command: \`$INVOCATION\`"
 	sb_args '<workload>' '<N>' '<seconds>'
-	echo "- each cell: one \`${SB[*]} run\` through sluice, the probe switched on and off live (\`sluice-probe_enabled\`, LOAD MYSQL VARIABLES TO RUNTIME, waited for until attached or detached) every ${WINDOW}s in the order on off off on …, $ROUNDS pairs; per window QPS = sluice's Questions counter, CPU = the run time of every thread of mariadbd and of sluice (/proc/PID/task/*/schedstat) over the window, in cores per 10,000 QPS; \"paired\" = the median over the pairs of (on ÷ off) or (on − off); total ${ELAPSED}s"
+	echo "- each cell: one \`${SB[*]} run\` through sluice, the probe switched live (\`sluice-probe_method\`, \`sluice-probe_enabled\`, LOAD MYSQL VARIABLES TO RUNTIME, waited for until attached by that method or detached) every ${WINDOW}s through ${STATES[*]}, the order rotated each round, $ROUNDS rounds; per window QPS = sluice's Questions counter, CPU = the run time of every thread of mariadbd and of sluice (/proc/PID/task/*/schedstat) over the window, in cores per 10,000 QPS; \"paired\" = the median over the rounds of (on ÷ off) or (on − off), each round's off window against its window of that method; total ${ELAPSED}s"
 	echo
-	echo "| workload | threads | QPS off | QPS on | on/off (paired) | mariadbd cores/10k QPS off → on | mariadbd on − off (paired) | sluice cores/10k QPS off → on | sluice on − off (paired) | on windows: statements timed, with server time | per pair: on/off |"
-	echo "|---|---:|---:|---:|---:|---|---:|---|---:|---|---|"
+	echo "| workload | threads | method | QPS off | QPS on | on/off (paired) | mariadbd cores/10k QPS off → on | mariadbd on − off (paired) | sluice cores/10k QPS off → on | sluice on − off (paired) | on windows: statements timed, with server time | per round: on/off |"
+	echo "|---|---:|---|---:|---:|---:|---|---:|---|---:|---|---|"
 	for wl in "${WORKLOAD_LIST[@]}"; do
 		for thr in "${THREAD_LIST[@]}"; do
-			ons="" offs="" dons="" doffs="" sons="" soffs="" ratios="" ddiffs="" sdiffs="" pairs="" timed=0 served=0
-			for ((p = 0; p < ROUNDS; p++)); do
-				a="" b="" da="" db="" sa="" sb=""
-				for w in $((2 * p)) $((2 * p + 1)); do
-					[ -n "${WQPS[$wl|$thr|$w]:-}" ] || continue
-					if [ "${WSTATE[$wl|$thr|$w]}" = on ]; then
-						a=${WQPS[$wl|$thr|$w]} da=${WDB[$wl|$thr|$w]} sa=${WSL[$wl|$thr|$w]}
-						j=${WJOIN[$wl|$thr|$w]}
-						timed=$((timed + ${j% *})) served=$((served + ${j#* }))
-					else
-						b=${WQPS[$wl|$thr|$w]} db=${WDB[$wl|$thr|$w]} sb=${WSL[$wl|$thr|$w]}
-					fi
+			for m in "${METHOD_LIST[@]}"; do
+				ons="" offs="" dons="" doffs="" sons="" soffs="" ratios="" ddiffs="" sdiffs="" pairs="" timed=0 served=0
+				for ((p = 0; p < ROUNDS; p++)); do
+					a="" b="" da="" db="" sa="" sb=""
+					for ((w = NSTATES * p; w < NSTATES * (p + 1); w++)); do
+						[ -n "${WQPS[$wl|$thr|$w]:-}" ] || continue
+						if [ "${WSTATE[$wl|$thr|$w]}" = "$m" ]; then
+							a=${WQPS[$wl|$thr|$w]} da=${WDB[$wl|$thr|$w]} sa=${WSL[$wl|$thr|$w]}
+							j=${WJOIN[$wl|$thr|$w]}
+							timed=$((timed + ${j% *})) served=$((served + ${j#* }))
+						elif [ "${WSTATE[$wl|$thr|$w]}" = off ]; then
+							b=${WQPS[$wl|$thr|$w]} db=${WDB[$wl|$thr|$w]} sb=${WSL[$wl|$thr|$w]}
+						fi
+					done
+					if [ -z "$a" ] || [ -z "$b" ]; then continue; fi
+					ons+="$a " offs+="$b " dons+="$da " doffs+="$db " sons+="$sa " soffs+="$sb "
+					q=$(ratio "$a" "$b")
+					ratios+="$q " ddiffs+="$(diff3 "$da" "$db") " sdiffs+="$(diff3 "$sa" "$sb") "
+					pairs+="${pairs:+, }$q"
 				done
-				if [ -z "$a" ] || [ -z "$b" ]; then continue; fi
-				ons+="$a " offs+="$b " dons+="$da " doffs+="$db " sons+="$sa " soffs+="$sb "
-				q=$(ratio "$a" "$b")
-				ratios+="$q " ddiffs+="$(diff3 "$da" "$db") " sdiffs+="$(diff3 "$sa" "$sb") "
-				pairs+="${pairs:+, }$q"
+				echo "| $wl | $thr | $m | $(median "$offs") | $(median "$ons") | $(median "$ratios" %.3f)" \
+					"| $(median "$doffs" %.3f) → $(median "$dons" %.3f) | $(median "$ddiffs" %+.3f)" \
+					"| $(median "$soffs" %.3f) → $(median "$sons" %.3f) | $(median "$sdiffs" %+.3f) | $timed, $served | $pairs |"
 			done
-			echo "| $wl | $thr | $(median "$offs") | $(median "$ons") | $(median "$ratios" %.3f)" \
-				"| $(median "$doffs" %.3f) → $(median "$dons" %.3f) | $(median "$ddiffs" %+.3f)" \
-				"| $(median "$soffs" %.3f) → $(median "$sons" %.3f) | $(median "$sdiffs" %+.3f) | $timed, $served | $pairs |"
 		done
 	done
 	echo

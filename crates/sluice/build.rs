@@ -1,4 +1,4 @@
-//! Compiles the probe's BPF program (src/probe/dispatch.bpf.c) with clang into OUT_DIR, where
+//! Compiles the probe's BPF program (src/probe/probe.bpf.c) with clang into OUT_DIR, where
 //! `probe` embeds it. Without clang, or when it fails, the build goes on: the object is left
 //! empty and sluice says so in one log line at start when `[probe] enabled` (docs/probe.md).
 //! `SLUICE_BPF_CLANG` names another clang; `SLUICE_PROBE_REQUIRED=1` makes a failure an error.
@@ -6,13 +6,13 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const SOURCE: &str = "src/probe/dispatch.bpf.c";
+const SOURCE: &str = "src/probe/probe.bpf.c";
 
 fn main() {
     println!("cargo:rerun-if-changed={SOURCE}");
     println!("cargo:rerun-if-env-changed=SLUICE_BPF_CLANG");
     println!("cargo:rerun-if-env-changed=SLUICE_PROBE_REQUIRED");
-    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("dispatch.bpf.o");
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("probe.bpf.o");
     let status = compile(&out);
     if let Err(why) = &status {
         if std::env::var("SLUICE_PROBE_REQUIRED").is_ok_and(|v| v == "1") {

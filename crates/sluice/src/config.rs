@@ -287,19 +287,35 @@ impl Default for MirrorSection {
     }
 }
 
-/// The server-time probe (`probe`, docs/probe.md): eBPF uprobes on the backend server's
-/// command dispatch measure how long the server itself spent on each statement, and sluice
-/// times its own part of each statement (proxy time). Off by default.
+/// The server-time probe (`probe`, docs/probe.md): eBPF programs in the kernel measure how
+/// long the backend server itself spent on each statement, and sluice times its own part of
+/// each statement (proxy time). Off by default.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProbeSection {
     #[serde(deserialize_with = "bool_or_int")]
     pub enabled: bool,
+    /// How the server's commands are seen.
+    pub method: ProbeMethod,
     /// The server's binary; default: each local backend's own (/proc/PID/exe of the process
     /// listening on its port).
     pub binary: Option<String>,
     /// The function probed; default: `dispatch_command` (its C++ name, any signature).
     pub symbol: Option<String>,
+}
+
+/// How the probe sees the server's commands (docs/probe.md, "Two methods").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ProbeMethod {
+    /// `socket` where the kernel has its tracepoints (Linux 6.3+), else `dispatch`.
+    #[default]
+    Auto,
+    /// The kernel's socket tracepoints in the server's processes: a command runs from the
+    /// receive of its bytes to its reply's last send. About a tenth of the uprobes' cost.
+    Socket,
+    /// Uprobes on the server's command dispatch (`binary`, `symbol`).
+    Dispatch,
 }
 
 /// The JSON-lines query log (`querylog`): every statement when `enabled`, else only those a
@@ -1710,7 +1726,7 @@ default_hostgroup = 0
     #[test]
     fn the_probe_section_is_off_by_default() {
         let c = load(GOOD).unwrap();
-        assert_eq!(c.probe, ProbeSection { enabled: false, binary: None, symbol: None });
+        assert_eq!(c.probe, ProbeSection { enabled: false, method: ProbeMethod::Auto, binary: None, symbol: None });
         let with = format!("{GOOD}[probe]\nenabled = true\nbinary = \"/usr/sbin/mariadbd\"\nsymbol = \"dispatch_command\"\n");
         let c = load(&with).unwrap();
         assert!(c.probe.enabled);
@@ -1718,6 +1734,11 @@ default_hostgroup = 0
         assert_eq!(load(&format!("{GOOD}[probe]\nenabled = 1\n")).map(|c| c.probe.enabled).ok(), Some(true), "1 as in ProxySQL");
         let e = load(&format!("{GOOD}[probe]\npid = 7\n")).unwrap_err();
         assert!(e.to_string().contains("unknown field `pid`"), "{e}");
+        let method = |m: &str| load(&format!("{GOOD}[probe]\nmethod = \"{m}\"\n")).map(|c| c.probe.method);
+        assert_eq!(method("socket").ok(), Some(ProbeMethod::Socket));
+        assert_eq!(method("dispatch").ok(), Some(ProbeMethod::Dispatch));
+        let e = method("kprobe").unwrap_err().to_string();
+        assert!(e.contains("unknown variant `kprobe`") && e.contains("auto"), "{e}");
     }
 
     #[test]

@@ -1,8 +1,10 @@
-//! The server-time probe (`[probe]`, docs/probe.md) against a real MariaDB: a statement that
+//! The server-time probe (`[probe]`, docs/probe.md) against a real MariaDB, by both methods
+//! (the kernel's socket tracepoints and uprobes on `dispatch_command`): a statement that
 //! sleeps 200 ms on the server shows about 200 ms of server time and little proxy time, in the
-//! admin table, the JSON and /metrics; an idle backend shows no samples; with the probe off
-//! nothing is timed. The tests that need the probe attached are skipped, with a message saying
-//! why, where the kernel or privileges do not allow it (not root, no BPF program built).
+//! admin table, the JSON and /metrics; an idle backend shows no samples; switched live it
+//! joins every statement again; with the probe off nothing is timed. The tests that need the
+//! probe attached are skipped, with a message saying why, where the kernel or privileges do
+//! not allow it (not root, no BPF program built, a kernel before 6.3 for the socket method).
 
 mod common;
 
@@ -30,13 +32,28 @@ fn permitted() -> Result<(), String> {
     Ok(())
 }
 
-/// Waits for the probe to attach to `db`'s process; `Err` with the probe's own reason (its log
-/// line) when it cannot here.
-fn attached(proxy: &Proxy, db: &MariaDb) -> Result<(), String> {
+/// The `[probe]` section switched on with `method`.
+fn enabled(method: &str) -> String {
+    format!("enabled = true\nmethod = \"{method}\"")
+}
+
+/// How each method's state line names an attached server.
+fn attached_line(method: &str, db: &MariaDb) -> String {
+    match method {
+        "socket" => format!("the sockets of pid {}", db.pid()),
+        _ => format!("in pid {}", db.pid()),
+    }
+}
+
+/// Waits for the probe to attach to `db`'s process by `method`; `Err` with the probe's own
+/// reason (its log line) when it cannot here.
+fn attached(proxy: &Proxy, db: &MariaDb, method: &str) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let status = proxy.server().data.probe.status();
         if status.pids.contains(&db.pid()) {
+            let line = attached_line(method, db);
+            assert!(status.state.contains(&line), "attached by the {method} method ({line}): {}", status.state);
             return Ok(());
         }
         if status.state.contains("not running") || status.state.contains(&format!("pid {}:", db.pid())) || Instant::now() > deadline {
@@ -68,14 +85,25 @@ fn digest<'a>(rows: &'a [sluice::stats::DigestRow], text: &str) -> &'a sluice::s
 }
 
 #[tokio::test]
-async fn a_statement_sleeping_200ms_on_the_server_shows_200ms_of_server_time() {
+async fn socket_method_a_statement_sleeping_200ms_on_the_server_shows_200ms_of_server_time() {
+    sleeping_200ms("socket").await
+}
+
+#[tokio::test]
+async fn dispatch_method_a_statement_sleeping_200ms_on_the_server_shows_200ms_of_server_time() {
+    sleeping_200ms("dispatch").await
+}
+
+async fn sleeping_200ms(method: &str) {
+    let test = format!("{method}_method_a_statement_sleeping_200ms_on_the_server_shows_200ms_of_server_time");
     if let Err(why) = permitted() {
-        return skip("a_statement_sleeping_200ms_on_the_server_shows_200ms_of_server_time", &why);
+        return skip(&test, &why);
     }
-    let db = testkit::shared();
-    let proxy = probe_proxy(db, "enabled = true");
-    if let Err(why) = attached(&proxy, db) {
-        return skip("a_statement_sleeping_200ms_on_the_server_shows_200ms_of_server_time", &why);
+    // A backend of its own: the other tests' statements would share its threads' totals.
+    let db = &MariaDb::start().expect("MariaDB starts");
+    let proxy = probe_proxy(db, &enabled(method));
+    if let Err(why) = attached(&proxy, db, method) {
+        return skip(&test, &why);
     }
     let mut c = connect(proxy.port).await;
     for _ in 0..3 {
@@ -143,15 +171,25 @@ fn sql_digest_id(rows: &[sluice::stats::DigestRow], text: &str) -> String {
 }
 
 #[tokio::test]
-async fn an_idle_backend_shows_no_samples() {
+async fn socket_method_an_idle_backend_shows_no_samples() {
+    idle_backend("socket").await
+}
+
+#[tokio::test]
+async fn dispatch_method_an_idle_backend_shows_no_samples() {
+    idle_backend("dispatch").await
+}
+
+async fn idle_backend(method: &str) {
+    let test = format!("{method}_method_an_idle_backend_shows_no_samples");
     if let Err(why) = permitted() {
-        return skip("an_idle_backend_shows_no_samples", &why);
+        return skip(&test, &why);
     }
     // A backend of its own: nothing but this test reaches it.
     let db = MariaDb::start().expect("MariaDB starts");
-    let proxy = probe_proxy(&db, "enabled = true");
-    if let Err(why) = attached(&proxy, &db) {
-        return skip("an_idle_backend_shows_no_samples", &why);
+    let proxy = probe_proxy(&db, &enabled(method));
+    if let Err(why) = attached(&proxy, &db, method) {
+        return skip(&test, &why);
     }
     std::thread::sleep(Duration::from_millis(1_500));
     let probe = &proxy.server().data.probe;
@@ -168,6 +206,16 @@ async fn an_idle_backend_shows_no_samples() {
     assert_eq!(threads.len(), 1, "{threads:?}");
     let timed = proxy.server().data.stats.split_totals().server.count;
     assert!(timed >= 1 && threads[0].calls > timed, "{threads:?}, {timed} timed");
+
+    // The thread's totals are its commands' time, not its idle time: a client gone, its thread
+    // waits in the server's cache, and a new connection's greeting on it (a send with no
+    // command before it) starts nothing.
+    drop(c);
+    std::thread::sleep(Duration::from_millis(1_000));
+    let mut c = connect(proxy.port).await;
+    c.query_drop("SELECT 1").await.unwrap();
+    let busy_us: u64 = probe.threads().iter().map(|t| t.busy_us).sum();
+    assert!(busy_us < 500_000, "the threads' time in commands: {busy_us} µs ({:?})", probe.threads());
 }
 
 /// Switches `[probe] enabled` on the admin port and waits until the probe has followed.
@@ -184,17 +232,52 @@ fn switch(proxy: &Proxy, on: bool) {
 }
 
 #[tokio::test]
-async fn switched_off_and_on_under_load_it_joins_every_statement_again() {
+async fn socket_method_switched_off_and_on_under_load_it_joins_every_statement_again() {
+    switched_under_load("socket", false).await
+}
+
+#[tokio::test]
+async fn dispatch_method_switched_off_and_on_under_load_it_joins_every_statement_again() {
+    switched_under_load("dispatch", false).await
+}
+
+#[tokio::test]
+async fn switched_between_methods_under_load_it_joins_every_statement_again() {
+    switched_under_load("socket", true).await
+}
+
+/// Sets `[probe] method` on the admin port and waits until the probe is attached by it.
+fn switch_method(proxy: &Proxy, db: &MariaDb, method: &str) {
+    let sql = format!(
+        "UPDATE global_variables SET variable_value = '{method}' WHERE variable_name = 'sluice-probe_method'; LOAD MYSQL VARIABLES TO RUNTIME"
+    );
+    mariadb_cli(proxy.admin_port(), "admin", Some("admin"), &sql).unwrap();
+    let line = attached_line(method, db);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !proxy.server().data.probe.status().state.contains(&line) {
+        assert!(Instant::now() < deadline, "the probe did not switch to {method}: {:?}", proxy.server().data.probe.status());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Under load, switches the probe off and on (or, `methods`, from one method to the other and
+/// back) four times; then every statement is joined again.
+async fn switched_under_load(method: &str, methods: bool) {
+    let test = if methods {
+        "switched_between_methods_under_load_it_joins_every_statement_again".to_string()
+    } else {
+        format!("{method}_method_switched_off_and_on_under_load_it_joins_every_statement_again")
+    };
     if let Err(why) = permitted() {
-        return skip("switched_off_and_on_under_load_it_joins_every_statement_again", &why);
+        return skip(&test, &why);
     }
     let db = MariaDb::start().expect("MariaDB starts");
-    let proxy = probe_proxy(&db, "enabled = true");
-    if let Err(why) = attached(&proxy, &db) {
-        return skip("switched_off_and_on_under_load_it_joins_every_statement_again", &why);
+    let proxy = probe_proxy(&db, &enabled(method));
+    if let Err(why) = attached(&proxy, &db, method) {
+        return skip(&test, &why);
     }
-    // Clients busy in their statements while the uprobes come and go: some of the server's
-    // calls lose their return (detached mid-call), which must not stick to their threads.
+    // Clients busy in their statements while the programs come and go: some of the server's
+    // calls lose their end (detached mid-call), which must not stick to their threads.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut load = Vec::new();
     for _ in 0..4 {
@@ -209,9 +292,17 @@ async fn switched_off_and_on_under_load_it_joins_every_statement_again() {
     }
     for _ in 0..4 {
         std::thread::sleep(Duration::from_millis(150));
-        switch(&proxy, false);
+        if methods {
+            switch_method(&proxy, &db, "dispatch");
+        } else {
+            switch(&proxy, false);
+        }
         std::thread::sleep(Duration::from_millis(150));
-        switch(&proxy, true);
+        if methods {
+            switch_method(&proxy, &db, method);
+        } else {
+            switch(&proxy, true);
+        }
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut clients = Vec::new();
@@ -229,16 +320,26 @@ async fn switched_off_and_on_under_load_it_joins_every_statement_again() {
         }
         before = now;
     }
-    let misses = proxy.server().data.probe.misses();
-    for c in &mut clients {
-        for _ in 0..10 {
-            c.query_drop("SELECT 2").await.unwrap();
+    // Then every statement is joined, by each method when they were switched: a slot the
+    // other method left must not hold a thread's commands back.
+    let finals: &[&str] = if methods { &["dispatch", "socket"] } else { &[method] };
+    for (i, &last) in finals.iter().enumerate() {
+        if methods {
+            switch_method(&proxy, &db, last);
         }
+        let before = proxy.server().data.stats.split_totals();
+        let misses = proxy.server().data.probe.misses();
+        for c in &mut clients {
+            for _ in 0..10 {
+                c.query_drop("SELECT 2").await.unwrap();
+            }
+        }
+        digests_with(&proxy, "SELECT ?", 40 * (i as u64 + 1));
+        let after = proxy.server().data.stats.split_totals();
+        let joined = (after.proxy_count - before.proxy_count, after.server.count - before.server.count);
+        assert_eq!(joined, (40, 40), "every statement joined by the {last} method");
+        assert_eq!(proxy.server().data.probe.misses(), misses, "{last}");
     }
-    digests_with(&proxy, "SELECT ?", 40);
-    let after = proxy.server().data.stats.split_totals();
-    assert_eq!((after.proxy_count - before.proxy_count, after.server.count - before.server.count), (40, 40), "every statement joined");
-    assert_eq!(proxy.server().data.probe.misses(), misses);
 }
 
 #[tokio::test]

@@ -364,7 +364,12 @@ mod tests {
         fc.monitor = Some(MonitorSection::login("mon", "pw"));
         fc.pool.multiplexing = false;
         fc.querylog.path = Some(PathBuf::from("/tmp/q.log"));
-        fc.probe = crate::config::ProbeSection { enabled: true, binary: Some("/usr/sbin/mariadbd".into()), symbol: None };
+        fc.probe = crate::config::ProbeSection {
+            enabled: true,
+            method: crate::config::ProbeMethod::Dispatch,
+            binary: Some("/usr/sbin/mariadbd".into()),
+            symbol: None,
+        };
         fc.proxy.runtime = crate::config::RuntimeKind::PerCore;
         fc
     }

@@ -1,17 +1,24 @@
-//! Loading the BPF program and keeping it attached to the backends' processes (`Probe::tick`).
+//! Loading the BPF programs and keeping them on the backends' processes (`Probe::tick`): the
+//! socket method (kernel tracepoints, one set for the whole machine, and the server pids in
+//! the `servers` map) where the kernel has it, else the dispatch method (uprobes per process).
 
 use super::slots::Slots;
 use super::{BUILD, OBJECT};
-use crate::config::ProbeSection;
+use crate::config::{ProbeMethod, ProbeSection};
+use aya::programs::raw_trace_point::RawTracePointLinkId;
 use aya::programs::uprobe::{UProbeLinkId, UProbeScope};
-use aya::programs::UProbe;
+use aya::programs::{RawTracePoint, UProbe};
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// The entry and return programs in dispatch.bpf.c.
+/// The dispatch method's entry and return programs in probe.bpf.c.
 const PROGRAMS: [&str; 2] = ["dispatch_enter", "dispatch_return"];
+/// The socket method's programs in probe.bpf.c, and the kernel tracepoint each follows.
+const TRACEPOINTS: [(&str, &str); 2] = [("socket_received", "sock_recv_length"), ("socket_sent", "sock_send_length")];
+/// Mirrors `MAX_SERVERS` in probe.bpf.c: server processes the socket method follows at once.
+const MAX_SERVERS: usize = 256;
 /// How the C++ compiler names `dispatch_command(...)`, whatever its arguments: MariaDB's
 /// `_Z16dispatch_command19enum_server_commandP3THDPcjb`, MySQL 8's
 /// `_Z16dispatch_commandP3THDPK8COM_DATA19enum_server_command`.
@@ -21,8 +28,15 @@ const RESCAN_TICKS: u32 = 5;
 
 /// One backend process the programs are attached to.
 struct Attached {
-    links: Vec<(usize, UProbeLinkId)>,
+    hook: Hook,
     what: String,
+}
+
+enum Hook {
+    /// The dispatch method: this process's uprobes.
+    Uprobes(Vec<(usize, UProbeLinkId)>),
+    /// The socket method: the pid is in the `servers` map.
+    Sockets,
 }
 
 #[derive(Default)]
@@ -38,6 +52,10 @@ pub struct State {
     found: HashMap<(String, u16), Option<u32>>,
     /// Why attaching to a pid failed (not tried again while it runs).
     failed: HashMap<u32, String>,
+    /// The socket method's tracepoint links, while some process is followed by them.
+    tracepoints: Vec<(usize, RawTracePointLinkId)>,
+    /// Why this kernel does not allow the socket method (`auto` then takes the dispatch one).
+    no_sockets: Option<String>,
     since_scan: u32,
     /// The state in one line, as last logged.
     pub said: String,
@@ -64,6 +82,7 @@ impl State {
             // Another binary or symbol: attach again from scratch (and try a failed load again).
             self.detach_all();
             self.load_error = None;
+            self.no_sockets = None;
             self.failed.clear();
             self.found.clear();
             self.settings = Some(settings.clone());
@@ -97,6 +116,14 @@ impl State {
         let mut ebpf = aya::Ebpf::load(bytes).map_err(|e| privileges(format!("loading the BPF object: {}", chain(&e))))?;
         for name in PROGRAMS {
             let prog: &mut UProbe = ebpf
+                .program_mut(name)
+                .ok_or_else(|| format!("the BPF object has no program {name}"))?
+                .try_into()
+                .map_err(|e| format!("{name}: {e}"))?;
+            prog.load().map_err(|e| privileges(format!("loading {name}: {}", chain(&e))))?;
+        }
+        for (name, _) in TRACEPOINTS {
+            let prog: &mut RawTracePoint = ebpf
                 .program_mut(name)
                 .ok_or_else(|| format!("the BPF object has no program {name}"))?
                 .try_into()
@@ -167,7 +194,59 @@ impl State {
         self.say(line, bad);
     }
 
+    /// Attaches to `pid` by the configured method; `auto` takes the socket one unless this
+    /// kernel refused its tracepoints.
     fn attach(&mut self, settings: &ProbeSection, pid: u32) -> Result<Attached, String> {
+        if settings.method != ProbeMethod::Dispatch {
+            match self.attach_sockets(pid) {
+                Ok(()) => {
+                    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map(|p| p.display().to_string()).unwrap_or_default();
+                    return Ok(Attached { hook: Hook::Sockets, what: format!("the sockets of pid {pid} ({exe})") });
+                }
+                Err(e) if settings.method == ProbeMethod::Socket || self.no_sockets.is_none() => return Err(e),
+                Err(_) => {}
+            }
+        }
+        let mut attached = self.attach_uprobes(settings, pid)?;
+        if let Some(why) = &self.no_sockets {
+            attached.what.push_str(&format!(" (the socket method is not available: {why})"));
+        }
+        Ok(attached)
+    }
+
+    /// The socket method: the tracepoints (once for all processes) and `pid` in `servers`.
+    fn attach_sockets(&mut self, pid: u32) -> Result<(), String> {
+        if let Some(why) = &self.no_sockets {
+            return Err(why.clone());
+        }
+        let ebpf = self.ebpf.as_mut().ok_or("not loaded")?;
+        if self.tracepoints.is_empty() {
+            for (i, (name, tracepoint)) in TRACEPOINTS.iter().enumerate() {
+                let prog: &mut RawTracePoint = ebpf.program_mut(name).and_then(|p| p.try_into().ok()).ok_or("program missing")?;
+                match prog.attach(tracepoint) {
+                    Ok(id) => self.tracepoints.push((i, id)),
+                    Err(e) => {
+                        let why = privileges(format!("the kernel's tracepoint {tracepoint} (Linux 6.3 or later): {}", chain(&e)));
+                        detach_tracepoints(ebpf, std::mem::take(&mut self.tracepoints));
+                        self.no_sockets = Some(why.clone());
+                        return Err(why);
+                    }
+                }
+            }
+        }
+        let map = ebpf.map_mut("servers").ok_or("the BPF object has no map `servers`")?;
+        let mut servers: aya::maps::HashMap<_, u32, u8> =
+            aya::maps::HashMap::try_from(map).map_err(|e| format!("the map `servers`: {e}"))?;
+        let added =
+            servers.insert(pid, 1, 0).map_err(|e| format!("adding pid {pid} to the map `servers` (at most {MAX_SERVERS}): {}", chain(&e)));
+        if added.is_err() && !self.attached.values().any(|a| matches!(a.hook, Hook::Sockets)) {
+            detach_tracepoints(ebpf, std::mem::take(&mut self.tracepoints));
+        }
+        added
+    }
+
+    /// The dispatch method: entry and return uprobes on `pid`'s command dispatch.
+    fn attach_uprobes(&mut self, settings: &ProbeSection, pid: u32) -> Result<Attached, String> {
         let ebpf = self.ebpf.as_mut().ok_or("not loaded")?;
         let binary = match &settings.binary {
             Some(b) => PathBuf::from(b),
@@ -188,12 +267,22 @@ impl State {
             }
         }
         let what = format!("{symbol} in pid {pid} ({})", shown.display());
-        Ok(Attached { links, what })
+        Ok(Attached { hook: Hook::Uprobes(links), what })
     }
 
     fn detach(&mut self, pid: u32) {
-        if let (Some(a), Some(ebpf)) = (self.attached.remove(&pid), self.ebpf.as_mut()) {
-            detach_links(ebpf, a.links);
+        let (Some(a), Some(ebpf)) = (self.attached.remove(&pid), self.ebpf.as_mut()) else { return };
+        match a.hook {
+            Hook::Uprobes(links) => detach_links(ebpf, links),
+            Hook::Sockets => {
+                if let Some(Ok(mut servers)) = ebpf.map_mut("servers").map(aya::maps::HashMap::<_, u32, u8>::try_from) {
+                    let _ = servers.remove(&pid);
+                }
+                // The tracepoints cost every process's sockets a lookup: gone with the last server.
+                if !self.attached.values().any(|a| matches!(a.hook, Hook::Sockets)) {
+                    detach_tracepoints(ebpf, std::mem::take(&mut self.tracepoints));
+                }
+            }
         }
     }
 
@@ -221,6 +310,15 @@ impl State {
 fn detach_links(ebpf: &mut aya::Ebpf, links: Vec<(usize, UProbeLinkId)>) {
     for (i, id) in links {
         let prog: Option<&mut UProbe> = PROGRAMS.get(i).and_then(|n| ebpf.program_mut(n)).and_then(|p| p.try_into().ok());
+        if let Some(prog) = prog {
+            let _ = prog.detach(id);
+        }
+    }
+}
+
+fn detach_tracepoints(ebpf: &mut aya::Ebpf, links: Vec<(usize, RawTracePointLinkId)>) {
+    for (i, id) in links {
+        let prog: Option<&mut RawTracePoint> = TRACEPOINTS.get(i).and_then(|(n, _)| ebpf.program_mut(n)).and_then(|p| p.try_into().ok());
         if let Some(prog) = prog {
             let _ = prog.detach(id);
         }

@@ -24,7 +24,7 @@ pub use attach::{listening_pid, resolve_symbol};
 pub use slots::ThreadTotals;
 
 /// The BPF object built from dispatch.bpf.c (empty when clang was missing at build time).
-static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dispatch.bpf.o"));
+static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/probe.bpf.o"));
 /// "built", or why the build has no BPF object.
 const BUILD: &str = env!("SLUICE_PROBE_BUILD");
 

@@ -6,10 +6,10 @@ use std::ptr::{addr_of, read_volatile};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-/// Mirrors `SLOTS` in dispatch.bpf.c.
+/// Mirrors `SLOTS` in probe.bpf.c.
 pub const SLOTS: usize = 65536;
 
-/// Mirrors `struct slot` in dispatch.bpf.c.
+/// Mirrors `struct slot` in probe.bpf.c.
 #[repr(C)]
 struct Slot {
     tid: u32,
@@ -18,7 +18,7 @@ struct Slot {
     exit_ns: u64,
     calls: u64,
     busy_ns: u64,
-    outer_sp: u64,
+    mark: u64,
 }
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 48);
