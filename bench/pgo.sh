@@ -16,7 +16,8 @@ Every option is also an environment variable (in CAPS); flags win over the envir
                                            prepared statements
                                            [oltp_point_select oltp_read_only oltp_read_write]
   --frame-pointers 0|1     FRAME_POINTERS  1: both builds keep frame pointers
-                                           (-Cforce-frame-pointers=yes) [0]
+                                           (-Cforce-frame-pointers=yes), as every other build
+                                           does (.cargo/config.toml) [1]
                            KEEP_TMP        1 = keep the temp dir (datadir, logs, raw profiles)
 
 It builds target/pgo-train/release/sluice (instrumented, -Cprofile-generate), trains it, merges
@@ -42,7 +43,7 @@ parse_options "$@"
 TRAIN_SECONDS=${TRAIN_SECONDS:-15}
 THREADS=${THREADS:-1 16}
 WORKLOADS=${WORKLOADS:-oltp_point_select oltp_read_only oltp_read_write}
-FRAME_POINTERS=${FRAME_POINTERS:-0}
+FRAME_POINTERS=${FRAME_POINTERS:-1}
 KEEP_TMP=${KEEP_TMP:-0}
 
 require_tools cargo rustc sysbench mariadb mariadbd mariadb-install-db

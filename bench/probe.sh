@@ -25,6 +25,10 @@ Every option is also an environment variable (in CAPS); flags win over the envir
   --out FILE              OUT         also append the markdown result to FILE (e.g. BENCHMARKS.md)
                           SLUICE_BIN  the sluice binary; when unset, `cargo build --release
                                       -p sluice` is run first
+  --direct 0|1            DIRECT      1: sysbench connects to MariaDB itself, not through sluice
+                                      (sluice only holds the probe): the server's and the
+                                      client's share of the probe's cost alone; QPS from the
+                                      server's Questions counter [0]
                           KEEP_TMP    1 = keep the temp dir (datadir, logs, sysbench outputs)
 
 Defaults take about 15 minutes (3 workloads × 4 thread counts × 18 windows of 3 s, plus set-up).
@@ -36,8 +40,8 @@ PROG=probe.sh
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-OPT_VARS=(WORKLOADS THREADS METHODS ROUNDS WINDOW TABLES TABLE_SIZE OUT SLUICE_BIN)
-FLAG_VARS=(WORKLOADS THREADS METHODS ROUNDS WINDOW TABLES TABLE_SIZE OUT)
+OPT_VARS=(WORKLOADS THREADS METHODS ROUNDS WINDOW TABLES TABLE_SIZE DIRECT OUT SLUICE_BIN)
+FLAG_VARS=(WORKLOADS THREADS METHODS ROUNDS WINDOW TABLES TABLE_SIZE DIRECT OUT)
 parse_options "$@"
 
 WORKLOADS=${WORKLOADS:-oltp_read_only oltp_read_write oltp_write_only}
@@ -50,6 +54,8 @@ TABLE_SIZE=${TABLE_SIZE:-10000}
 OUT=${OUT:-}
 SLUICE_BIN=${SLUICE_BIN:-}
 KEEP_TMP=${KEEP_TMP:-0}
+DIRECT=${DIRECT:-0}
+[[ $DIRECT == 0 || $DIRECT == 1 ]] || die "DIRECT must be 0 or 1, not '$DIRECT'"
 for v in ROUNDS WINDOW TABLES TABLE_SIZE; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive whole number, not '${!v}'"
 done
@@ -90,7 +96,11 @@ cleanup() {
 trap_cleanup
 
 sql() { mariadb --no-defaults -S "$SOCK" -uroot -N -B "$@"; }
-questions() { admin "SELECT Variable_Value FROM stats_mysql_global WHERE Variable_Name='Questions'"; }
+if [ "$DIRECT" = 1 ]; then
+	questions() { sql -e "SHOW GLOBAL STATUS LIKE 'Questions'" | awk '{ print $2 }'; }
+else
+	questions() { admin "SELECT Variable_Value FROM stats_mysql_global WHERE Variable_Name='Questions'"; }
+fi
 # joined: "timed server_count" from the probe's JSON (statements timed, and given a server time).
 joined() {
 	curl -fsS "http://127.0.0.1:$HTTP_PORT/api/stats/probe" |
@@ -182,7 +192,7 @@ measure() {
 	RUN_NO=$((RUN_NO + 1))
 	logf=$WORK/run-$(printf %03d "$RUN_NO")-$wl-$thr.log
 	probe off
-	sb_args "$wl" "$thr" $((nwin * (WINDOW + 3) + 10))
+	sb_args "$wl" "$thr" $((nwin * (WINDOW + 3) + 10)) "$([ "$DIRECT" = 1 ] && echo "$DB_PORT" || echo "$SLUICE_PORT")"
 	timeout --kill-after=10 $((nwin * (WINDOW + 3) + 70)) "${SB[@]}" run </dev/null >"$logf" 2>&1 &
 	RUN_PID=$!
 	sleep 2 # connect and ramp up
@@ -234,6 +244,9 @@ REPORT=$WORK/report.md
 	echo "- sluice: $SLUICE_DESC, git $GIT_REV; $(IFS=';'; echo "${ATTACHED[*]}")"
 	echo "- command: \`$INVOCATION\`"
 	sb_args '<workload>' '<N>' '<seconds>'
+	if [ "$DIRECT" = 1 ]; then
+		echo "- **direct**: sysbench connects to MariaDB itself (\`--mysql-port=$DB_PORT\`); sluice, idle, only holds the probe; QPS = the server's Questions counter"
+	fi
 	echo "- each cell: one \`${SB[*]} run\` through sluice, the probe switched live (\`sluice-probe_method\`, \`sluice-probe_enabled\`, LOAD MYSQL VARIABLES TO RUNTIME, waited for until attached by that method or detached) every ${WINDOW}s through ${STATES[*]}, the order rotated each round, $ROUNDS rounds; per window QPS = sluice's Questions counter, CPU = the run time of every thread of mariadbd and of sluice (/proc/PID/task/*/schedstat) over the window, in cores per 10,000 QPS; \"paired\" = the median over the rounds of (on ÷ off) or (on − off), each round's off window against its window of that method; total ${ELAPSED}s"
 	echo
 	echo "| workload | threads | method | QPS off | QPS on | on/off (paired) | mariadbd cores/10k QPS off → on | mariadbd on − off (paired) | sluice cores/10k QPS off → on | sluice on − off (paired) | on windows: statements timed, with server time | per round: on/off |"

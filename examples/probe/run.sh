@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# examples/probe: the server-time probe. eBPF uprobes on MariaDB's dispatch_command time each
-# statement on the server itself; sluice times its own part; together they split every
-# digest's latency into sluice, network/queue and server time. See README.md.
+# examples/probe: the server-time probe. eBPF programs in the kernel time each statement on the
+# server itself (the kernel's socket tracepoints in the server's process, or uprobes on
+# MariaDB's dispatch_command); sluice times its own part; together they split every digest's
+# latency into sluice, network/queue and server time. See README.md.
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 # skip WHY: this machine does not allow the probe; the example stops, successfully.
@@ -9,7 +10,7 @@ skip() {
 	printf '\nSKIPPED [%s]: %s\n' "$EXAMPLE" "$1"
 	exit 0
 }
-[ "$(id -u)" = 0 ] || skip "loading BPF programs and attaching uprobes needs root (or CAP_BPF and CAP_PERFMON)"
+[ "$(id -u)" = 0 ] || skip "loading BPF programs needs root (or CAP_BPF and CAP_PERFMON)"
 
 step "one MariaDB server with a shop.products table"
 start_shop_mariadb primary
@@ -23,8 +24,10 @@ wait_until 20 probe_line >/dev/null || die "sluice logged nothing about the prob
 line=$(probe_line)
 show "sluice's log: $line"
 [[ $line == "probe: attached"* ]] || skip "the probe cannot attach here: $line"
-check_match "attached to the server's dispatch_command, in the process that listens on its port" \
-	"probe: attached to _Z16dispatch_command.* in pid ${DB_PID[primary]} " "$line"
+# method = "auto": the socket method where the kernel has its tracepoints (Linux 6.3+), else
+# the dispatch method.
+check_match "attached to the process that listens on the server's port, by one method" \
+	"probe: attached to (the sockets of pid ${DB_PID[primary]} |_Z16dispatch_command.* in pid ${DB_PID[primary]} )" "$line"
 
 step "statements: three that sleep 200 ms on the server, fifty quick ones"
 app() { sql app app-secret "$@"; }
@@ -62,4 +65,21 @@ check_match "/metrics: attached" '^sluice_probe_attached 1$' "$metrics"
 check_match "/metrics: per-digest server time" '^sluice_digest_server_seconds_total\{hostgroup="0",digest="0x[0-9A-F]{16}"\} (0\.[6-9]|1\.[01])' "$metrics"
 probe=$(curl -fsS "http://127.0.0.1:$HTTP_PORT/api/stats/probe")
 check_match "/api/stats/probe: the server threads' totals from the BPF map" '"threads":\[\{"busy_us":[0-9]+,"calls":[0-9]+' "$probe"
+
+step "the other method, switched live on the admin port (sluice-probe_method)"
+if [[ $line == *"the sockets of pid"* ]]; then other=dispatch want="_Z16dispatch_command.* in pid ${DB_PID[primary]} "; else other=socket want="the sockets of pid ${DB_PID[primary]} "; fi
+admin -e "UPDATE global_variables SET variable_value = '$other' WHERE variable_name = 'sluice-probe_method'; LOAD MYSQL VARIABLES TO RUNTIME"
+switched() { probe_line | grep -qE "probe: attached to $want|probe: not attached"; }
+wait_until 10 switched || die "the probe did not follow the new method within 10 s: $(probe_line)"
+line=$(probe_line)
+show "sluice's log: $line"
+if [[ $line == "probe: attached"* ]]; then
+	check_match "attached by the $other method" "probe: attached to $want" "$line"
+	before=$(col server_count "$sleep_q")
+	app -e "SELECT SLEEP(0.2)" >/dev/null
+	wait_until 5 test "$(col server_count "$sleep_q")" = $((before + 1)) || true
+	check "the next sleep got its server time by the $other method" $((before + 1)) "$(col server_count "$sleep_q")"
+else
+	show "(this kernel does not allow the $other method; the line says why)"
+fi
 show "dashboard: http://127.0.0.1:$HTTP_PORT/ (\"Where the time goes\")"

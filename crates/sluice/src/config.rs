@@ -312,7 +312,8 @@ pub enum ProbeMethod {
     #[default]
     Auto,
     /// The kernel's socket tracepoints in the server's processes: a command runs from the
-    /// receive of its bytes to its reply's last send. About a tenth of the uprobes' cost.
+    /// receive of its bytes to its reply's last send. Cheaper for the server than uprobes;
+    /// every process's socket calls pay a little while it is attached (docs/probe.md, "Cost").
     Socket,
     /// Uprobes on the server's command dispatch (`binary`, `symbol`).
     Dispatch,

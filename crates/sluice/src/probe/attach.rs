@@ -79,7 +79,7 @@ impl State {
 
     pub fn tick(&mut self, settings: &ProbeSection, servers: &[(String, u16)], slots: &OnceLock<Slots>) {
         if self.settings.as_ref() != Some(settings) {
-            // Another binary or symbol: attach again from scratch (and try a failed load again).
+            // Another method, binary or symbol: attach again from scratch (and try what failed again).
             self.detach_all();
             self.load_error = None;
             self.no_sockets = None;

@@ -1,7 +1,8 @@
-//! Beside the data path: the server-time probe (`[probe]`, docs/probe.md). Entry and return
-//! uprobes on the backend server's command dispatch (`dispatch_command`) keep, per server
-//! thread, when its current or last command began and ended (dispatch.bpf.c, compiled by
-//! clang at build time and loaded with aya). The slots are an array map mapped into sluice's
+//! Beside the data path: the server-time probe (`[probe]`, docs/probe.md). BPF programs keep,
+//! per server thread, when its current or last command began and ended (probe.bpf.c, compiled
+//! by clang at build time and loaded with aya): the kernel's socket tracepoints in the server's
+//! processes (the socket method), or entry and return uprobes on the server's command dispatch
+//! (`dispatch_command`, the dispatch method). The slots are an array map mapped into sluice's
 //! memory, so joining a statement with its server time is a few loads: after the reply, the
 //! session reads the slot of the server thread that serves its backend connection (learned
 //! once per connection: `TID_QUERIES`), and the call that began after the request was sent is
@@ -23,7 +24,7 @@ use std::time::Instant;
 pub use attach::{listening_pid, resolve_symbol};
 pub use slots::ThreadTotals;
 
-/// The BPF object built from dispatch.bpf.c (empty when clang was missing at build time).
+/// The BPF object built from probe.bpf.c (empty when clang was missing at build time).
 static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/probe.bpf.o"));
 /// "built", or why the build has no BPF object.
 const BUILD: &str = env!("SLUICE_PROBE_BUILD");
@@ -113,7 +114,7 @@ impl Probe {
         self.misses.load(Relaxed)
     }
 
-    /// Per server thread: dispatch calls and their time, summed in the BPF map (threads of the
+    /// Per server thread: commands and their time, summed in the BPF map (threads of the
     /// attached processes only).
     pub fn threads(&self) -> Vec<ThreadTotals> {
         let pids = self.lock().pids();
