@@ -67,6 +67,23 @@ fn skip(test: &str, why: &str) {
     println!("SKIPPED {test}: the probe cannot attach here: {why}");
 }
 
+/// A MariaDB of its own (no other test's statements share its threads' totals) and a sluice
+/// whose probe is attached to it by `method`; `None`, after saying why, where the probe cannot
+/// attach here.
+fn probed(test: &str, method: &str) -> Option<(MariaDb, Proxy)> {
+    if let Err(why) = permitted() {
+        skip(test, &why);
+        return None;
+    }
+    let db = MariaDb::start().expect("MariaDB starts");
+    let proxy = probe_proxy(&db, &enabled(method));
+    if let Err(why) = attached(&proxy, &db, method) {
+        skip(test, &why);
+        return None;
+    }
+    Some((db, proxy))
+}
+
 /// The digests once `text`'s has `count` statements (a statement is counted just after its
 /// reply reached the client).
 fn digests_with(proxy: &Proxy, text: &str, count: u64) -> Vec<sluice::stats::DigestRow> {
@@ -96,15 +113,7 @@ async fn dispatch_method_a_statement_sleeping_200ms_on_the_server_shows_200ms_of
 
 async fn sleeping_200ms(method: &str) {
     let test = format!("{method}_method_a_statement_sleeping_200ms_on_the_server_shows_200ms_of_server_time");
-    if let Err(why) = permitted() {
-        return skip(&test, &why);
-    }
-    // A backend of its own: the other tests' statements would share its threads' totals.
-    let db = &MariaDb::start().expect("MariaDB starts");
-    let proxy = probe_proxy(db, &enabled(method));
-    if let Err(why) = attached(&proxy, db, method) {
-        return skip(&test, &why);
-    }
+    let Some((_db, proxy)) = probed(&test, method) else { return };
     let mut c = connect(proxy.port).await;
     for _ in 0..3 {
         c.query_drop("SELECT SLEEP(0.2)").await.unwrap();
@@ -182,15 +191,8 @@ async fn dispatch_method_an_idle_backend_shows_no_samples() {
 
 async fn idle_backend(method: &str) {
     let test = format!("{method}_method_an_idle_backend_shows_no_samples");
-    if let Err(why) = permitted() {
-        return skip(&test, &why);
-    }
-    // A backend of its own: nothing but this test reaches it.
-    let db = MariaDb::start().expect("MariaDB starts");
-    let proxy = probe_proxy(&db, &enabled(method));
-    if let Err(why) = attached(&proxy, &db, method) {
-        return skip(&test, &why);
-    }
+    // Its backend is its own: nothing but this test reaches it.
+    let Some((_db, proxy)) = probed(&test, method) else { return };
     std::thread::sleep(Duration::from_millis(1_500));
     let probe = &proxy.server().data.probe;
     assert!(probe.threads().is_empty(), "no command ran on the server: {:?}", probe.threads());
@@ -268,14 +270,7 @@ async fn switched_under_load(method: &str, methods: bool) {
     } else {
         format!("{method}_method_switched_off_and_on_under_load_it_joins_every_statement_again")
     };
-    if let Err(why) = permitted() {
-        return skip(&test, &why);
-    }
-    let db = MariaDb::start().expect("MariaDB starts");
-    let proxy = probe_proxy(&db, &enabled(method));
-    if let Err(why) = attached(&proxy, &db, method) {
-        return skip(&test, &why);
-    }
+    let Some((db, proxy)) = probed(&test, method) else { return };
     // Clients busy in their statements while the programs come and go: some of the server's
     // calls lose their end (detached mid-call), which must not stick to their threads.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
