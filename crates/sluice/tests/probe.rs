@@ -220,17 +220,29 @@ async fn idle_backend(method: &str) {
     assert!(busy_us < 500_000, "the threads' time in commands: {busy_us} µs ({:?})", probe.threads());
 }
 
-/// Switches `[probe] enabled` on the admin port and waits until the probe has followed.
-fn switch(proxy: &Proxy, on: bool) {
+/// Sets `[probe] <field>` to `value` on the admin port and waits until the probe's status
+/// says it has followed.
+fn set_probe(proxy: &Proxy, field: &str, value: &str, followed: impl Fn(&sluice::probe::Status) -> bool) {
     let sql = format!(
-        "UPDATE global_variables SET variable_value = '{on}' WHERE variable_name = 'sluice-probe_enabled'; LOAD MYSQL VARIABLES TO RUNTIME"
+        "UPDATE global_variables SET variable_value = '{value}' WHERE variable_name = 'sluice-probe_{field}'; LOAD MYSQL VARIABLES TO RUNTIME"
     );
     mariadb_cli(proxy.admin_port(), "admin", Some("admin"), &sql).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while proxy.server().data.probe.status().attached != on {
-        assert!(Instant::now() < deadline, "the probe did not switch {on}: {:?}", proxy.server().data.probe.status());
+    while !followed(&proxy.server().data.probe.status()) {
+        assert!(Instant::now() < deadline, "the probe did not follow {field} = {value}: {:?}", proxy.server().data.probe.status());
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Switches the probe on or off and waits until it is attached, or detached.
+fn switch(proxy: &Proxy, on: bool) {
+    set_probe(proxy, "enabled", &on.to_string(), |s| s.attached == on);
+}
+
+/// Sets the probe's method and waits until it is attached by it.
+fn switch_method(proxy: &Proxy, db: &MariaDb, method: &str) {
+    let line = attached_line(method, db);
+    set_probe(proxy, "method", method, |s| s.state.contains(&line));
 }
 
 #[tokio::test]
@@ -246,20 +258,6 @@ async fn dispatch_method_switched_off_and_on_under_load_it_joins_every_statement
 #[tokio::test]
 async fn switched_between_methods_under_load_it_joins_every_statement_again() {
     switched_under_load("socket", true).await
-}
-
-/// Sets `[probe] method` on the admin port and waits until the probe is attached by it.
-fn switch_method(proxy: &Proxy, db: &MariaDb, method: &str) {
-    let sql = format!(
-        "UPDATE global_variables SET variable_value = '{method}' WHERE variable_name = 'sluice-probe_method'; LOAD MYSQL VARIABLES TO RUNTIME"
-    );
-    mariadb_cli(proxy.admin_port(), "admin", Some("admin"), &sql).unwrap();
-    let line = attached_line(method, db);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !proxy.server().data.probe.status().state.contains(&line) {
-        assert!(Instant::now() < deadline, "the probe did not switch to {method}: {:?}", proxy.server().data.probe.status());
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Under load, switches the probe off and on (or, `methods`, from one method to the other and
@@ -285,19 +283,17 @@ async fn switched_under_load(method: &str, methods: bool) {
             c
         }));
     }
+    // Home is the probe on by `method`; away is the other method (`methods`), or off.
+    let switch_to = |home: bool| match (methods, home) {
+        (true, false) => switch_method(&proxy, &db, "dispatch"),
+        (true, true) => switch_method(&proxy, &db, method),
+        (false, home) => switch(&proxy, home),
+    };
     for _ in 0..4 {
         std::thread::sleep(Duration::from_millis(150));
-        if methods {
-            switch_method(&proxy, &db, "dispatch");
-        } else {
-            switch(&proxy, false);
-        }
+        switch_to(false);
         std::thread::sleep(Duration::from_millis(150));
-        if methods {
-            switch_method(&proxy, &db, method);
-        } else {
-            switch(&proxy, true);
-        }
+        switch_to(true);
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut clients = Vec::new();

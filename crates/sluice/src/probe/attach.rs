@@ -114,21 +114,12 @@ impl State {
         let bytes = unsafe { std::slice::from_raw_parts_mut(aligned.as_mut_ptr().cast::<u8>(), OBJECT.len()) };
         bytes.copy_from_slice(OBJECT);
         let mut ebpf = aya::Ebpf::load(bytes).map_err(|e| privileges(format!("loading the BPF object: {}", chain(&e))))?;
+        let loading = |name: &str, e: aya::programs::ProgramError| privileges(format!("loading {name}: {}", chain(&e)));
         for name in PROGRAMS {
-            let prog: &mut UProbe = ebpf
-                .program_mut(name)
-                .ok_or_else(|| format!("the BPF object has no program {name}"))?
-                .try_into()
-                .map_err(|e| format!("{name}: {e}"))?;
-            prog.load().map_err(|e| privileges(format!("loading {name}: {}", chain(&e))))?;
+            program::<UProbe>(&mut ebpf, name)?.load().map_err(|e| loading(name, e))?;
         }
         for (name, _) in TRACEPOINTS {
-            let prog: &mut RawTracePoint = ebpf
-                .program_mut(name)
-                .ok_or_else(|| format!("the BPF object has no program {name}"))?
-                .try_into()
-                .map_err(|e| format!("{name}: {e}"))?;
-            prog.load().map_err(|e| privileges(format!("loading {name}: {}", chain(&e))))?;
+            program::<RawTracePoint>(&mut ebpf, name)?.load().map_err(|e| loading(name, e))?;
         }
         if slots.get().is_none() {
             let map = ebpf.map("slots").ok_or("the BPF object has no map `slots`")?;
@@ -219,30 +210,43 @@ impl State {
         if let Some(why) = &self.no_sockets {
             return Err(why.clone());
         }
-        let ebpf = self.ebpf.as_mut().ok_or("not loaded")?;
         if self.tracepoints.is_empty() {
-            for (i, (name, tracepoint)) in TRACEPOINTS.iter().enumerate() {
-                let prog: &mut RawTracePoint = ebpf.program_mut(name).and_then(|p| p.try_into().ok()).ok_or("program missing")?;
-                match prog.attach(tracepoint) {
-                    Ok(id) => self.tracepoints.push((i, id)),
-                    Err(e) => {
-                        let why = privileges(format!("the kernel's tracepoint {tracepoint} (Linux 6.3 or later): {}", chain(&e)));
-                        detach_tracepoints(ebpf, std::mem::take(&mut self.tracepoints));
-                        self.no_sockets = Some(why.clone());
-                        return Err(why);
-                    }
-                }
+            if let Err(why) = self.attach_tracepoints() {
+                self.no_sockets = Some(why.clone());
+                self.release_tracepoints();
+                return Err(why);
             }
         }
-        let map = ebpf.map_mut("servers").ok_or("the BPF object has no map `servers`")?;
-        let mut servers: aya::maps::HashMap<_, u32, u8> =
-            aya::maps::HashMap::try_from(map).map_err(|e| format!("the map `servers`: {e}"))?;
-        let added =
-            servers.insert(pid, 1, 0).map_err(|e| format!("adding pid {pid} to the map `servers` (at most {MAX_SERVERS}): {}", chain(&e)));
-        if added.is_err() && !self.attached.values().any(|a| matches!(a.hook, Hook::Sockets)) {
-            detach_tracepoints(ebpf, std::mem::take(&mut self.tracepoints));
+        let ebpf = self.ebpf.as_mut().ok_or("not loaded")?;
+        let added = servers(ebpf).and_then(|mut servers| {
+            servers.insert(pid, 1, 0).map_err(|e| format!("adding pid {pid} to the map `servers` (at most {MAX_SERVERS}): {}", chain(&e)))
+        });
+        if added.is_err() {
+            self.release_tracepoints();
         }
         added
+    }
+
+    fn attach_tracepoints(&mut self) -> Result<(), String> {
+        let ebpf = self.ebpf.as_mut().ok_or("not loaded")?;
+        for (i, (name, tracepoint)) in TRACEPOINTS.iter().enumerate() {
+            let id = program::<RawTracePoint>(ebpf, name)?
+                .attach(tracepoint)
+                .map_err(|e| privileges(format!("the kernel's tracepoint {tracepoint} (Linux 6.3 or later): {}", chain(&e))))?;
+            self.tracepoints.push((i, id));
+        }
+        Ok(())
+    }
+
+    /// The tracepoints cost every process's socket calls a lookup: detached once no server is
+    /// followed by them.
+    fn release_tracepoints(&mut self) {
+        if self.attached.values().any(|a| matches!(a.hook, Hook::Sockets)) {
+            return;
+        }
+        if let Some(ebpf) = self.ebpf.as_mut() {
+            detach_tracepoints(ebpf, std::mem::take(&mut self.tracepoints));
+        }
     }
 
     /// The dispatch method: entry and return uprobes on `pid`'s command dispatch.
@@ -257,8 +261,7 @@ impl State {
         let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or("pid 0")?);
         let mut links = Vec::new();
         for (i, name) in PROGRAMS.iter().enumerate() {
-            let prog: &mut UProbe = ebpf.program_mut(name).and_then(|p| p.try_into().ok()).ok_or("program missing")?;
-            match prog.attach(symbol.as_str(), &binary, scope) {
+            match program::<UProbe>(ebpf, name)?.attach(symbol.as_str(), &binary, scope) {
                 Ok(id) => links.push((i, id)),
                 Err(e) => {
                     detach_links(ebpf, links);
@@ -275,13 +278,10 @@ impl State {
         match a.hook {
             Hook::Uprobes(links) => detach_links(ebpf, links),
             Hook::Sockets => {
-                if let Some(Ok(mut servers)) = ebpf.map_mut("servers").map(aya::maps::HashMap::<_, u32, u8>::try_from) {
+                if let Ok(mut servers) = servers(ebpf) {
                     let _ = servers.remove(&pid);
                 }
-                // The tracepoints cost every process's sockets a lookup: gone with the last server.
-                if !self.attached.values().any(|a| matches!(a.hook, Hook::Sockets)) {
-                    detach_tracepoints(ebpf, std::mem::take(&mut self.tracepoints));
-                }
+                self.release_tracepoints();
             }
         }
     }
@@ -309,17 +309,29 @@ impl State {
 
 fn detach_links(ebpf: &mut aya::Ebpf, links: Vec<(usize, UProbeLinkId)>) {
     for (i, id) in links {
-        let prog: Option<&mut UProbe> = PROGRAMS.get(i).and_then(|n| ebpf.program_mut(n)).and_then(|p| p.try_into().ok());
-        if let Some(prog) = prog {
+        if let Some(prog) = PROGRAMS.get(i).and_then(|n| program::<UProbe>(ebpf, n).ok()) {
             let _ = prog.detach(id);
         }
     }
 }
 
+/// The BPF object's program `name`, as its type (`UProbe`, `RawTracePoint`).
+fn program<'a, T>(ebpf: &'a mut aya::Ebpf, name: &str) -> Result<&'a mut T, String>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    ebpf.program_mut(name).ok_or_else(|| format!("the BPF object has no program {name}"))?.try_into().map_err(|e| format!("{name}: {e}"))
+}
+
+/// The socket method's map of the server processes it follows, by pid.
+fn servers(ebpf: &mut aya::Ebpf) -> Result<aya::maps::HashMap<&mut aya::maps::MapData, u32, u8>, String> {
+    let map = ebpf.map_mut("servers").ok_or("the BPF object has no map `servers`")?;
+    aya::maps::HashMap::try_from(map).map_err(|e| format!("the map `servers`: {e}"))
+}
+
 fn detach_tracepoints(ebpf: &mut aya::Ebpf, links: Vec<(usize, RawTracePointLinkId)>) {
     for (i, id) in links {
-        let prog: Option<&mut RawTracePoint> = TRACEPOINTS.get(i).and_then(|(n, _)| ebpf.program_mut(n)).and_then(|p| p.try_into().ok());
-        if let Some(prog) = prog {
+        if let Some(prog) = TRACEPOINTS.get(i).and_then(|(n, _)| program::<RawTracePoint>(ebpf, n).ok()) {
             let _ = prog.detach(id);
         }
     }
