@@ -421,6 +421,12 @@ mod tests {
         assert!(e.message.contains("boolean"), "{e}");
         let e = apply(&rows(&[("sluice-proxy_runtime", "fast")]), Module::MysqlVariables, &mut fc).unwrap_err();
         assert!(e.message.contains("`fast`"), "{e}");
+        apply(&rows(&[("sluice-probe_method", "socket")]), Module::MysqlVariables, &mut fc).unwrap();
+        assert_eq!(fc.probe.method, crate::config::ProbeMethod::Socket);
+        let e = apply(&rows(&[("sluice-probe_method", "kprobe")]), Module::MysqlVariables, &mut fc).unwrap_err();
+        assert_eq!(e.row, "global_variables variable_name='sluice-probe_method'");
+        assert!(e.message.contains("`kprobe`"), "{e}");
+        assert_eq!(fc.probe.method, crate::config::ProbeMethod::Socket, "a refused value leaves the running one");
         let e = apply(&rows(&[("mysql-no_such_thing", "1")]), Module::MysqlVariables, &mut fc).unwrap_err();
         assert_eq!(e.to_string(), "global_variables variable_name='mysql-no_such_thing': unknown variable");
         let e = apply(&rows(&[("admin-mysql_ifaces", "x")]), Module::MysqlVariables, &mut fc).unwrap_err();
