@@ -11,9 +11,12 @@ Usage: bench/compare.sh [options]
 
 Every option is also an environment variable (in CAPS); flags win over the environment.
 
-  --mode ab|haproxy|runtime|stats|builds MODE ab: direct vs sluice (default).
+  --mode ab|haproxy|floor|runtime|stats|builds MODE ab: direct vs sluice (default).
                                       haproxy: direct vs sluice vs HAProxy (mode tcp, nbthread =
                                       sluice's worker threads), alternated A B C A B C.
+                                      floor: the same plus bench/l4floor, a bare forwarder, on
+                                      tokio (epoll) and on io_uring: what moving the bytes alone
+                                      costs with each I/O engine (L4FLOOR_BIN, else built).
                                       runtime: sluice --runtime steal vs --runtime per-core,
                                       with a direct run as reference in each round.
                                       stats: sluice with digest statistics on vs off, switched
@@ -49,6 +52,7 @@ Every option is also an environment variable (in CAPS); flags win over the envir
                                       it must exec so that its pid is the proxy's). When unset,
                                       `cargo build --release -p sluice` is run first.
                           SLUICE_BIN_BEFORE  builds mode: the binary to compare against
+                          L4FLOOR_BIN floor mode: the l4floor binary [a fresh release build]
                           KEEP_TMP    1 = keep the temp dir (datadir, logs, sysbench outputs)
 
 Stats mode, why one long run: run-to-run throughput on these shared machines moves by ±10%,
@@ -65,13 +69,13 @@ PROG=compare.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # die log shq alive stop_proc run_bounded free_port cpu_ticks median ratio parse_options pick_sluice sysbench_figures cpu_per_query report_problems publish_report
 
 # --- options --------------------------------------------------------------------------
-OPT_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS WINDOW RATE SLUICE_ARGS OUT DB_PS_MODE WARMUP SYSCALLS SYSCALL_DURATION SLUICE_BIN SLUICE_BIN_BEFORE HAPROXY_BIN)
+OPT_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS WINDOW RATE SLUICE_ARGS OUT DB_PS_MODE WARMUP SYSCALLS SYSCALL_DURATION SLUICE_BIN SLUICE_BIN_BEFORE HAPROXY_BIN L4FLOOR_BIN)
 FLAG_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS WINDOW RATE SLUICE_ARGS OUT DB_PS_MODE WARMUP SYSCALLS SYSCALL_DURATION) # settable as --name too
 parse_options "$@"
 
 MODE=${MODE:-ab}
 case "$MODE" in
-ab | haproxy)
+ab | haproxy | floor)
 	THREADS=${THREADS:-1 4 16 64}
 	WORKLOADS=${WORKLOADS:-oltp_point_select oltp_read_only}
 	;;
@@ -83,7 +87,7 @@ stats)
 	THREADS=${THREADS:-16 64}
 	WORKLOADS=${WORKLOADS:-oltp_point_select oltp_read_only}
 	;;
-*) die "MODE must be ab, haproxy, runtime, stats or builds, not '$MODE'" ;;
+*) die "MODE must be ab, haproxy, floor, runtime, stats or builds, not '$MODE'" ;;
 esac
 DURATION=${DURATION:-20}
 TABLES=${TABLES:-4}
@@ -120,7 +124,7 @@ done
 case "$DB_PS_MODE" in disable | auto) ;; *) die "DB_PS_MODE must be disable or auto" ;; esac
 case "$SYSCALLS" in 0 | 1) ;; *) die "SYSCALLS must be 0 or 1, not '$SYSCALLS'" ;; esac
 if [ "$SYSCALLS" = 1 ]; then
-	[ "$MODE" = ab ] || [ "$MODE" = haproxy ] || die "SYSCALLS=1 works in the ab and haproxy modes only"
+	[ "$MODE" = ab ] || [ "$MODE" = haproxy ] || [ "$MODE" = floor ] || die "SYSCALLS=1 works in the ab, haproxy and floor modes only"
 	[ "$SYSCALL_DURATION" -gt 0 ] || die "SYSCALL_DURATION must be > 0"
 fi
 
@@ -129,7 +133,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # --- tools ----------------------------------------------------------------------------
 require_tools mariadbd mariadb-install-db mariadb mariadb-admin sysbench getconf timeout awk
 CLK_TCK=$(getconf CLK_TCK)
-if [ "$MODE" = haproxy ]; then
+if [ "$MODE" = haproxy ] || [ "$MODE" = floor ]; then
 	command -v "$HAPROXY_BIN" >/dev/null || die "$HAPROXY_BIN not found (Debian: apt-get install -y haproxy)"
 fi
 if [ "$SYSCALLS" = 1 ]; then
@@ -140,6 +144,7 @@ fi
 case "$MODE" in
 ab) VARIANTS=(direct sluice) ;;
 haproxy) VARIANTS=(direct sluice haproxy) ;;
+floor) VARIANTS=(direct sluice haproxy l4-tokio l4-uring) ;;
 runtime) VARIANTS=(direct steal per-core) ;;
 builds) VARIANTS=(direct before after) ;;
 stats) VARIANTS=(direct stats-on stats-off) ;;
@@ -166,7 +171,7 @@ else
 		log "plus $((CELLS * (${#VARIANTS[@]} - 1))) strace pass(es) of ${SYSCALL_DURATION}s: ~$((e / 60)) min $((e % 60)) s"
 	fi
 	log "mode $MODE: ${#WORKLOAD_LIST[@]} workload(s) × ${#THREAD_LIST[@]} thread count(s) × $ROUNDS round(s) × ${#VARIANTS[@]} variants = $NRUNS runs of ${DURATION}s"
-	case "$MODE" in ab) DEF_RUNS=32 ;; haproxy) DEF_RUNS=48 ;; runtime | builds) DEF_RUNS=12 ;; esac
+	case "$MODE" in ab) DEF_RUNS=32 ;; haproxy) DEF_RUNS=48 ;; floor) DEF_RUNS=80 ;; runtime | builds) DEF_RUNS=12 ;; esac
 	log "estimated run time: $(estimate "$NRUNS" "$DURATION") (with the default settings of this mode: $DEF_RUNS runs of 20 s, $(estimate "$DEF_RUNS" 20))"
 fi
 
@@ -178,11 +183,20 @@ if [ "$MODE" = builds ]; then
 	read -ra BEFORE_CMD <<<"$SLUICE_BIN_BEFORE"
 	[ -x "${BEFORE_CMD[0]}" ] || die "SLUICE_BIN_BEFORE: '${BEFORE_CMD[0]}' is not executable"
 fi
+if [ "$MODE" = floor ]; then
+	if [ -z "${L4FLOOR_BIN:-}" ]; then
+		log "building l4floor (cargo build --release -p sluice-l4floor)"
+		(cd "$ROOT" && cargo build --release -p sluice-l4floor) >&2 || die "cargo build --release -p sluice-l4floor failed"
+		L4FLOOR_BIN=$ROOT/target/release/l4floor
+	fi
+	[ -x "$L4FLOOR_BIN" ] || die "L4FLOOR_BIN: '$L4FLOOR_BIN' is not executable"
+fi
 
 # --- processes and teardown -----------------------------------------------------------
 WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX)
 DB_PID="" DB_PORT="" SLUICE_PID="" SLUICE_PORT="" SLUICE_RUNTIME="" RUN_PID="" ADMIN_PORT=""
 HAPROXY_PID="" HAPROXY_PORT="" HAPROXY_THREADS="" STRACE_PID="" QCLIENT_OWN_PID=""
+declare -A FLOOR_PID FLOOR_PORT # floor mode, by engine (tokio, uring)
 SOCK=$WORK/mysqld.sock
 
 stop_sluice() {
@@ -193,6 +207,27 @@ stop_sluice() {
 stop_haproxy() {
 	stop_supervised "$HAPROXY_PID" "$WORK/haproxy" haproxy
 	HAPROXY_PID=""
+}
+
+# start_floor ENGINE: bench/l4floor with that engine (tokio or uring) on a fresh port, with
+# as many threads as sluice's workers; waits until SELECT 1 works through it.
+start_floor() {
+	local port
+	port=$(free_port)
+	echo "=== $(date +%T) start: $L4FLOOR_BIN --engine $1" >>"$WORK/l4-$1.log"
+	spawn_supervised "$WORK/l4-$1" "$WORK/l4-$1.log" "$L4FLOOR_BIN" --engine "$1" --listen "127.0.0.1:$port" \
+		--backend "127.0.0.1:$DB_PORT" --threads "$(sluice_workers)"
+	FLOOR_PID[$1]=$SPAWNED_PID FLOOR_PORT[$1]=$port
+	await_answer "l4floor --engine $1" "$SPAWNED_PID" "$port"
+	log "l4floor --engine $1 listening on 127.0.0.1:$port (pid $SPAWNED_PID)"
+}
+
+stop_floor() {
+	local e
+	for e in "${!FLOOR_PID[@]}"; do
+		stop_supervised "${FLOOR_PID[$e]}" "$WORK/l4-$e" "l4floor --engine $e"
+		unset "FLOOR_PID[$e]"
+	done
 }
 
 # stop_strace: detaches a running strace (SIGINT makes it print its summary and let go).
@@ -226,6 +261,7 @@ cleanup() {
 	[ -z "$QCLIENT_OWN_PID" ] || stop_proc "$QCLIENT_OWN_PID" mariadb 5
 	stop_sluice
 	stop_haproxy
+	stop_floor
 	if [ -n "$DB_PID" ]; then
 		stop_proc "$DB_PID" mariadbd 60
 		DB_PID=""
@@ -302,6 +338,7 @@ endpoint() {
 	case "$1" in
 	direct) EP_PORT=$DB_PORT EP_PID="" ;;
 	haproxy) EP_PORT=$HAPROXY_PORT EP_PID=$HAPROXY_PID ;;
+	l4-*) EP_PORT=${FLOOR_PORT[${1#l4-}]} EP_PID=${FLOOR_PID[${1#l4-}]} ;;
 	*) EP_PORT=$SLUICE_PORT EP_PID=$SLUICE_PID ;;
 	esac
 }
@@ -339,7 +376,7 @@ measure() {
 	RUN_NO=$((RUN_NO + 1))
 	logf=$WORK/run-$(printf %03d "$RUN_NO")-$wl-$thr-$variant-$round.log
 	endpoint "$variant"
-	[ "$variant" = haproxy ] && name=haproxy
+	case "$variant" in haproxy | l4-*) name=$variant ;; esac
 	if [ -n "$EP_PID" ]; then
 		t0=$(cpu_ticks "$EP_PID") || t0=""
 	fi
@@ -355,6 +392,8 @@ measure() {
 			if [ "$name" = haproxy ]; then
 				stop_haproxy
 				start_haproxy
+			elif [ "$name" != sluice ]; then
+				start_floor "${name#l4-}"
 			else
 				stop_sluice
 				start_sluice ${SLUICE_RUNTIME:+--runtime "$SLUICE_RUNTIME"}
@@ -532,9 +571,13 @@ if [ "$WARMUP" -gt 0 ]; then
 	run_bounded $((WARMUP + 60)) "$WORK/warmup.log" "${SB[@]}" run || { tail -n 20 "$WORK/warmup.log" >&2; die "warm-up run failed"; }
 fi
 
-if [ "$MODE" = ab ] || [ "$MODE" = haproxy ]; then
+if [ "$MODE" = ab ] || [ "$MODE" = haproxy ] || [ "$MODE" = floor ]; then
 	start_sluice
 	[ "$MODE" = ab ] || start_haproxy
+	if [ "$MODE" = floor ]; then
+		start_floor tokio
+		start_floor uring
+	fi
 	for wl in "${WORKLOAD_LIST[@]}"; do
 		for thr in "${THREAD_LIST[@]}"; do
 			for ((r = 1; r <= ROUNDS; r++)); do
@@ -557,6 +600,7 @@ if [ "$MODE" = ab ] || [ "$MODE" = haproxy ]; then
 	fi
 	stop_sluice
 	stop_haproxy
+	stop_floor
 elif [ "$MODE" = stats ]; then
 	start_sluice
 	for wl in "${WORKLOAD_LIST[@]}"; do
@@ -617,6 +661,7 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=
 	case "$MODE" in
 	ab) echo "### sluice vs direct, $START_TS" ;;
 	haproxy) echo "### sluice vs HAProxy (mode tcp) vs direct, $START_TS" ;;
+	floor) echo "### the L4 floor: sluice, HAProxy (mode tcp) and bare forwarders on epoll and io_uring, $START_TS" ;;
 	runtime) echo "### sluice runtimes: steal vs per-core, $START_TS" ;;
 	builds) echo "### sluice builds: before vs after, $START_TS" ;;
 	stats) echo "### statistics overhead: digests on vs off, $START_TS" ;;
@@ -625,7 +670,8 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=
 	echo "- machine: $(nproc) CPUs, $CPU_MODEL, Linux $(uname -r); sysbench, mariadbd and sluice share these CPUs"
 	echo "- mariadbd $DB_VERSION (private instance, buffer pool 256M); $(sysbench --version)"
 	echo "- sluice: $SLUICE_DESC, git $GIT_REV${SLUICE_ARGS:+, args \`$SLUICE_ARGS\`}"
-	[ "$MODE" != haproxy ] || echo "- HAProxy: $("$HAPROXY_BIN" -v 2>/dev/null | head -n 1 | sed 's/ - https.*//'), \`mode tcp\`, \`nbthread $HAPROXY_THREADS\` (= sluice's workers), config: global nbthread/maxconn 4096, defaults mode tcp with 5 s connect and 1 h client/server timeouts, one listen section with the one server"
+	[ "$MODE" != floor ] || echo "- l4floor: \`$L4FLOOR_BIN\` (bench/l4floor), \`--threads $(sluice_workers)\`: \`--engine tokio\` (a task per connection on tokio's runtime) and \`--engine uring\` (a thread per core, each with its own ring and SO_REUSEPORT listener)"
+	[ "$MODE" != haproxy ] && [ "$MODE" != floor ] || echo "- HAProxy: $("$HAPROXY_BIN" -v 2>/dev/null | head -n 1 | sed 's/ - https.*//'), \`mode tcp\`, \`nbthread $HAPROXY_THREADS\` (= sluice's workers), config: global nbthread/maxconn 4096, defaults mode tcp with 5 s connect and 1 h client/server timeouts, one listen section with the one server"
 	[ "$SYSCALLS" != 1 ] || echo "- system calls: \`strace -f -ttt -s 0 -p <proxy pid>\` attached to an untimed run after the timed rounds; the calls of a ${SYSCALL_DURATION}s window (by strace's timestamps) divided by the statements the server received in it (its Questions counter)"
 	[ "$MODE" != builds ] || echo "- before: \`$SLUICE_BIN_BEFORE\` ($("${BEFORE_CMD[0]}" --version 2>/dev/null || echo '?'))"
 	echo "- command: \`$INVOCATION\`"
@@ -652,6 +698,21 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=
 				echo "| $wl | $thr | $d | $s | $h | $(ratio "$s" "$d") | $(ratio "$h" "$d")" \
 					"| $(median "${P95[$wl|$thr|direct]:-}" %.2f) | $(median "${P95[$wl|$thr|sluice]:-}" %.2f)" \
 					"| $(median "${P95[$wl|$thr|haproxy]:-}" %.2f) | $cs | $ch | $(ratio "$cs" "$ch") |"
+			done
+		done
+	elif [ "$MODE" = floor ]; then
+		echo "QPS and CPU µs per statement of each endpoint (medians); ÷ H: CPU per statement ÷ HAProxy's in the same cell."
+		echo
+		echo "| workload | threads | direct QPS | sluice QPS | HAProxy QPS | l4 tokio QPS | l4 uring QPS | sluice CPU | HAProxy CPU | l4 tokio CPU | l4 uring CPU | sluice ÷ H | l4 tokio ÷ H | l4 uring ÷ H |"
+		echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+		for wl in "${WORKLOAD_LIST[@]}"; do
+			for thr in "${THREAD_LIST[@]}"; do
+				ch=$(median "${CPU[$wl|$thr|haproxy]:-}" %.1f)
+				row="| $wl | $thr"
+				for v in "${VARIANTS[@]}"; do row+=" | $(median "${QPS[$wl|$thr|$v]:-}")"; done
+				for v in "${VARIANTS[@]:1}"; do row+=" | $(median "${CPU[$wl|$thr|$v]:-}" %.1f)"; done
+				for v in sluice l4-tokio l4-uring; do row+=" | $(ratio "$(median "${CPU[$wl|$thr|$v]:-}" %.1f)" "$ch")"; done
+				echo "$row |"
 			done
 		done
 	elif [ "$MODE" = ab ]; then
