@@ -16,7 +16,8 @@ Every option is also an environment variable (in CAPS); flags win over the envir
                                       sluice's worker threads), alternated A B C A B C.
                                       floor: the same plus bench/l4floor, a bare forwarder, on
                                       tokio (epoll) and on io_uring: what moving the bytes alone
-                                      costs with each I/O engine (L4FLOOR_BIN, else built).
+                                      costs with each I/O engine (L4FLOOR_BIN, else built;
+                                      FLOOR_ENGINES picks the engines).
                                       runtime: sluice --runtime steal vs --runtime per-core,
                                       with a direct run as reference in each round.
                                       stats: sluice with digest statistics on vs off, switched
@@ -53,6 +54,8 @@ Every option is also an environment variable (in CAPS); flags win over the envir
                                       `cargo build --release -p sluice` is run first.
                           SLUICE_BIN_BEFORE  builds mode: the binary to compare against
                           L4FLOOR_BIN floor mode: the l4floor binary [a fresh release build]
+                          FLOOR_ENGINES floor mode: l4floor's engines to run, of tokio,
+                                      tokio-per-core and uring ["tokio uring"]
                           KEEP_TMP    1 = keep the temp dir (datadir, logs, sysbench outputs)
 
 Stats mode, why one long run: run-to-run throughput on these shared machines moves by ±10%,
@@ -69,7 +72,7 @@ PROG=compare.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # die log shq alive stop_proc run_bounded free_port cpu_ticks median ratio parse_options pick_sluice sysbench_figures cpu_per_query report_problems publish_report
 
 # --- options --------------------------------------------------------------------------
-OPT_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS WINDOW RATE SLUICE_ARGS OUT DB_PS_MODE WARMUP SYSCALLS SYSCALL_DURATION SLUICE_BIN SLUICE_BIN_BEFORE HAPROXY_BIN L4FLOOR_BIN)
+OPT_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS WINDOW RATE SLUICE_ARGS OUT DB_PS_MODE WARMUP SYSCALLS SYSCALL_DURATION SLUICE_BIN SLUICE_BIN_BEFORE HAPROXY_BIN L4FLOOR_BIN FLOOR_ENGINES)
 FLAG_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS WINDOW RATE SLUICE_ARGS OUT DB_PS_MODE WARMUP SYSCALLS SYSCALL_DURATION) # settable as --name too
 parse_options "$@"
 
@@ -144,7 +147,14 @@ fi
 case "$MODE" in
 ab) VARIANTS=(direct sluice) ;;
 haproxy) VARIANTS=(direct sluice haproxy) ;;
-floor) VARIANTS=(direct sluice haproxy l4-tokio l4-uring) ;;
+floor)
+	read -ra FLOOR_ENGINE_LIST <<<"${FLOOR_ENGINES:-tokio uring}"
+	[ ${#FLOOR_ENGINE_LIST[@]} -gt 0 ] || die "FLOOR_ENGINES is empty"
+	VARIANTS=(direct sluice haproxy)
+	for e in "${FLOOR_ENGINE_LIST[@]}"; do
+		case "$e" in tokio | tokio-per-core | uring) VARIANTS+=("l4-$e") ;; *) die "FLOOR_ENGINES: '$e' is not tokio, tokio-per-core or uring" ;; esac
+	done
+	;;
 runtime) VARIANTS=(direct steal per-core) ;;
 builds) VARIANTS=(direct before after) ;;
 stats) VARIANTS=(direct stats-on stats-off) ;;
@@ -171,7 +181,7 @@ else
 		log "plus $((CELLS * (${#VARIANTS[@]} - 1))) strace pass(es) of ${SYSCALL_DURATION}s: ~$((e / 60)) min $((e % 60)) s"
 	fi
 	log "mode $MODE: ${#WORKLOAD_LIST[@]} workload(s) × ${#THREAD_LIST[@]} thread count(s) × $ROUNDS round(s) × ${#VARIANTS[@]} variants = $NRUNS runs of ${DURATION}s"
-	case "$MODE" in ab) DEF_RUNS=32 ;; haproxy) DEF_RUNS=48 ;; floor) DEF_RUNS=80 ;; runtime | builds) DEF_RUNS=12 ;; esac
+	case "$MODE" in ab) DEF_RUNS=32 ;; haproxy) DEF_RUNS=48 ;; floor) DEF_RUNS=$((16 * ${#VARIANTS[@]})) ;; runtime | builds) DEF_RUNS=12 ;; esac
 	log "estimated run time: $(estimate "$NRUNS" "$DURATION") (with the default settings of this mode: $DEF_RUNS runs of 20 s, $(estimate "$DEF_RUNS" 20))"
 fi
 
@@ -196,7 +206,7 @@ fi
 WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX)
 DB_PID="" DB_PORT="" SLUICE_PID="" SLUICE_PORT="" SLUICE_RUNTIME="" RUN_PID="" ADMIN_PORT=""
 HAPROXY_PID="" HAPROXY_PORT="" HAPROXY_THREADS="" STRACE_PID="" QCLIENT_OWN_PID=""
-declare -A FLOOR_PID FLOOR_PORT # floor mode, by engine (tokio, uring)
+declare -A FLOOR_PID FLOOR_PORT # floor mode, by engine (tokio, tokio-per-core, uring)
 SOCK=$WORK/mysqld.sock
 
 stop_sluice() {
@@ -575,8 +585,7 @@ if [ "$MODE" = ab ] || [ "$MODE" = haproxy ] || [ "$MODE" = floor ]; then
 	start_sluice
 	[ "$MODE" = ab ] || start_haproxy
 	if [ "$MODE" = floor ]; then
-		start_floor tokio
-		start_floor uring
+		for e in "${FLOOR_ENGINE_LIST[@]}"; do start_floor "$e"; done
 	fi
 	for wl in "${WORKLOAD_LIST[@]}"; do
 		for thr in "${THREAD_LIST[@]}"; do
@@ -655,7 +664,7 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=
 [ "$SYSCALLS" = 1 ] && PARAMS+=" SYSCALLS=1 SYSCALL_DURATION=$SYSCALL_DURATION"
 [ -n "$SLUICE_ARGS" ] && PARAMS+=" SLUICE_ARGS=$(shq "$SLUICE_ARGS")"
 [ -n "$SLUICE_BIN" ] && PARAMS+=" SLUICE_BIN=$(shq "$SLUICE_BIN")"
-[ "$MODE" = floor ] && PARAMS+=" L4FLOOR_BIN=$(shq "$L4FLOOR_BIN")"
+[ "$MODE" = floor ] && PARAMS+=" L4FLOOR_BIN=$(shq "$L4FLOOR_BIN") FLOOR_ENGINES=$(shq "${FLOOR_ENGINE_LIST[*]}")"
 
 {
 	echo
@@ -671,7 +680,7 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=
 	echo "- machine: $(nproc) CPUs, $CPU_MODEL, Linux $(uname -r); sysbench, mariadbd and sluice share these CPUs"
 	echo "- mariadbd $DB_VERSION (private instance, buffer pool 256M); $(sysbench --version)"
 	echo "- sluice: $SLUICE_DESC, git $GIT_REV${SLUICE_ARGS:+, args \`$SLUICE_ARGS\`}"
-	[ "$MODE" != floor ] || echo "- l4floor: \`$L4FLOOR_BIN\` (bench/l4floor), \`--threads $(sluice_workers)\`: \`--engine tokio\` (a task per connection on tokio's runtime) and \`--engine uring\` (a thread per core, each with its own ring and SO_REUSEPORT listener)"
+	[ "$MODE" != floor ] || echo "- l4floor: \`$L4FLOOR_BIN\` (bench/l4floor), \`--threads $(sluice_workers)\`, engines: ${FLOOR_ENGINE_LIST[*]} (bench/README.md, \"The L4 floor\")"
 	[ "$MODE" != haproxy ] && [ "$MODE" != floor ] || echo "- HAProxy: $("$HAPROXY_BIN" -v 2>/dev/null | head -n 1 | sed 's/ - https.*//'), \`mode tcp\`, \`nbthread $HAPROXY_THREADS\` (= sluice's workers), config: global nbthread/maxconn 4096, defaults mode tcp with 5 s connect and 1 h client/server timeouts, one listen section with the one server"
 	[ "$SYSCALLS" != 1 ] || echo "- system calls: \`strace -f -ttt -s 0 -p <proxy pid>\` attached to an untimed run after the timed rounds; the calls of a ${SYSCALL_DURATION}s window (by strace's timestamps) divided by the statements the server received in it (its Questions counter)"
 	[ "$MODE" != builds ] || echo "- before: \`$SLUICE_BIN_BEFORE\` ($("${BEFORE_CMD[0]}" --version 2>/dev/null || echo '?'))"
@@ -704,15 +713,21 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=
 	elif [ "$MODE" = floor ]; then
 		echo "QPS and CPU µs per statement of each endpoint (medians); ÷ H: CPU per statement ÷ HAProxy's in the same cell."
 		echo
-		echo "| workload | threads | direct QPS | sluice QPS | HAProxy QPS | l4 tokio QPS | l4 uring QPS | sluice CPU | HAProxy CPU | l4 tokio CPU | l4 uring CPU | sluice ÷ H | l4 tokio ÷ H | l4 uring ÷ H |"
-		echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+		head="| workload | threads | direct QPS | sluice QPS | HAProxy QPS" rule="|---|---:|---:|---:|---:"
+		for e in "${FLOOR_ENGINE_LIST[@]}"; do head+=" | l4 $e QPS" rule+="|---:"; done
+		head+=" | sluice CPU | HAProxy CPU" rule+="|---:|---:"
+		for e in "${FLOOR_ENGINE_LIST[@]}"; do head+=" | l4 $e CPU" rule+="|---:"; done
+		head+=" | sluice ÷ H" rule+="|---:"
+		for e in "${FLOOR_ENGINE_LIST[@]}"; do head+=" | l4 $e ÷ H" rule+="|---:"; done
+		echo "$head |"
+		echo "$rule|"
 		for wl in "${WORKLOAD_LIST[@]}"; do
 			for thr in "${THREAD_LIST[@]}"; do
 				ch=$(median "${CPU[$wl|$thr|haproxy]:-}" %.1f)
 				row="| $wl | $thr"
 				for v in "${VARIANTS[@]}"; do row+=" | $(median "${QPS[$wl|$thr|$v]:-}")"; done
 				for v in "${VARIANTS[@]:1}"; do row+=" | $(median "${CPU[$wl|$thr|$v]:-}" %.1f)"; done
-				for v in sluice l4-tokio l4-uring; do row+=" | $(ratio "$(median "${CPU[$wl|$thr|$v]:-}" %.1f)" "$ch")"; done
+				for v in sluice "${VARIANTS[@]:3}"; do row+=" | $(ratio "$(median "${CPU[$wl|$thr|$v]:-}" %.1f)" "$ch")"; done
 				echo "$row |"
 			done
 		done

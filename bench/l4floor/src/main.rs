@@ -5,6 +5,10 @@
 //!
 //! - `--engine tokio`: tokio's multi-threaded runtime (epoll), as sluice runs; a task per
 //!   connection pumping both directions.
+//! - `--engine tokio-per-core`: a thread per core, each a current-thread tokio runtime with its
+//!   own SO_REUSEPORT listener, as sluice's `runtime = "per-core"`: epoll without work stealing
+//!   or cross-thread wake-ups, to tell what io_uring gains from its thread-per-core shape from
+//!   what it gains from the ring.
 //! - `--engine uring`: a thread per core, each with its own listening socket (SO_REUSEPORT: the
 //!   kernel spreads connections) and its own ring; every receive and send of every connection
 //!   the thread holds goes through one `io_uring_enter` per wake-up (`submit_and_wait`). Each
@@ -21,6 +25,7 @@ use std::net::SocketAddr;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Engine {
     Tokio,
+    TokioPerCore,
     Uring,
 }
 
@@ -47,6 +52,7 @@ fn main() -> Result<()> {
     }
     match args.engine {
         Engine::Tokio => tokio_engine::run(&args),
+        Engine::TokioPerCore => tokio_engine::run_per_core(&args),
         Engine::Uring => uring_engine::run(&args),
     }
 }
@@ -84,6 +90,37 @@ mod tokio_engine {
                 });
             }
         })
+    }
+
+    pub fn run_per_core(args: &Args) -> Result<()> {
+        let threads: Vec<_> = (0..args.threads)
+            .map(|_| {
+                let std_listener = listener(args.listen)?;
+                std_listener.set_nonblocking(true)?;
+                let backend = args.backend;
+                Ok(std::thread::spawn(move || -> Result<()> {
+                    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                    runtime.block_on(async move {
+                        let listener = tokio::net::TcpListener::from_std(std_listener)?;
+                        loop {
+                            let (client, _) = listener.accept().await?;
+                            tokio::spawn(async move {
+                                if let Ok(server) = TcpStream::connect(backend).await {
+                                    let _ = forward(client, server).await;
+                                }
+                            });
+                        }
+                    })
+                }))
+            })
+            .collect::<Result<_>>()?;
+        for t in threads {
+            match t.join() {
+                Ok(r) => r?,
+                Err(_) => bail!("a per-core thread panicked"),
+            }
+        }
+        Ok(())
     }
 
     async fn forward(mut client: TcpStream, mut server: TcpStream) -> std::io::Result<()> {
