@@ -57,8 +57,8 @@ fn main() -> Result<()> {
     }
 }
 
-/// A socket bound to `addr`, listening, with SO_REUSEPORT so that each io_uring thread can
-/// have its own.
+/// A socket bound to `addr`, listening, with SO_REUSEPORT so that each thread of a
+/// thread-per-core engine can have its own.
 fn listener(addr: SocketAddr) -> Result<std::net::TcpListener> {
     use socket2::{Domain, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
@@ -69,6 +69,25 @@ fn listener(addr: SocketAddr) -> Result<std::net::TcpListener> {
     Ok(socket.into())
 }
 
+/// Runs `work` on `args.threads` threads, each with its own listening socket on `args.listen`,
+/// until one fails.
+fn thread_per_core(args: &Args, work: fn(std::net::TcpListener, SocketAddr) -> Result<()>) -> Result<()> {
+    let threads: Vec<_> = (0..args.threads)
+        .map(|_| {
+            let listener = listener(args.listen)?;
+            let backend = args.backend;
+            Ok(std::thread::spawn(move || work(listener, backend)))
+        })
+        .collect::<Result<_>>()?;
+    for t in threads {
+        match t.join() {
+            Ok(r) => r?,
+            Err(_) => bail!("a forwarding thread panicked"),
+        }
+    }
+    Ok(())
+}
+
 mod tokio_engine {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -76,51 +95,27 @@ mod tokio_engine {
 
     pub fn run(args: &Args) -> Result<()> {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(args.threads).enable_all().build()?;
-        let backend = args.backend;
-        let std_listener = listener(args.listen)?;
-        std_listener.set_nonblocking(true)?;
-        runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(std_listener)?;
-            loop {
-                let (client, _) = listener.accept().await?;
-                tokio::spawn(async move {
-                    if let Ok(server) = TcpStream::connect(backend).await {
-                        let _ = forward(client, server).await;
-                    }
-                });
-            }
-        })
+        runtime.block_on(serve(listener(args.listen)?, args.backend))
     }
 
     pub fn run_per_core(args: &Args) -> Result<()> {
-        let threads: Vec<_> = (0..args.threads)
-            .map(|_| {
-                let std_listener = listener(args.listen)?;
-                std_listener.set_nonblocking(true)?;
-                let backend = args.backend;
-                Ok(std::thread::spawn(move || -> Result<()> {
-                    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-                    runtime.block_on(async move {
-                        let listener = tokio::net::TcpListener::from_std(std_listener)?;
-                        loop {
-                            let (client, _) = listener.accept().await?;
-                            tokio::spawn(async move {
-                                if let Ok(server) = TcpStream::connect(backend).await {
-                                    let _ = forward(client, server).await;
-                                }
-                            });
-                        }
-                    })
-                }))
-            })
-            .collect::<Result<_>>()?;
-        for t in threads {
-            match t.join() {
-                Ok(r) => r?,
-                Err(_) => bail!("a per-core thread panicked"),
-            }
+        thread_per_core(args, |listener, backend| {
+            tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(serve(listener, backend))
+        })
+    }
+
+    /// Accepts clients and forwards each on a task of its own.
+    async fn serve(listener: std::net::TcpListener, backend: SocketAddr) -> Result<()> {
+        listener.set_nonblocking(true)?;
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        loop {
+            let (client, _) = listener.accept().await?;
+            tokio::spawn(async move {
+                if let Ok(server) = TcpStream::connect(backend).await {
+                    let _ = forward(client, server).await;
+                }
+            });
         }
-        Ok(())
     }
 
     async fn forward(mut client: TcpStream, mut server: TcpStream) -> std::io::Result<()> {
@@ -174,20 +169,7 @@ mod uring_engine {
         // Fail here (not in a thread) when io_uring is unavailable: old kernel, seccomp,
         // kernel.io_uring_disabled.
         IoUring::new(8).context("io_uring is not available here")?;
-        let threads: Vec<_> = (0..args.threads)
-            .map(|_| {
-                let listener = listener(args.listen)?;
-                let backend = args.backend;
-                Ok(std::thread::spawn(move || worker(listener, backend)))
-            })
-            .collect::<Result<_>>()?;
-        for t in threads {
-            match t.join() {
-                Ok(r) => r?,
-                Err(_) => bail!("an io_uring thread panicked"),
-            }
-        }
-        Ok(())
+        thread_per_core(args, worker)
     }
 
     struct Worker {
