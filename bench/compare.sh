@@ -232,9 +232,12 @@ start_floor() {
 	log "l4floor --engine $1 listening on 127.0.0.1:$port (pid $SPAWNED_PID)"
 }
 
+# stop_floor [ENGINE]: stops that l4floor, or every one running.
 stop_floor() {
-	local e
-	for e in "${!FLOOR_PID[@]}"; do
+	local e engines=("$@")
+	[ $# -gt 0 ] || engines=("${!FLOOR_PID[@]}")
+	for e in ${engines[@]+"${engines[@]}"}; do
+		[ -n "${FLOOR_PID[$e]:-}" ] || continue
 		stop_supervised "${FLOOR_PID[$e]}" "$WORK/l4-$e" "l4floor --engine $e"
 		unset "FLOOR_PID[$e]"
 	done
@@ -403,6 +406,7 @@ measure() {
 				stop_haproxy
 				start_haproxy
 			elif [ "$name" != sluice ]; then
+				stop_floor "${name#l4-}"
 				start_floor "${name#l4-}"
 			else
 				stop_sluice

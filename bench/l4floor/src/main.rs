@@ -50,6 +50,13 @@ fn main() -> Result<()> {
     if args.threads == 0 {
         bail!("--threads must be at least 1");
     }
+    // SIGTERM is how the bench stops it, and nothing needs finishing: a clean exit, not 143.
+    extern "C" fn exit_now(_: libc::c_int) {
+        // SAFETY: _exit is async-signal-safe.
+        unsafe { libc::_exit(0) }
+    }
+    // SAFETY: installs a handler that only calls _exit.
+    unsafe { libc::signal(libc::SIGTERM, exit_now as *const () as libc::sighandler_t) };
     match args.engine {
         Engine::Tokio => tokio_engine::run(&args),
         Engine::TokioPerCore => tokio_engine::run_per_core(&args),
@@ -142,7 +149,8 @@ mod tokio_engine {
 mod uring_engine {
     use super::*;
     use io_uring::{opcode, types, IoUring};
-    use std::os::fd::{IntoRawFd, RawFd};
+    use std::net::{Shutdown, TcpStream};
+    use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
 
     const BUF: usize = 16 * 1024;
     /// user_data: slot << 8 | op. The accept has no slot.
@@ -151,10 +159,11 @@ mod uring_engine {
     const RECV: u64 = 0;
     const SEND: u64 = 2;
 
-    /// One forwarded connection: the two sockets and a buffer per direction. The buffers are
-    /// boxed so they stay put while the kernel holds them, however `slots` grows.
+    /// One forwarded connection: the two sockets (closed when the pair is dropped) and a buffer
+    /// per direction. The buffers are boxed so they stay put while the kernel holds them,
+    /// however `slots` grows.
     struct Pair {
-        fds: [RawFd; 2],
+        socks: [TcpStream; 2],
         bufs: [Box<[u8]>; 2],
         /// Per direction: a send is linked ahead of the pending receive; its success posts no
         /// completion, so the receive's completion stands for both.
@@ -216,7 +225,7 @@ mod uring_engine {
 
         fn recv(&mut self, slot: usize, dir: usize) -> Result<()> {
             let Some(p) = self.slots[slot].as_mut() else { return Ok(()) };
-            let entry = opcode::Recv::new(types::Fd(p.fds[dir]), p.bufs[dir].as_mut_ptr(), BUF as u32)
+            let entry = opcode::Recv::new(types::Fd(p.socks[dir].as_raw_fd()), p.bufs[dir].as_mut_ptr(), BUF as u32)
                 .build()
                 .user_data(((slot as u64) << 8) | (RECV + dir as u64));
             p.in_flight += 1;
@@ -227,7 +236,7 @@ mod uring_engine {
         /// behind the send so that it starts once the buffer is free, the next receive.
         fn forward(&mut self, slot: usize, dir: usize, n: usize) -> Result<()> {
             let Some(p) = self.slots[slot].as_mut() else { return Ok(()) };
-            let entry = opcode::Send::new(types::Fd(p.fds[1 - dir]), p.bufs[dir].as_ptr(), n as u32)
+            let entry = opcode::Send::new(types::Fd(p.socks[1 - dir].as_raw_fd()), p.bufs[dir].as_ptr(), n as u32)
                 .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
                 .build()
                 .flags(io_uring::squeue::Flags::IO_LINK | io_uring::squeue::Flags::SKIP_SUCCESS)
@@ -241,7 +250,8 @@ mod uring_engine {
         fn complete(&mut self, data: u64, res: i32) -> Result<()> {
             if data == ACCEPT {
                 if res >= 0 {
-                    self.open(res);
+                    // SAFETY: the accepted socket is a new fd that nothing else owns.
+                    self.open(unsafe { TcpStream::from_raw_fd(res) });
                 }
                 let accept = opcode::Accept::new(types::Fd(self.listen_fd), std::ptr::null_mut(), std::ptr::null_mut());
                 return self.push(accept.build().user_data(ACCEPT));
@@ -266,29 +276,12 @@ mod uring_engine {
 
         /// A client accepted: connect to the backend (blocking; on loopback it is immediate,
         /// and connecting is not what is measured) and receive on both.
-        fn open(&mut self, client: RawFd) {
-            let server = match std::net::TcpStream::connect(self.backend) {
-                Ok(s) => s,
-                Err(_) => {
-                    // SAFETY: the accepted fd is ours alone.
-                    unsafe { libc::close(client) };
-                    return;
-                }
-            };
+        fn open(&mut self, client: TcpStream) {
+            let Ok(server) = TcpStream::connect(self.backend) else { return }; // the client closes
+            let _ = client.set_nodelay(true);
             let _ = server.set_nodelay(true);
-            let one: libc::c_int = 1;
-            // SAFETY: setsockopt on a socket fd we own with a c_int option value.
-            unsafe {
-                libc::setsockopt(
-                    client,
-                    libc::IPPROTO_TCP,
-                    libc::TCP_NODELAY,
-                    &one as *const _ as *const libc::c_void,
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
             let pair = Pair {
-                fds: [client, server.into_raw_fd()],
+                socks: [client, server],
                 bufs: [vec![0; BUF].into_boxed_slice(), vec![0; BUF].into_boxed_slice()],
                 linked: [false; 2],
                 in_flight: 0,
@@ -315,16 +308,12 @@ mod uring_engine {
             let Some(p) = self.slots[slot].as_mut() else { return Ok(()) };
             if !p.closing {
                 p.closing = true;
-                for fd in p.fds {
-                    // SAFETY: fds owned by this pair.
-                    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+                for sock in &p.socks {
+                    let _ = sock.shutdown(Shutdown::Both);
                 }
             }
             if p.in_flight == 0 {
-                for fd in p.fds {
-                    // SAFETY: no operation of the kernel's refers to them any more.
-                    unsafe { libc::close(fd) };
-                }
+                // No operation of the kernel's refers to the sockets any more: dropped, closed.
                 self.slots[slot] = None;
                 self.free.push(slot);
             }
