@@ -65,7 +65,11 @@ pub async fn follow_roles(control: Arc<crate::control::Control>) {
         if moves.is_empty() {
             continue;
         }
-        let mut fc = config.to_file();
+        // The moves go onto the config in force now, not the one this round began with: the
+        // round awaited every server's answer, and a change applied meanwhile (a SWITCHOVER's
+        // final roles, an admin's LOAD) must not be undone by writing the older config back.
+        // A move the change already made, or made moot, finds no row left in `from`.
+        let mut fc = control.data.live.load().config.to_file();
         for (hostname, port, from, to) in &moves {
             let same = |r: &crate::config::ServerRow| r.hostname == *hostname && r.port == *port;
             if fc.mysql_servers.iter().any(|r| same(r) && r.hostgroup_id == *to) {
