@@ -55,7 +55,9 @@ Every option is also an environment variable (in CAPS); flags win over the envir
                           SLUICE_BIN_BEFORE  builds mode: the binary to compare against
                           L4FLOOR_BIN floor mode: the l4floor binary [a fresh release build]
                           FLOOR_ENGINES floor mode: l4floor's engines to run, of tokio,
-                                      tokio-per-core and uring ["tokio uring"]
+                                      tokio-per-core, tokio-uring and uring, or a second sluice:
+                                      sluice-per-core (--runtime per-core: io_uring where
+                                      available), sluice-per-core-epoll ["tokio uring"]
                           KEEP_TMP    1 = keep the temp dir (datadir, logs, sysbench outputs)
 
 Stats mode, why one long run: run-to-run throughput on these shared machines moves by ±10%,
@@ -152,7 +154,11 @@ floor)
 	[ ${#FLOOR_ENGINE_LIST[@]} -gt 0 ] || die "FLOOR_ENGINES is empty"
 	VARIANTS=(direct sluice haproxy)
 	for e in "${FLOOR_ENGINE_LIST[@]}"; do
-		case "$e" in tokio | tokio-per-core | uring) VARIANTS+=("l4-$e") ;; *) die "FLOOR_ENGINES: '$e' is not tokio, tokio-per-core or uring" ;; esac
+		case "$e" in
+		tokio | tokio-per-core | tokio-uring | uring) VARIANTS+=("l4-$e") ;;
+		sluice-per-core | sluice-per-core-epoll) VARIANTS+=("$e") ;;
+		*) die "FLOOR_ENGINES: '$e' is not tokio, tokio-per-core, tokio-uring, uring, sluice-per-core or sluice-per-core-epoll" ;;
+		esac
 	done
 	;;
 runtime) VARIANTS=(direct steal per-core) ;;
@@ -220,16 +226,26 @@ stop_haproxy() {
 }
 
 # start_floor ENGINE: bench/l4floor with that engine (tokio or uring) on a fresh port, with
-# as many threads as sluice's workers; waits until SELECT 1 works through it.
+# as many threads as sluice's workers, or for sluice-per-core[-epoll] a second sluice with
+# --runtime per-core (--io epoll); waits until SELECT 1 works through it.
 start_floor() {
-	local port
+	local port name=l4-$1 cmd
 	port=$(free_port)
-	echo "=== $(date +%T) start: $L4FLOOR_BIN --engine $1" >>"$WORK/l4-$1.log"
-	spawn_supervised "$WORK/l4-$1" "$WORK/l4-$1.log" "$L4FLOOR_BIN" --engine "$1" --listen "127.0.0.1:$port" \
-		--backend "127.0.0.1:$DB_PORT" --threads "$(sluice_workers)"
+	case "$1" in
+	sluice-*)
+		name=$1
+		cmd=("${SLUICE_CMD[@]}" --listen "127.0.0.1:$port" --backend "127.0.0.1:$DB_PORT" --user root --password ''
+			--admin-listen "127.0.0.1:$(free_port)" --http-listen '' --runtime per-core)
+		[ "$1" = sluice-per-core-epoll ] && cmd+=(--io epoll)
+		cmd+=(${SLUICE_EXTRA[@]+"${SLUICE_EXTRA[@]}"})
+		;;
+	*) cmd=("$L4FLOOR_BIN" --engine "$1" --listen "127.0.0.1:$port" --backend "127.0.0.1:$DB_PORT" --threads "$(sluice_workers)") ;;
+	esac
+	echo "=== $(date +%T) start: ${cmd[*]}" >>"$WORK/$name.log"
+	spawn_supervised "$WORK/$name" "$WORK/$name.log" "${cmd[@]}"
 	FLOOR_PID[$1]=$SPAWNED_PID FLOOR_PORT[$1]=$port
-	await_answer "l4floor --engine $1" "$SPAWNED_PID" "$port"
-	log "l4floor --engine $1 listening on 127.0.0.1:$port (pid $SPAWNED_PID)"
+	await_answer "$name" "$SPAWNED_PID" "$port"
+	log "$name listening on 127.0.0.1:$port (pid $SPAWNED_PID)"
 }
 
 # stop_floor [ENGINE]: stops that l4floor, or every one running.
@@ -238,7 +254,7 @@ stop_floor() {
 	[ $# -gt 0 ] || engines=("${!FLOOR_PID[@]}")
 	for e in ${engines[@]+"${engines[@]}"}; do
 		[ -n "${FLOOR_PID[$e]:-}" ] || continue
-		stop_supervised "${FLOOR_PID[$e]}" "$WORK/l4-$e" "l4floor --engine $e"
+		case "$e" in sluice-*) stop_supervised "${FLOOR_PID[$e]}" "$WORK/$e" "$e" ;; *) stop_supervised "${FLOOR_PID[$e]}" "$WORK/l4-$e" "l4floor --engine $e" ;; esac
 		unset "FLOOR_PID[$e]"
 	done
 }
@@ -352,6 +368,7 @@ endpoint() {
 	direct) EP_PORT=$DB_PORT EP_PID="" ;;
 	haproxy) EP_PORT=$HAPROXY_PORT EP_PID=$HAPROXY_PID ;;
 	l4-*) EP_PORT=${FLOOR_PORT[${1#l4-}]} EP_PID=${FLOOR_PID[${1#l4-}]} ;;
+	sluice-*) EP_PORT=${FLOOR_PORT[$1]} EP_PID=${FLOOR_PID[$1]} ;;
 	*) EP_PORT=$SLUICE_PORT EP_PID=$SLUICE_PID ;;
 	esac
 }
@@ -389,7 +406,7 @@ measure() {
 	RUN_NO=$((RUN_NO + 1))
 	logf=$WORK/run-$(printf %03d "$RUN_NO")-$wl-$thr-$variant-$round.log
 	endpoint "$variant"
-	case "$variant" in haproxy | l4-*) name=$variant ;; esac
+	case "$variant" in haproxy | l4-* | sluice-*) name=$variant ;; esac
 	if [ -n "$EP_PID" ]; then
 		t0=$(cpu_ticks "$EP_PID") || t0=""
 	fi
@@ -718,11 +735,14 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=
 		echo "QPS and CPU µs per statement of each endpoint (medians); ÷ H: CPU per statement ÷ HAProxy's in the same cell."
 		echo
 		head="| workload | threads | direct QPS | sluice QPS | HAProxy QPS" rule="|---|---:|---:|---:|---:"
-		for e in "${FLOOR_ENGINE_LIST[@]}"; do head+=" | l4 $e QPS" rule+="|---:"; done
+		# l4floor engines as "l4 ENGINE", the second sluices by their own names
+		labels=()
+		for e in "${FLOOR_ENGINE_LIST[@]}"; do case "$e" in sluice-*) labels+=("$e") ;; *) labels+=("l4 $e") ;; esac; done
+		for e in "${labels[@]}"; do head+=" | $e QPS" rule+="|---:"; done
 		head+=" | sluice CPU | HAProxy CPU" rule+="|---:|---:"
-		for e in "${FLOOR_ENGINE_LIST[@]}"; do head+=" | l4 $e CPU" rule+="|---:"; done
+		for e in "${labels[@]}"; do head+=" | $e CPU" rule+="|---:"; done
 		head+=" | sluice ÷ H" rule+="|---:"
-		for e in "${FLOOR_ENGINE_LIST[@]}"; do head+=" | l4 $e ÷ H" rule+="|---:"; done
+		for e in "${labels[@]}"; do head+=" | $e ÷ H" rule+="|---:"; done
 		echo "$head |"
 		echo "$rule|"
 		for wl in "${WORKLOAD_LIST[@]}"; do

@@ -9,6 +9,11 @@
 //!   own SO_REUSEPORT listener, as sluice's `runtime = "per-core"`: epoll without work stealing
 //!   or cross-thread wake-ups, to tell what io_uring gains from its thread-per-core shape from
 //!   what it gains from the ring.
+//! - `--engine tokio-uring`: as tokio-per-core, but every read and write goes through sluice's
+//!   io_uring streams (`sluice::net::uring`): each thread's ring takes what all its
+//!   connections asked for in one `io_uring_enter` when the thread runs out of work, beside
+//!   tokio's epoll. What sluice's data path gets from io_uring inside tokio, against what a
+//!   ring-only loop gets (`uring`).
 //! - `--engine uring`: a thread per core, each with its own listening socket (SO_REUSEPORT: the
 //!   kernel spreads connections) and its own ring; every receive and send of every connection
 //!   the thread holds goes through one `io_uring_enter` per wake-up (`submit_and_wait`). Each
@@ -26,6 +31,7 @@ use std::net::SocketAddr;
 enum Engine {
     Tokio,
     TokioPerCore,
+    TokioUring,
     Uring,
 }
 
@@ -60,6 +66,7 @@ fn main() -> Result<()> {
     match args.engine {
         Engine::Tokio => tokio_engine::run(&args),
         Engine::TokioPerCore => tokio_engine::run_per_core(&args),
+        Engine::TokioUring => tokio_engine::run_uring(&args),
         Engine::Uring => uring_engine::run(&args),
     }
 }
@@ -102,36 +109,47 @@ mod tokio_engine {
 
     pub fn run(args: &Args) -> Result<()> {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(args.threads).enable_all().build()?;
-        runtime.block_on(serve(listener(args.listen)?, args.backend))
+        runtime.block_on(serve(listener(args.listen)?, args.backend, Ok))
     }
 
     pub fn run_per_core(args: &Args) -> Result<()> {
         thread_per_core(args, |listener, backend| {
-            tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(serve(listener, backend))
+            tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(serve(listener, backend, Ok))
         })
     }
 
-    /// Accepts clients and forwards each on a task of its own.
-    async fn serve(listener: std::net::TcpListener, backend: SocketAddr) -> Result<()> {
+    pub fn run_uring(args: &Args) -> Result<()> {
+        use sluice::net::uring;
+        uring::check().context("io_uring is not available here")?;
+        thread_per_core(args, |listener, backend| {
+            let ring = uring::install(Default::default())?;
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().on_thread_park(uring::before_park).build()?;
+            rt.block_on(async move {
+                tokio::spawn(uring::drive(ring.clone()));
+                serve(listener, backend, move |s| Ok(uring::UringTcp::new(s.into_std()?, ring.clone())?)).await
+            })
+        })
+    }
+
+    /// Accepts clients and forwards each on a task of its own, over the streams `wrap` makes.
+    async fn serve<S>(listener: std::net::TcpListener, backend: SocketAddr, wrap: impl Fn(TcpStream) -> Result<S>) -> Result<()>
+    where
+        S: AsyncReadExt + AsyncWriteExt + Send + 'static,
+    {
         listener.set_nonblocking(true)?;
         let listener = tokio::net::TcpListener::from_std(listener)?;
         loop {
             let (client, _) = listener.accept().await?;
+            client.set_nodelay(true)?;
+            let Ok(server) = TcpStream::connect(backend).await else { continue };
+            server.set_nodelay(true)?;
+            let (client, server) = (wrap(client)?, wrap(server)?);
             tokio::spawn(async move {
-                if let Ok(server) = TcpStream::connect(backend).await {
-                    let _ = forward(client, server).await;
-                }
+                let (mut cr, mut cw) = tokio::io::split(client);
+                let (mut sr, mut sw) = tokio::io::split(server);
+                let _ = tokio::try_join!(pump(&mut cr, &mut sw), pump(&mut sr, &mut cw));
             });
         }
-    }
-
-    async fn forward(mut client: TcpStream, mut server: TcpStream) -> std::io::Result<()> {
-        client.set_nodelay(true)?;
-        server.set_nodelay(true)?;
-        let (mut cr, mut cw) = client.split();
-        let (mut sr, mut sw) = server.split();
-        tokio::try_join!(pump(&mut cr, &mut sw), pump(&mut sr, &mut cw))?;
-        Ok(())
     }
 
     async fn pump(from: &mut (impl AsyncReadExt + Unpin), to: &mut (impl AsyncWriteExt + Unpin)) -> std::io::Result<()> {

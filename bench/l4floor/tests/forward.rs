@@ -83,7 +83,7 @@ async fn each_engine_forwards_what_the_server_says() {
     assert_eq!(direct.0.len(), 1000);
     assert_eq!(direct.1, vec![8, 9, 10, 11]);
     assert_eq!(direct.2, 1146);
-    for engine in ["tokio", "tokio-per-core", "uring"] {
+    for engine in ["tokio", "tokio-per-core", "tokio-uring", "uring"] {
         let (_fwd, port) = start(engine, &db);
         assert_eq!(session(port, 7).await, direct, "one session through --engine {engine}");
         // 16 sessions at once, each with its own parameter: no bytes cross between them.

@@ -24,6 +24,19 @@ pub enum RuntimeKind {
     Steal,
 }
 
+/// How the workers do socket I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+#[derive(clap::ValueEnum)]
+pub enum IoEngine {
+    /// io_uring for the plain TCP connections of per-core workers, when the kernel allows it
+    /// (else epoll, said in the log); epoll with the work-stealing runtime and for TLS.
+    #[default]
+    Auto,
+    /// epoll everywhere.
+    Epoll,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ServerStatus {
@@ -41,6 +54,8 @@ pub struct ProxySection {
     /// Worker threads; default: the number of cores.
     pub workers: Option<usize>,
     pub runtime: RuntimeKind,
+    /// Socket I/O: "auto" (io_uring on per-core workers where available) or "epoll".
+    pub io: IoEngine,
     /// Version string in the greeting; default: the backend's own.
     pub server_version: Option<String>,
     /// Plugin announced in the greeting: mysql_native_password or caching_sha2_password.
@@ -123,6 +138,7 @@ impl Default for ProxySection {
             listen: vec!["127.0.0.1:6033".into()],
             workers: None,
             runtime: RuntimeKind::default(),
+            io: IoEngine::default(),
             server_version: None,
             default_auth_plugin: proto::auth::MYSQL_NATIVE_PASSWORD.into(),
             max_connections: 10_000,
@@ -749,11 +765,12 @@ impl Config {
     }
 
     /// True when `other` differs from this config in its query rules at most (command-line
-    /// overrides of workers and runtime aside).
+    /// overrides of workers, runtime and io aside).
     pub fn same_except_rules(&self, other: &Config) -> bool {
         let mut proxy = other.proxy.clone();
         proxy.workers = self.proxy.workers;
         proxy.runtime = self.proxy.runtime;
+        proxy.io = self.proxy.io;
         self.proxy == proxy
             && self.tls == other.tls
             && self.monitor == other.monitor
@@ -884,6 +901,7 @@ fn unprefixed(what: &str, prefixes: &[&str]) -> String {
 pub struct Overrides {
     pub workers: Option<usize>,
     pub runtime: Option<RuntimeKind>,
+    pub io: Option<IoEngine>,
     pub admin_listen: Option<String>,
     pub http_listen: Option<String>,
 }
@@ -898,6 +916,9 @@ impl Overrides {
         if let Some(r) = self.runtime {
             fc.proxy.runtime = r;
         }
+        if let Some(io) = self.io {
+            fc.proxy.io = io;
+        }
         if let Some(a) = &self.admin_listen {
             fc.proxy.admin_listen = a.clone();
         }
@@ -911,6 +932,7 @@ impl Overrides {
         match field {
             "proxy.workers" if self.workers.is_some() => Some("--workers"),
             "proxy.runtime" if self.runtime.is_some() => Some("--runtime"),
+            "proxy.io" if self.io.is_some() => Some("--io"),
             "proxy.admin_listen" if self.admin_listen.is_some() => Some("--admin-listen"),
             "proxy.http_listen" if self.http_listen.is_some() => Some("--http-listen"),
             _ => None,

@@ -91,6 +91,9 @@ impl Control {
         if config.proxy.runtime != runtime {
             applied.need_restart.push("proxy.runtime");
         }
+        if config.proxy.io != old.config.proxy.io {
+            applied.need_restart.push("proxy.io");
+        }
         if config.proxy.datadir != old.config.proxy.datadir {
             applied.need_restart.push("proxy.datadir");
         }

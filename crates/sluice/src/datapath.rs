@@ -73,6 +73,8 @@ pub struct DataPath {
     /// The runtime kind, fixed at start (per-core workers take connections only from their
     /// own pool shard).
     pub runtime: RuntimeKind,
+    /// The io_uring data path's counters (per-core workers' rings; zero on epoll).
+    pub io_uring: Arc<crate::net::uring::Totals>,
 }
 
 impl DataPath {
@@ -90,6 +92,7 @@ impl DataPath {
             stats,
             health: Arc::default(),
             runtime: config.proxy.runtime,
+            io_uring: Arc::default(),
             live: Arc::new(arc_swap::ArcSwap::from_pointee(snapshot)),
             backend_accounts: BackendAccounts::default(),
             throttle: Default::default(),

@@ -46,6 +46,10 @@ struct Args {
     /// Runtime kind (default: config, else steal).
     #[arg(long, value_enum)]
     runtime: Option<RuntimeKind>,
+    /// Socket I/O: auto (io_uring on per-core workers where the kernel allows it) or epoll
+    /// (default: config, else auto).
+    #[arg(long, value_enum)]
+    io: Option<config::IoEngine>,
     /// The admin SQL port, IP:port (overrides the config, default 127.0.0.1:6032; "" turns it off).
     #[arg(long)]
     admin_listen: Option<String>,
@@ -73,6 +77,7 @@ fn main() -> ExitCode {
     let overrides = config::Overrides {
         workers: args.workers,
         runtime: args.runtime,
+        io: args.io,
         admin_listen: args.admin_listen.clone(),
         http_listen: args.http_listen.clone(),
     };

@@ -74,7 +74,7 @@ impl Server {
     /// datadir wins over `config` unless `options.initial` (`admin::startup`).
     pub fn start_with(config: Config, options: &crate::admin::startup::StartOptions) -> anyhow::Result<Server> {
         let (tables, config) = crate::admin::startup::open(config, options)?;
-        let (workers, runtime_kind) = (config.workers, config.proxy.runtime);
+        let (workers, runtime_kind, io) = (config.workers, config.proxy.runtime, config.proxy.io);
         let listeners = Listeners::default();
         listeners.reconcile(&config).map_err(|e| anyhow::anyhow!(e))?;
         let data = Arc::new(DataPath::new(Snapshot::build(config, None)?));
@@ -93,13 +93,15 @@ impl Server {
         let as_workers: Arc<dyn Workers> = runtime.clone();
         control.attach_workers(Arc::downgrade(&as_workers));
         crate::monitor::probe_profile(&data);
+        let uring = runtime_kind == RuntimeKind::PerCore && io == crate::config::IoEngine::Auto && uring_available();
         let mut threads = match runtime_kind {
-            RuntimeKind::PerCore => start_per_core(&runtime)?,
+            RuntimeKind::PerCore => start_per_core(&runtime, uring)?,
             RuntimeKind::Steal => vec![start_generation(&runtime, workers)?],
         };
         threads.push(start_monitor(control.clone())?);
         threads.push(start_probe(data.clone())?);
-        tracing::info!(listen = ?control.listeners.addrs(Kind::Client), workers, runtime = ?runtime_kind, "sluice started");
+        let io = if uring { "io_uring" } else { "epoll" };
+        tracing::info!(listen = ?control.listeners.addrs(Kind::Client), workers, runtime = ?runtime_kind, io, "sluice started");
         Ok(Server { data, control, admin, runtime, threads })
     }
 
@@ -205,9 +207,22 @@ fn stop_runtime(rt: tokio::runtime::Runtime) {
     rt.shutdown_timeout(RUNTIME_STOP);
 }
 
+/// Whether per-core workers can do their sessions' I/O through io_uring here; when not, says
+/// why in the log (they use epoll).
+fn uring_available() -> bool {
+    match crate::net::uring::check() {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!("io_uring is not available ({e}): per-core workers use epoll");
+            false
+        }
+    }
+}
+
 /// One current-thread runtime per worker; the acceptor thread hands each connection to the
-/// next worker, where its session stays for its whole life.
-fn start_per_core(rt: &Arc<Runtime>) -> anyhow::Result<Vec<JoinHandle<()>>> {
+/// next worker, where its session stays for its whole life. With `uring`, each worker has its
+/// own ring (`net::uring`) for its sessions' plain TCP connections.
+fn start_per_core(rt: &Arc<Runtime>, uring: bool) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let mut threads = Vec::new();
     let mut senders = Vec::new();
     for w in 0..rt.count() {
@@ -215,19 +230,34 @@ fn start_per_core(rt: &Arc<Runtime>) -> anyhow::Result<Vec<JoinHandle<()>>> {
         senders.push(tx);
         let data = rt.data.clone();
         threads.push(runtime_thread(format!("sluice-worker-{w}"), move || {
-            let tokio_rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            let mut builder = tokio::runtime::Builder::new_current_thread();
+            let ring = match uring.then(|| crate::net::uring::install(data.io_uring.clone())) {
+                Some(Ok(ring)) => {
+                    builder.on_thread_park(crate::net::uring::before_park);
+                    Some(ring)
+                }
+                Some(Err(e)) => {
+                    tracing::warn!("worker {w}: io_uring setup failed ({e}): this worker uses epoll");
+                    None
+                }
+                None => None,
+            };
+            let tokio_rt = match builder.enable_all().build() {
                 Ok(rt) => rt,
                 Err(e) => return tracing::error!("worker {w}: cannot build runtime: {e}"),
             };
             crate::pool::set_worker(w, None);
             tokio_rt.block_on(async move {
+                if let Some(ring) = ring {
+                    tokio::spawn(crate::net::uring::drive(ring));
+                }
                 let tracker = TaskTracker::new();
                 tokio::spawn(maintain_pools(data.clone(), w, data.shutdown.clone()));
                 loop {
                     tokio::select! {
                         _ = data.shutdown.cancelled() => break,
                         next = rx.recv() => match next {
-                            Some((std_stream, peer)) => match tokio::net::TcpStream::from_std(std_stream) {
+                            Some((std_stream, peer)) => match crate::net::Stream::plain(std_stream) {
                                 Ok(s) => { tracker.spawn(crate::session::run(data.clone(), s, peer)); }
                                 Err(e) => tracing::warn!("worker {w}: {e}"),
                             },
@@ -238,6 +268,7 @@ fn start_per_core(rt: &Arc<Runtime>) -> anyhow::Result<Vec<JoinHandle<()>>> {
                 drain(tracker, &data, true).await;
             });
             stop_runtime(tokio_rt);
+            crate::net::uring::close_current(RUNTIME_STOP);
         })?);
     }
     let rt = rt.clone();
@@ -293,7 +324,8 @@ fn start_generation(rt: &Arc<Runtime>, workers: usize) -> anyhow::Result<JoinHan
     let data = rt.data.clone();
     let (sessions, spawner) = (tracker.clone(), data.clone());
     let hand_off: HandOff = Arc::new(move |stream: tokio::net::TcpStream, peer: SocketAddr| {
-        sessions.spawn(crate::session::run(spawner.clone(), stream, peer));
+        crate::net::tune(&stream);
+        sessions.spawn(crate::session::run(spawner.clone(), crate::net::Stream::Tcp(stream), peer));
     });
     rt.control.listeners.run(tokio_rt.handle().clone(), data.shutdown.clone(), hand_offs(rt, hand_off, &tracker));
     let previous =

@@ -17,9 +17,10 @@ const ER_ADMIN_REFUSED: u16 = 1105;
 /// Serves one admin connection until it ends.
 pub async fn run(port: Arc<AdminPort>, tcp: tokio::net::TcpStream, peer: SocketAddr) {
     crate::net::tune(&tcp);
+    let stream = crate::net::Stream::Tcp(tcp);
     let id = port.control.data.registry.next_id();
     let timeout = std::time::Duration::from_millis(port.control.snapshot().config.proxy.client_connect_timeout_ms);
-    let login = match tokio::time::timeout(timeout, login(&port.control.data, tcp, peer, id, Directory::Admin)).await {
+    let login = match tokio::time::timeout(timeout, login(&port.control.data, stream, peer, id, Directory::Admin)).await {
         Ok(Ok(l)) => l,
         Ok(Err(e)) => return tracing::debug!(%peer, "admin login ended: {e}"),
         Err(_) => return tracing::debug!(%peer, "admin login timed out"),

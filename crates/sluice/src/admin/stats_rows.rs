@@ -187,6 +187,9 @@ pub fn global(data: &DataPath) -> Vec<(&'static str, u64)> {
         ("Query_Cache_Entries", data.cache.entries() as u64),
         ("Query_Cache_Memory_bytes", data.cache.memory_bytes() as u64),
         ("Mirror_pending", data.mirror.pending() as u64),
+        ("Io_uring_rings", data.io_uring.rings.load(Relaxed)),
+        ("Io_uring_enters", data.io_uring.enters.load(Relaxed)),
+        ("Io_uring_completions", data.io_uring.completions.load(Relaxed)),
     ]);
     if let Some(log) = &snapshot.query_log {
         out.extend([("Query_Log_written", log.written()), ("Query_Log_dropped", log.dropped())]);

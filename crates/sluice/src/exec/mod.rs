@@ -711,7 +711,7 @@ async fn drain(
     limits: &Limits,
     mut first_write: Option<&mut Option<Instant>>,
 ) -> Result<(), Drained> {
-    let reset = bstream.tcp().ready(tokio::io::Interest::ERROR);
+    let reset = bstream.error();
     tokio::pin!(reset);
     let mut last_progress = Instant::now();
     let stall = tokio::time::sleep(limits.stall);
@@ -788,7 +788,7 @@ pub async fn client_gone(client: &mut Conn) {
 /// command loop finds it; only an EOF or error with nothing pending means gone.
 pub(crate) fn watch_client_side(client: &mut Conn, cx: &mut Context<'_>) -> Watch {
     loop {
-        match client.stream.tcp().poll_read_ready(cx) {
+        match client.stream.poll_read_ready(cx) {
             Poll::Pending => return Watch::Quiet,
             Poll::Ready(Err(_)) => return Watch::Gone,
             Poll::Ready(Ok(())) => {}

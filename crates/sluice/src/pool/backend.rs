@@ -4,7 +4,7 @@
 
 use super::Server;
 use super::{state, Login};
-use crate::net::{tune, Conn, Stream};
+use crate::net::{Conn, Stream};
 use proto::auth;
 use proto::errors::*;
 use proto::handshake::{self, ClientHello, ServerGreeting};
@@ -194,9 +194,9 @@ impl Backend {
 
     /// Closes without waiting: COM_QUIT if the socket takes it at once (so the server does
     /// not log an aborted connection), then the socket closes.
-    pub fn close(self) {
-        if let Stream::Tcp(tcp) = &self.conn.stream {
-            let _ = tcp.try_write(&[1, 0, 0, 0, proto::command::COM_QUIT]);
+    pub fn close(mut self) {
+        if !self.conn.stream.is_tls() {
+            self.conn.stream.try_write_now(&[1, 0, 0, 0, proto::command::COM_QUIT]);
         }
     }
 
@@ -227,7 +227,7 @@ impl Backend {
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         // Pending registers the no-op waker: nothing waits on an idle connection, and the
         // next read registers its own.
-        match self.conn.stream.tcp().poll_read_ready(&mut cx) {
+        match self.conn.stream.poll_read_ready(&mut cx) {
             std::task::Poll::Pending => false,
             std::task::Poll::Ready(_) => !self.is_alive(),
         }
@@ -237,17 +237,7 @@ impl Backend {
     pub fn is_alive(&mut self) -> bool {
         // The socket itself is asked (a non-blocking peek): tokio's cached readiness may not
         // have seen a close that arrived while the worker was busy.
-        let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
-        match socket2::SockRef::from(self.conn.stream.tcp()).peek(&mut probe) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
-            Ok(0) | Err(_) => false,
-            // Through TLS, bytes may be a record with no data (a session ticket).
-            Ok(_) if self.conn.stream.is_tls() => {
-                let mut b = [0u8; 64];
-                matches!(self.conn.stream.try_read_now(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
-            }
-            Ok(_) => false,
-        }
+        self.conn.stream.peek_alive()
     }
 
     /// The type byte of a column definition this connection received.
@@ -614,8 +604,7 @@ async fn connect_inner(p: &ConnectParams<'_>) -> Result<Backend, BackendError> {
     let tcp = TcpStream::connect((p.server.hostname.as_str(), p.server.port))
         .await
         .map_err(|e| BackendError::Connect { server: server.to_string(), source: e })?;
-    tune(&tcp);
-    let mut conn = Conn::new(Stream::Tcp(tcp));
+    let mut conn = Conn::new(Stream::from_tokio(tcp).map_err(lost)?);
     let (seq, payload) = conn.read_packet(1 << 16).await.map_err(lost)?;
     if payload.first() == Some(&0xFF) {
         return Err(rejected(server, &payload));
@@ -657,7 +646,7 @@ async fn connect_inner(p: &ConnectParams<'_>) -> Result<Backend, BackendError> {
         handshake::write_ssl_request(&mut out, &mut seq, &hello);
         conn.write_all(&out).await.map_err(lost)?;
         out.clear();
-        let Stream::Tcp(tcp) = conn.stream else { unreachable!("fresh connection is plain TCP") };
+        let tcp = conn.stream.into_tcp().await.map_err(lost)?;
         let name = rustls::pki_types::ServerName::try_from(p.server.hostname.clone())
             .unwrap_or_else(|_| rustls::pki_types::ServerName::try_from("localhost").expect("static name"));
         let tls_stream = tokio_rustls::TlsConnector::from(tls.clone())

@@ -669,7 +669,7 @@ pub fn checkin(b: Backend, settings: &PoolSection) {
 
 fn checkin_to(mut b: Backend, settings: &PoolSection, shard: usize) {
     // Bytes buffered past the last reply would answer the next user's statement: never reuse.
-    let unread = !b.conn.rbuf.is_empty();
+    let unread = !b.conn.rbuf.is_empty() || b.conn.stream.has_unread();
     let standing = b.server.pool.generations.standing(&b);
     let old = b.age() > Duration::from_millis(settings.max_lifetime_ms) && standing != Standing::KeptForSessions;
     let stale = standing == Standing::Retired;
@@ -679,6 +679,7 @@ fn checkin_to(mut b: Backend, settings: &PoolSection, shard: usize) {
         return;
     }
     b.idle_since = Instant::now();
+    b.conn.stream.watch_idle();
     let pool = b.server.pool.clone();
     let i = shard % pool.shards.len();
     match pool.shards[i].lock() {

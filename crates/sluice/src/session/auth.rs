@@ -58,14 +58,8 @@ pub enum Directory {
 }
 
 /// Greets the client, upgrades to TLS if asked, and authenticates it against `directory`.
-pub async fn login(
-    data: &Arc<DataPath>,
-    tcp: tokio::net::TcpStream,
-    peer: SocketAddr,
-    id: u32,
-    directory: Directory,
-) -> Result<Login, LoginError> {
-    let mut client = Conn::new(Stream::Tcp(tcp));
+pub async fn login(data: &Arc<DataPath>, stream: Stream, peer: SocketAddr, id: u32, directory: Directory) -> Result<Login, LoginError> {
+    let mut client = Conn::new(stream);
     let snapshot = data.live.load_full();
     let nonce = auth::make_nonce(rand::random());
     let offered = offered_capabilities(data, snapshot.tls.is_some());
@@ -98,7 +92,7 @@ pub async fn login(
         let Some(acceptor) = &snapshot.tls else {
             return Err(LoginError::Protocol("SSL requested but not offered".into()));
         };
-        let Stream::Tcp(tcp) = client.stream else { unreachable!("login starts on plain TCP") };
+        let tcp = client.stream.into_tcp().await?;
         let tls = acceptor.accept(tcp).await?;
         client = Conn::new(Stream::ServerTls(Box::new(tls)));
         (seq, payload) = client.read_packet(1 << 16).await?;

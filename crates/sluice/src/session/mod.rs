@@ -143,9 +143,8 @@ const HANDSHAKE_SLOT_WAIT: Duration = Duration::from_secs(2);
 
 /// Serves one client connection until it ends. Never panics on client input; every error ends
 /// this session only.
-pub async fn run(data: Arc<DataPath>, tcp: tokio::net::TcpStream, peer: SocketAddr) {
-    crate::net::tune(&tcp);
-    let local = tcp.local_addr().ok();
+pub async fn run(data: Arc<DataPath>, stream: crate::net::Stream, peer: SocketAddr) {
+    let local = stream.local_addr().ok();
     let (max_handshakes, per_host) = {
         let proxy = &data.snapshot().config.proxy;
         (proxy.max_handshakes, proxy.max_handshakes_per_host)
@@ -162,12 +161,12 @@ pub async fn run(data: Arc<DataPath>, tcp: tokio::net::TcpStream, peer: SocketAd
         .inspect_err(|why| debug!(%peer, "handshake refused: {why:?}"));
     let Ok(slot) = slot else {
         data.stats.add(Counter::AccessDeniedMaxConnections, 1);
-        let mut conn = crate::net::Conn::new(crate::net::Stream::Tcp(tcp));
+        let mut conn = crate::net::Conn::new(stream);
         let _ = conn.write_all(&too_many_before_greeting()).await;
         return;
     };
     let id = data.registry.next_id();
-    match start(&data, tcp, peer, local, id, slot).await {
+    match start(&data, stream, peer, local, id, slot).await {
         Ok(mut session) => {
             data.stats.add(Counter::ClientConnectionsCreated, 1);
             session.command_loop().await;
@@ -201,14 +200,14 @@ fn too_many_before_greeting() -> Vec<u8> {
 
 async fn start(
     data: &Arc<DataPath>,
-    tcp: tokio::net::TcpStream,
+    stream: crate::net::Stream,
     peer: SocketAddr,
     local: Option<SocketAddr>,
     id: u32,
     handshake: crate::listener::HandshakeSlot<'_>,
 ) -> Result<Session, String> {
     let timeout = std::time::Duration::from_millis(data.snapshot().config.proxy.client_connect_timeout_ms);
-    let login = match tokio::time::timeout(timeout, auth::login(data, tcp, peer, id, auth::Directory::Clients)).await {
+    let login = match tokio::time::timeout(timeout, auth::login(data, stream, peer, id, auth::Directory::Clients)).await {
         Ok(r) => r.map_err(|e| e.to_string())?,
         Err(_) => return Err(format!("no login within {} ms", timeout.as_millis())),
     };
@@ -1102,7 +1101,7 @@ impl IdleTimer {
 async fn held_readable(held: &[Held]) {
     match held.first() {
         Some(h) => {
-            let _ = h.backend.conn.stream.tcp().readable().await;
+            let _ = h.backend.conn.stream.readable().await;
         }
         None => std::future::pending().await,
     }

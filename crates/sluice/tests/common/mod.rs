@@ -23,6 +23,17 @@ impl Proxy {
                 *addr = "127.0.0.1:0".into();
             }
         }
+        // SLUICE_TEST_RUNTIME=per-core runs every in-process sluice on per-core workers, and so
+        // over the io_uring data path where the kernel allows it (docs/architecture.md).
+        match std::env::var("SLUICE_TEST_RUNTIME").as_deref() {
+            Ok("per-core") => config.proxy.runtime = config::RuntimeKind::PerCore,
+            Ok("per-core-epoll") => {
+                config.proxy.runtime = config::RuntimeKind::PerCore;
+                config.proxy.io = config::IoEngine::Epoll;
+            }
+            Ok("steal") | Err(_) => {}
+            Ok(other) => panic!("SLUICE_TEST_RUNTIME={other}: per-core, per-core-epoll or steal"),
+        }
         let server = sluice::Server::start(config).expect("sluice starts");
         let port = server.local_addr().port();
         Proxy { server: Some(server), port }

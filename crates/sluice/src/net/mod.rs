@@ -1,6 +1,8 @@
 //! Byte streams on both sides of sluice: plain TCP or TLS, with a read buffer and
 //! packet-at-a-time reading (check-then-parse: nothing is copied until a packet is whole).
 
+pub mod uring;
+
 use bytes::{Buf, BytesMut};
 use proto::frame::{self, Frame, Tail};
 use std::io;
@@ -9,23 +11,146 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
-/// A client or backend connection: TCP, or TLS over TCP.
+/// A client or backend connection: TCP on epoll or on the worker's io_uring ring, or TLS over
+/// TCP (always on epoll).
 pub enum Stream {
     Tcp(TcpStream),
+    Uring(uring::UringTcp),
     ServerTls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
     ClientTls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }
 
 impl Stream {
-    pub fn is_tls(&self) -> bool {
-        !matches!(self, Stream::Tcp(_))
+    /// A plain TCP connection, on this worker's io_uring ring when it has one (per-core
+    /// workers where io_uring is available: `net::uring`), else on epoll.
+    pub fn plain(tcp: std::net::TcpStream) -> io::Result<Stream> {
+        tune_std(&tcp);
+        match uring::current() {
+            Some(ring) => Ok(Stream::Uring(uring::UringTcp::new(tcp, ring)?)),
+            None => {
+                tcp.set_nonblocking(true)?;
+                Ok(Stream::Tcp(TcpStream::from_std(tcp)?))
+            }
+        }
     }
 
-    pub fn tcp(&self) -> &TcpStream {
+    /// As `plain`, for a socket tokio opened (a backend connection).
+    pub fn from_tokio(tcp: TcpStream) -> io::Result<Stream> {
+        if uring::current().is_none() {
+            tune(&tcp);
+            return Ok(Stream::Tcp(tcp));
+        }
+        Stream::plain(tcp.into_std()?)
+    }
+
+    /// The plain TCP socket, on epoll, for a TLS handshake: what was written is flushed first
+    /// (the io_uring stream holds no bytes by then: the packet before a handshake is read with
+    /// exact-size reads).
+    pub async fn into_tcp(self) -> io::Result<TcpStream> {
         match self {
+            Stream::Tcp(tcp) => Ok(tcp),
+            Stream::Uring(mut s) => {
+                s.flush().await?;
+                TcpStream::from_std(s.into_std()?)
+            }
+            _ => Err(io::Error::other("the connection is already TLS")),
+        }
+    }
+
+    pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
+        match (self.epoll(), self) {
+            (Some(tcp), _) => tcp.local_addr(),
+            (None, Stream::Uring(s)) => s.socket().local_addr(),
+            (None, _) => Err(io::ErrorKind::NotConnected.into()),
+        }
+    }
+
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Stream::ServerTls(_) | Stream::ClientTls(_))
+    }
+
+    fn epoll(&self) -> Option<&TcpStream> {
+        match self {
+            Stream::Tcp(s) => Some(s),
+            Stream::Uring(_) => None,
+            Stream::ServerTls(s) => Some(s.get_ref().0),
+            Stream::ClientTls(s) => Some(s.get_ref().0),
+        }
+    }
+
+    /// Ready once a read would not wait (bytes, end of stream or an error). On epoll, the
+    /// reactor's readiness, no system call; on io_uring, a receive in flight (started here if
+    /// none is), whose result the next read takes.
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.epoll() {
+            Some(tcp) => tcp.poll_read_ready(cx),
+            None => match self {
+                Stream::Uring(s) => s.poll_read_ready(cx),
+                _ => Poll::Pending,
+            },
+        }
+    }
+
+    /// Bytes received and not yet read (on io_uring, in the stream's own buffer).
+    pub fn has_unread(&self) -> bool {
+        matches!(self, Stream::Uring(s) if s.has_unread())
+    }
+
+    /// An idle connection (pooled, or kept between statements) is watched for a close as epoll
+    /// watches every registered socket: on io_uring, a receive is left in flight, so that
+    /// `poll_read_ready` (the pool's check at checkout) learns of a close without a system call.
+    pub fn watch_idle(&self) {
+        if let Stream::Uring(s) = self {
+            let _ = s.poll_read_ready(&mut Context::from_waker(std::task::Waker::noop()));
+        }
+    }
+
+    pub async fn readable(&self) -> io::Result<()> {
+        std::future::poll_fn(|cx| self.poll_read_ready(cx)).await
+    }
+
+    /// Resolves when the socket reports an error (a reset) while it is not being read: the
+    /// reactor's error readiness on epoll, a poll operation on io_uring.
+    pub async fn error(&self) {
+        match (self.epoll(), self) {
+            (Some(tcp), _) => {
+                let _ = tcp.ready(tokio::io::Interest::ERROR).await;
+            }
+            (None, Stream::Uring(s)) => std::future::poll_fn(|cx| s.poll_error(cx)).await,
+            (None, _) => std::future::pending().await,
+        }
+    }
+
+    /// Whether an idle connection is still open and has said nothing, asking the socket itself
+    /// (a non-blocking peek) rather than readiness a busy worker may not have seen yet.
+    pub fn peek_alive(&mut self) -> bool {
+        let tcp = match self {
+            Stream::Uring(s) => return s.peek_alive(),
             Stream::Tcp(s) => s,
             Stream::ServerTls(s) => s.get_ref().0,
             Stream::ClientTls(s) => s.get_ref().0,
+        };
+        let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+        match socket2::SockRef::from(tcp).peek(&mut probe) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => true,
+            Ok(0) | Err(_) => false,
+            // Through TLS, bytes may be a record with no data (a session ticket).
+            Ok(_) if self.is_tls() => {
+                let mut b = [0u8; 64];
+                matches!(self.try_read_now(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            }
+            Ok(_) => false,
+        }
+    }
+
+    /// Writes `bytes` if the socket takes them at once, without waiting (a COM_QUIT on the way
+    /// out); true if it did.
+    pub fn try_write_now(&mut self, bytes: &[u8]) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match self {
+            Stream::Tcp(s) => s.try_write(bytes).is_ok_and(|n| n == bytes.len()),
+            Stream::Uring(s) => matches!(Pin::new(s).poll_write(&mut cx, bytes), Poll::Ready(Ok(n)) if n == bytes.len()),
+            _ => false,
         }
     }
 
@@ -33,8 +158,10 @@ impl Stream {
     /// TLS, records that carry no data (session tickets) are absorbed and read as `WouldBlock`;
     /// a close_notify or EOF reads as `Ok(0)`.
     pub fn try_read_now(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if let Stream::Tcp(s) = self {
-            return s.try_read(buf);
+        match self {
+            Stream::Tcp(s) => return s.try_read(buf),
+            Stream::Uring(s) => return s.try_read_now(buf),
+            _ => {}
         }
         let mut rb = ReadBuf::new(buf);
         match Pin::new(self).poll_read(&mut Context::from_waker(std::task::Waker::noop()), &mut rb) {
@@ -47,7 +174,7 @@ impl Stream {
     /// The cipher suite in use, for logs and tests.
     pub fn tls_cipher(&self) -> Option<String> {
         let suite = match self {
-            Stream::Tcp(_) => None,
+            Stream::Tcp(_) | Stream::Uring(_) => None,
             Stream::ServerTls(s) => s.get_ref().1.negotiated_cipher_suite(),
             Stream::ClientTls(s) => s.get_ref().1.negotiated_cipher_suite(),
         };
@@ -59,6 +186,7 @@ macro_rules! delegate {
     ($self:ident, $s:ident => $e:expr) => {
         match $self.get_mut() {
             Stream::Tcp($s) => $e,
+            Stream::Uring($s) => $e,
             Stream::ServerTls($s) => $e,
             Stream::ClientTls($s) => $e,
         }
@@ -81,6 +209,7 @@ impl AsyncWrite for Stream {
     fn is_write_vectored(&self) -> bool {
         match self {
             Stream::Tcp(s) => s.is_write_vectored(),
+            Stream::Uring(s) => s.is_write_vectored(),
             Stream::ServerTls(s) => s.is_write_vectored(),
             Stream::ClientTls(s) => s.is_write_vectored(),
         }
@@ -191,6 +320,10 @@ impl Conn {
 /// Sets the socket options every connection gets.
 pub fn tune(s: &TcpStream) {
     let _ = s.set_nodelay(true);
-    let sock = socket2::SockRef::from(s);
-    let _ = sock.set_keepalive(true);
+    let _ = socket2::SockRef::from(s).set_keepalive(true);
+}
+
+fn tune_std(s: &std::net::TcpStream) {
+    let _ = s.set_nodelay(true);
+    let _ = socket2::SockRef::from(s).set_keepalive(true);
 }
