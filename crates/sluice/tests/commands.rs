@@ -253,22 +253,7 @@ async fn kill_query_and_connection_by_the_id_the_client_knows() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(a.query_drop("SELECT 1").await.is_err());
     // As on the server, the target's connection is already closed when the KILL is answered.
-    for _ in 0..20 {
-        let mut target = RawClient::connect(proxy.port, "root", "");
-        let mut killer = RawClient::connect(proxy.port, "root", "");
-        let mut kill = vec![proto::command::COM_QUERY];
-        kill.extend_from_slice(format!("KILL {}", target.connection_id).as_bytes());
-        killer.send(&kill);
-        let (_, ok) = killer.read_packet().unwrap();
-        assert_eq!(ok[0], 0, "KILL answered OK");
-        target.stream.set_nonblocking(true).unwrap();
-        let mut buf = [0u8; 64];
-        match std::io::Read::read(&mut target.stream, &mut buf) {
-            Ok(0) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
-            other => panic!("the killed connection must be closed before the OK: {other:?}"),
-        }
-    }
+    assert_kill_closes_its_target_first(proxy.port, 20);
     let e = b.query_drop("KILL 4000000000").await.unwrap_err();
     assert_eq!(server_code(&e), Some(1094));
     // A KILL followed by other statements is refused whole: never passed to the backend, where

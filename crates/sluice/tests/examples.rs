@@ -73,7 +73,7 @@ fn run_example(name: &str) {
 }
 
 /// Every folder under `examples/`, each run by the test of the same name below.
-const EXAMPLES: [&str; 16] = [
+const EXAMPLES: [&str; 17] = [
     "query-rules",
     "cache",
     "firewall",
@@ -90,6 +90,7 @@ const EXAMPLES: [&str; 16] = [
     "sharding",
     "traffic",
     "probe",
+    "io-uring",
 ];
 
 #[test]
@@ -114,6 +115,11 @@ fn query_rules() {
 #[test]
 fn traffic() {
     run_example("traffic");
+}
+
+#[test]
+fn io_uring() {
+    run_example("io-uring");
 }
 
 #[test]

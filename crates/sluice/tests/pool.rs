@@ -297,21 +297,7 @@ async fn a_backend_restarted_under_idle_pooled_connections_is_noticed() {
     cfg.servers[0].max_connections = 8;
     cfg.pool.min_idle = 2;
     let proxy = Proxy::start(cfg);
-    let mut clients = Vec::new();
-    for _ in 0..6 {
-        let mut c = connect(proxy.port).await;
-        c.query_drop("SET @mine = CONNECTION_ID()").await.unwrap();
-        // Answered only once sluice has read the variable back after the SET.
-        c.query_drop("SELECT 1").await.unwrap();
-        clients.push(c);
-    }
-    // Every client's statements are done: their connections sit idle in the pool.
-    db.restart().unwrap();
-    for c in clients.iter_mut() {
-        let (one, mine, id): (i64, Option<u64>, u64) = c.query_first("SELECT 1, @mine, CONNECTION_ID()").await.unwrap().unwrap();
-        assert_eq!(one, 1);
-        assert_eq!(mine, Some(id), "the session's own variable was replayed on a fresh connection");
-    }
+    assert_a_restart_under_idle_pooled_connections_is_noticed(&mut db, proxy.port, 6).await;
     let mut fresh = connect(proxy.port).await;
     let v: i64 = fresh.query_first("SELECT 42").await.unwrap().unwrap();
     assert_eq!(v, 42);

@@ -118,33 +118,10 @@ async fn closes_are_seen_at_once_on_both_sides() {
         std::thread::sleep(Duration::from_millis(100));
     }
     // A KILL is answered once its target's connection is closed, as on the server.
-    for _ in 0..5 {
-        let mut target = RawClient::connect(proxy.port, "root", "");
-        let mut killer = RawClient::connect(proxy.port, "root", "");
-        killer.send(format!("\x03KILL {}", target.connection_id).as_bytes());
-        assert_eq!(killer.read_packet().unwrap().1[0], 0, "KILL answered OK");
-        target.stream.set_nonblocking(true).unwrap();
-        let mut buf = [0u8; 64];
-        match std::io::Read::read(&mut target.stream, &mut buf) {
-            Ok(0) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
-            other => panic!("the killed connection must be closed before the OK: {other:?}"),
-        }
-    }
+    assert_kill_closes_its_target_first(proxy.port, 5);
     // The server closing idle pooled connections (a restart): the next statements get fresh
     // connections, with the session's state replayed.
-    let mut clients = Vec::new();
-    for _ in 0..4 {
-        let mut c = connect(proxy.port).await;
-        c.query_drop("SET @mine = CONNECTION_ID()").await.unwrap();
-        c.query_drop("SELECT 1").await.unwrap();
-        clients.push(c);
-    }
-    db.restart().unwrap();
-    for c in clients.iter_mut() {
-        let (mine, id): (Option<u64>, u64) = c.query_first("SELECT @mine, CONNECTION_ID()").await.unwrap().unwrap();
-        assert_eq!(mine, Some(id), "the session's variable was replayed on a fresh connection");
-    }
+    assert_a_restart_under_idle_pooled_connections_is_noticed(&mut db, proxy.port, 4).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

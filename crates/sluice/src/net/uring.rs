@@ -292,6 +292,15 @@ struct Io {
     dropped: bool,
 }
 
+/// Wakes the task waiting in `slot`, once the stream's lock is released.
+fn wake(mut io: MutexGuard<'_, Io>, slot: impl FnOnce(&mut Io) -> &mut Option<Waker>) {
+    let waker = slot(&mut io).take();
+    drop(io);
+    if let Some(w) = waker {
+        w.wake();
+    }
+}
+
 fn store(slot: &mut Option<Waker>, cx: &Context<'_>) {
     match slot {
         Some(w) if w.will_wake(cx.waker()) => {}
@@ -309,6 +318,22 @@ impl Shared {
         Arc::into_raw(self.clone()) as u64 | kind
     }
 
+    /// Queues `entry` for an operation of `kind` on this stream, which holds a reference to the
+    /// stream until its completion is handled.
+    fn start(self: &Arc<Self>, kind: u64, entry: impl FnOnce(u64) -> Entry) -> io::Result<()> {
+        let token = self.token(kind);
+        match self.ring.push(&entry(token)) {
+            Ok(()) => {
+                self.ring.in_flight.fetch_add(1, Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                Self::release(token);
+                Err(e)
+            }
+        }
+    }
+
     fn release(token: u64) {
         // SAFETY: `token` came from `Shared::token` and the entry carrying it was not queued.
         drop(unsafe { Arc::from_raw((token & !KIND_MASK) as *const Shared) });
@@ -320,43 +345,24 @@ impl Shared {
             io.rbuf = vec![0; RECV_BUF];
         }
         let len = len.clamp(1, RECV_BUF);
-        let token = self.token(KIND_RECV);
-        let entry = opcode::Recv::new(self.fd(), io.rbuf.as_mut_ptr(), len as u32).build().user_data(token);
-        match self.ring.push(&entry) {
-            Ok(()) => {
-                self.ring.in_flight.fetch_add(1, Relaxed);
-                io.recv_busy = true;
-                io.rstart = 0;
-                io.rend = 0;
-                Ok(())
-            }
-            Err(e) => {
-                Self::release(token);
-                Err(e)
-            }
-        }
+        let buf = io.rbuf.as_mut_ptr();
+        self.start(KIND_RECV, |token| opcode::Recv::new(self.fd(), buf, len as u32).build().user_data(token))?;
+        io.recv_busy = true;
+        io.rstart = 0;
+        io.rend = 0;
+        Ok(())
     }
 
     /// Starts a send of what is left of `sending` (MSG_WAITALL: the kernel sends all of it or
     /// fails).
     fn start_send(self: &Arc<Self>, io: &mut Io) -> io::Result<()> {
         let rest = &io.sending[io.sent..];
-        let token = self.token(KIND_SEND);
-        let entry = opcode::Send::new(self.fd(), rest.as_ptr(), rest.len() as u32)
-            .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
-            .build()
-            .user_data(token);
-        match self.ring.push(&entry) {
-            Ok(()) => {
-                self.ring.in_flight.fetch_add(1, Relaxed);
-                io.send_busy = true;
-                Ok(())
-            }
-            Err(e) => {
-                Self::release(token);
-                Err(e)
-            }
-        }
+        let (ptr, len) = (rest.as_ptr(), rest.len() as u32);
+        self.start(KIND_SEND, |token| {
+            opcode::Send::new(self.fd(), ptr, len).flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL).build().user_data(token)
+        })?;
+        io.send_busy = true;
+        Ok(())
     }
 
     fn received(self: Arc<Self>, res: i32) {
@@ -368,11 +374,7 @@ impl Shared {
             e if io.dropped && -e == libc::ECANCELED => {}
             e => io.rerr = Some(-e),
         }
-        let waker = io.read_waker.take();
-        drop(io);
-        if let Some(w) = waker {
-            w.wake();
-        }
+        wake(io, |io| &mut io.read_waker);
     }
 
     fn polled(self: Arc<Self>, res: i32) {
@@ -381,11 +383,7 @@ impl Shared {
         if res >= 0 || -res != libc::ECANCELED {
             io.err_seen = true;
         }
-        let waker = io.err_waker.take();
-        drop(io);
-        if let Some(w) = waker {
-            w.wake();
-        }
+        wake(io, |io| &mut io.err_waker);
     }
 
     fn sent(self: Arc<Self>, res: i32) {
@@ -417,11 +415,7 @@ impl Shared {
                 io.queued = Vec::new();
             }
         }
-        let waker = io.write_waker.take();
-        drop(io);
-        if let Some(w) = waker {
-            w.wake();
-        }
+        wake(io, |io| &mut io.write_waker);
     }
 }
 
@@ -510,13 +504,10 @@ impl UringTcp {
             return Poll::Ready(());
         }
         if !io.err_poll_busy {
-            let token = self.shared.token(KIND_POLL_ERR);
-            let entry = opcode::PollAdd::new(self.shared.fd(), libc::POLLERR as u32).build().user_data(token);
-            if self.shared.ring.push(&entry).is_err() {
-                Shared::release(token);
+            let fd = self.shared.fd();
+            if self.shared.start(KIND_POLL_ERR, |token| opcode::PollAdd::new(fd, libc::POLLERR as u32).build().user_data(token)).is_err() {
                 return Poll::Pending; // the ring is gone: no error readiness (callers have a bound)
             }
-            self.shared.ring.in_flight.fetch_add(1, Relaxed);
             io.err_poll_busy = true;
         }
         store(&mut io.err_waker, cx);

@@ -530,3 +530,46 @@ pub fn column_metadata(c: &mysql_async::Column) -> String {
         c.column_length()
     )
 }
+
+/// As on the server, a KILL's target connection is already closed when the KILL is answered:
+/// `rounds` times, a raw client KILLs another and finds it closed at once.
+pub fn assert_kill_closes_its_target_first(port: u16, rounds: usize) {
+    for _ in 0..rounds {
+        let mut target = RawClient::connect(port, "root", "");
+        let mut killer = RawClient::connect(port, "root", "");
+        let mut kill = vec![proto::command::COM_QUERY];
+        kill.extend_from_slice(format!("KILL {}", target.connection_id).as_bytes());
+        killer.send(&kill);
+        let (_, ok) = killer.read_packet().unwrap();
+        assert_eq!(ok[0], 0, "KILL answered OK");
+        target.stream.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 64];
+        match std::io::Read::read(&mut target.stream, &mut buf) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            other => panic!("the killed connection must be closed before the OK: {other:?}"),
+        }
+    }
+}
+
+/// `clients` sessions each leave a variable and their connection idle in the pool; the server
+/// restarts under them; each session's next statement runs on a fresh connection with its
+/// variable replayed.
+pub async fn assert_a_restart_under_idle_pooled_connections_is_noticed(db: &mut MariaDb, port: u16, clients: usize) {
+    use mysql_async::prelude::Queryable;
+    let mut sessions = Vec::new();
+    for _ in 0..clients {
+        let mut c = connect(port).await;
+        c.query_drop("SET @mine = CONNECTION_ID()").await.unwrap();
+        // Answered only once sluice has read the variable back after the SET.
+        c.query_drop("SELECT 1").await.unwrap();
+        sessions.push(c);
+    }
+    // Every client's statements are done: their connections sit idle in the pool.
+    db.restart().unwrap();
+    for c in sessions.iter_mut() {
+        let (one, mine, id): (i64, Option<u64>, u64) = c.query_first("SELECT 1, @mine, CONNECTION_ID()").await.unwrap().unwrap();
+        assert_eq!(one, 1);
+        assert_eq!(mine, Some(id), "the session's own variable was replayed on a fresh connection");
+    }
+}
