@@ -21,6 +21,7 @@ if [[ $started == *'io="io_uring"'* ]]; then
 	two_rings() { [ "$(counter Io_uring_rings)" = 2 ]; }
 	wait_until 5 two_rings || true # each worker makes its ring as it starts
 	check "one ring per worker (Io_uring_rings)" 2 "$(counter Io_uring_rings)"
+	check_match "/metrics" '^sluice_io_uring_rings 2$' "$(curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics")"
 else
 	uring=0
 	show "$(grep 'io_uring is not available' "$WORK/sluice.log" | tail -n 1)"

@@ -36,6 +36,20 @@ pub fn render(data: &DataPath) -> String {
         &[],
         data.mirror.pending() as f64,
     );
+    let uring = &data.io_uring;
+    let load = |v: &std::sync::atomic::AtomicU64| v.load(std::sync::atomic::Ordering::Relaxed) as f64;
+    e.family("sluice_io_uring_rings", "io_uring rings of the per-core workers (0: every worker on epoll)", Kind::Gauge).sample(
+        "",
+        &[],
+        load(&uring.rings),
+    );
+    e.family("sluice_io_uring_enters_total", "io_uring_enter calls that handed socket reads and writes to the kernel", Kind::Counter)
+        .sample("", &[], load(&uring.enters));
+    e.family("sluice_io_uring_completions_total", "Socket reads and writes completed through io_uring", Kind::Counter).sample(
+        "",
+        &[],
+        load(&uring.completions),
+    );
     e.family("sluice_config_servers", "Backend servers in the running config", Kind::Gauge).sample("", &[], servers.len() as f64);
 
     let commands = data.stats.commands();
