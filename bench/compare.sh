@@ -232,12 +232,14 @@ start_floor() {
 	local port name=l4-$1 cmd
 	port=$(free_port)
 	case "$1" in
-	sluice-*)
+	sluice-per-core | sluice-per-core-epoll)
 		name=$1
-		cmd=("${SLUICE_CMD[@]}" --listen "127.0.0.1:$port" --backend "127.0.0.1:$DB_PORT" --user root --password ''
-			--admin-listen "127.0.0.1:$(free_port)" --http-listen '' --runtime per-core)
-		[ "$1" = sluice-per-core-epoll ] && cmd+=(--io epoll)
-		cmd+=(${SLUICE_EXTRA[@]+"${SLUICE_EXTRA[@]}"})
+		if [ "$1" = sluice-per-core ]; then
+			sluice_argv "$port" "$(free_port)" --runtime per-core
+		else
+			sluice_argv "$port" "$(free_port)" --runtime per-core --io epoll
+		fi
+		cmd=("${SLUICE_ARGV[@]}")
 		;;
 	*) cmd=("$L4FLOOR_BIN" --engine "$1" --listen "127.0.0.1:$port" --backend "127.0.0.1:$DB_PORT" --threads "$(sluice_workers)") ;;
 	esac
@@ -326,14 +328,20 @@ start_mariadb() {
 	log "mariadbd $DB_VERSION on 127.0.0.1:$DB_PORT (pid $DB_PID)"
 }
 
+# sluice_argv PORT ADMIN_PORT [extra args...]: sets SLUICE_ARGV to the command line of a sluice
+# on PORT in front of the private MariaDB (SLUICE_ARGS last).
+sluice_argv() {
+	SLUICE_ARGV=("${SLUICE_CMD[@]}" --listen "127.0.0.1:$1" --backend "127.0.0.1:$DB_PORT" --user root --password ''
+		--admin-listen "127.0.0.1:$2" --http-listen '' "${@:3}" ${SLUICE_EXTRA[@]+"${SLUICE_EXTRA[@]}"})
+}
+
 # start_sluice [extra args...]: starts sluice on a fresh port, waits until SELECT 1 works.
 start_sluice() {
 	SLUICE_PORT=$(free_port)
 	ADMIN_PORT=$(free_port)
-	echo "=== $(date +%T) start: ${SLUICE_CMD[*]} $* ${SLUICE_EXTRA[*]:-}" >>"$WORK/sluice.log"
-	spawn_supervised "$WORK/sluice" "$WORK/sluice.log" "${SLUICE_CMD[@]}" --listen "127.0.0.1:$SLUICE_PORT" \
-		--backend "127.0.0.1:$DB_PORT" --user root --password '' --admin-listen "127.0.0.1:$ADMIN_PORT" --http-listen '' \
-		"$@" ${SLUICE_EXTRA[@]+"${SLUICE_EXTRA[@]}"}
+	sluice_argv "$SLUICE_PORT" "$ADMIN_PORT" "$@"
+	echo "=== $(date +%T) start: ${SLUICE_ARGV[*]}" >>"$WORK/sluice.log"
+	spawn_supervised "$WORK/sluice" "$WORK/sluice.log" "${SLUICE_ARGV[@]}"
 	SLUICE_PID=$SPAWNED_PID
 	await_answer sluice "$SLUICE_PID" "$SLUICE_PORT"
 	log "sluice listening on 127.0.0.1:$SLUICE_PORT (pid $SLUICE_PID)${*:+ $*}"

@@ -24,7 +24,7 @@ impl Stream {
     /// A plain TCP connection, on this worker's io_uring ring when it has one (per-core
     /// workers where io_uring is available: `net::uring`), else on epoll.
     pub fn plain(tcp: std::net::TcpStream) -> io::Result<Stream> {
-        tune_std(&tcp);
+        tune(&tcp);
         match uring::current() {
             Some(ring) => Ok(Stream::Uring(uring::UringTcp::new(tcp, ring)?)),
             None => {
@@ -36,11 +36,11 @@ impl Stream {
 
     /// As `plain`, for a socket tokio opened (a backend connection).
     pub fn from_tokio(tcp: TcpStream) -> io::Result<Stream> {
-        if uring::current().is_none() {
-            tune(&tcp);
-            return Ok(Stream::Tcp(tcp));
+        tune(&tcp);
+        match uring::current() {
+            Some(ring) => Ok(Stream::Uring(uring::UringTcp::new(tcp.into_std()?, ring)?)),
+            None => Ok(Stream::Tcp(tcp)),
         }
-        Stream::plain(tcp.into_std()?)
     }
 
     /// The plain TCP socket, on epoll, for a TLS handshake: what was written is flushed first
@@ -58,10 +58,9 @@ impl Stream {
     }
 
     pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
-        match (self.epoll(), self) {
-            (Some(tcp), _) => tcp.local_addr(),
-            (None, Stream::Uring(s)) => s.socket().local_addr(),
-            (None, _) => Err(io::ErrorKind::NotConnected.into()),
+        match self.socket() {
+            Socket::Epoll(tcp) => tcp.local_addr(),
+            Socket::Uring(s) => s.socket().local_addr(),
         }
     }
 
@@ -69,12 +68,13 @@ impl Stream {
         matches!(self, Stream::ServerTls(_) | Stream::ClientTls(_))
     }
 
-    fn epoll(&self) -> Option<&TcpStream> {
+    /// The TCP socket under the stream (under TLS too), and how it is driven.
+    fn socket(&self) -> Socket<'_> {
         match self {
-            Stream::Tcp(s) => Some(s),
-            Stream::Uring(_) => None,
-            Stream::ServerTls(s) => Some(s.get_ref().0),
-            Stream::ClientTls(s) => Some(s.get_ref().0),
+            Stream::Tcp(s) => Socket::Epoll(s),
+            Stream::Uring(s) => Socket::Uring(s),
+            Stream::ServerTls(s) => Socket::Epoll(s.get_ref().0),
+            Stream::ClientTls(s) => Socket::Epoll(s.get_ref().0),
         }
     }
 
@@ -82,12 +82,9 @@ impl Stream {
     /// reactor's readiness, no system call; on io_uring, a receive in flight (started here if
     /// none is), whose result the next read takes.
     pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.epoll() {
-            Some(tcp) => tcp.poll_read_ready(cx),
-            None => match self {
-                Stream::Uring(s) => s.poll_read_ready(cx),
-                _ => Poll::Pending,
-            },
+        match self.socket() {
+            Socket::Epoll(tcp) => tcp.poll_read_ready(cx),
+            Socket::Uring(s) => s.poll_read_ready(cx),
         }
     }
 
@@ -112,26 +109,28 @@ impl Stream {
     /// Resolves when the socket reports an error (a reset) while it is not being read: the
     /// reactor's error readiness on epoll, a poll operation on io_uring.
     pub async fn error(&self) {
-        match (self.epoll(), self) {
-            (Some(tcp), _) => {
+        match self.socket() {
+            Socket::Epoll(tcp) => {
                 let _ = tcp.ready(tokio::io::Interest::ERROR).await;
             }
-            (None, Stream::Uring(s)) => std::future::poll_fn(|cx| s.poll_error(cx)).await,
-            (None, _) => std::future::pending().await,
+            Socket::Uring(s) => std::future::poll_fn(|cx| s.poll_error(cx)).await,
         }
     }
 
     /// Whether an idle connection is still open and has said nothing, asking the socket itself
-    /// (a non-blocking peek) rather than readiness a busy worker may not have seen yet.
+    /// (a non-blocking peek) rather than readiness a busy worker may not have seen yet. On
+    /// io_uring the socket is asked even while a receive is in flight: its completion may not
+    /// be handed out yet, and an end of stream stays readable by a peek after the receive took
+    /// what came before it.
     pub fn peek_alive(&mut self) -> bool {
-        let tcp = match self {
-            Stream::Uring(s) => return s.peek_alive(),
-            Stream::Tcp(s) => s,
-            Stream::ServerTls(s) => s.get_ref().0,
-            Stream::ClientTls(s) => s.get_ref().0,
-        };
         let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
-        match socket2::SockRef::from(tcp).peek(&mut probe) {
+        let peeked = match self.socket() {
+            Socket::Epoll(tcp) => socket2::SockRef::from(tcp).peek(&mut probe),
+            // Bytes, an end or an error already received: it spoke, or it is gone.
+            Socket::Uring(s) if s.has_news() => return false,
+            Socket::Uring(s) => socket2::SockRef::from(s.socket()).peek(&mut probe),
+        };
+        match peeked {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => true,
             Ok(0) | Err(_) => false,
             // Through TLS, bytes may be a record with no data (a session ticket).
@@ -143,8 +142,8 @@ impl Stream {
         }
     }
 
-    /// Writes `bytes` if the socket takes them at once, without waiting (a COM_QUIT on the way
-    /// out); true if it did.
+    /// Writes `bytes` without waiting (a COM_QUIT on the way out): on epoll if the socket takes
+    /// them at once, on io_uring if the stream's send buffer does; true if so.
     pub fn try_write_now(&mut self, bytes: &[u8]) -> bool {
         let mut cx = Context::from_waker(std::task::Waker::noop());
         match self {
@@ -318,12 +317,15 @@ impl Conn {
 }
 
 /// Sets the socket options every connection gets.
-pub fn tune(s: &TcpStream) {
-    let _ = s.set_nodelay(true);
-    let _ = socket2::SockRef::from(s).set_keepalive(true);
+pub fn tune(s: &impl std::os::fd::AsFd) {
+    let sock = socket2::SockRef::from(s);
+    let _ = sock.set_tcp_nodelay(true);
+    let _ = sock.set_keepalive(true);
 }
 
-fn tune_std(s: &std::net::TcpStream) {
-    let _ = s.set_nodelay(true);
-    let _ = socket2::SockRef::from(s).set_keepalive(true);
+/// The TCP socket under a stream: driven by tokio's reactor (plain or under TLS), or by the
+/// worker's ring.
+enum Socket<'a> {
+    Epoll(&'a TcpStream),
+    Uring(&'a uring::UringTcp),
 }

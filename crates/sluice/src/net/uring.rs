@@ -292,6 +292,12 @@ struct Io {
     dropped: bool,
 }
 
+impl Io {
+    fn has_news(&self) -> bool {
+        self.rstart < self.rend || self.eof || self.rerr.is_some()
+    }
+}
+
 /// Wakes the task waiting in `slot`, once the stream's lock is released.
 fn wake(mut io: MutexGuard<'_, Io>, slot: impl FnOnce(&mut Io) -> &mut Option<Waker>) {
     let waker = slot(&mut io).take();
@@ -426,7 +432,7 @@ pub struct UringTcp {
 
 impl UringTcp {
     /// Takes `sock` onto `ring`. The socket is made non-blocking for the reads and peeks that
-    /// bypass the ring (`try_read_now`, `peek_alive`).
+    /// bypass the ring (`try_read_now`, `Stream::peek_alive`).
     pub fn new(sock: StdTcp, ring: Arc<Ring>) -> io::Result<Self> {
         sock.set_nonblocking(true)?;
         Ok(UringTcp { shared: Arc::new(Shared { sock, ring, io: Mutex::new(Io::default()) }) })
@@ -480,7 +486,7 @@ impl UringTcp {
     /// next read finds it already done.
     pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut io = lock(&self.shared.io);
-        if io.rstart < io.rend || io.eof || io.rerr.is_some() {
+        if io.has_news() {
             return Poll::Ready(Ok(()));
         }
         if !io.recv_busy {
@@ -514,17 +520,9 @@ impl UringTcp {
         Poll::Pending
     }
 
-    /// Whether an idle connection is still open and quiet: nothing unread, no end or error
-    /// seen, and a peek at the socket says the same. The socket is asked even while a receive
-    /// is in flight: its completion may not be posted yet, and an end of stream stays
-    /// readable by a peek after the receive took what came before it.
-    pub fn peek_alive(&self) -> bool {
-        let io = lock(&self.shared.io);
-        if io.rstart < io.rend || io.eof || io.rerr.is_some() {
-            return false;
-        }
-        let mut probe = [0u8; 1];
-        matches!(self.shared.sock.peek(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    /// A receive has brought something not read yet: bytes, the end of the stream or an error.
+    pub fn has_news(&self) -> bool {
+        lock(&self.shared.io).has_news()
     }
 }
 
@@ -649,17 +647,18 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    /// A current-thread runtime driving this thread's ring, as a per-core worker does.
-    fn runtime() -> Option<(tokio::runtime::Runtime, Arc<Ring>)> {
+    /// Runs `test` on a current-thread runtime driving this thread's ring, as a per-core worker
+    /// does (skipped, said on stderr, where io_uring is unavailable).
+    fn on_ring<F: std::future::Future<Output = ()>>(test: impl FnOnce(Arc<Ring>) -> F) {
         let ring = match install(Arc::default()) {
             Ok(r) => r,
-            Err(e) => {
-                eprintln!("io_uring unavailable here, test skipped: {e}");
-                return None;
-            }
+            Err(e) => return eprintln!("io_uring unavailable here, test skipped: {e}"),
         };
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().on_thread_park(before_park).build().ok()?;
-        Some((rt, ring))
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().on_thread_park(before_park).build().expect("runtime");
+        rt.block_on(async move {
+            tokio::spawn(drive(ring.clone()));
+            test(ring).await
+        });
     }
 
     fn pair() -> (StdTcp, StdTcp) {
@@ -671,9 +670,7 @@ mod tests {
 
     #[test]
     fn bytes_cross_in_order_both_ways_and_eof_is_seen() {
-        let Some((rt, ring)) = runtime() else { return };
-        rt.block_on(async move {
-            tokio::spawn(drive(ring.clone()));
+        on_ring(|ring| async move {
             let (a, b) = pair();
             let mut a = UringTcp::new(a, ring.clone()).expect("a");
             let mut b = UringTcp::new(b, ring).expect("b");
@@ -703,9 +700,7 @@ mod tests {
 
     #[test]
     fn a_read_takes_no_more_than_asked_and_the_socket_can_be_given_back() {
-        let Some((rt, ring)) = runtime() else { return };
-        rt.block_on(async move {
-            tokio::spawn(drive(ring.clone()));
+        on_ring(|ring| async move {
             let (a, mut b) = pair();
             let mut a = UringTcp::new(a, ring).expect("a");
             std::io::Write::write_all(&mut b, b"headTAIL").expect("write");
@@ -722,9 +717,7 @@ mod tests {
 
     #[test]
     fn a_dropped_read_leaves_its_buffer_to_the_ring_and_a_reset_is_an_error() {
-        let Some((rt, ring)) = runtime() else { return };
-        rt.block_on(async move {
-            tokio::spawn(drive(ring.clone()));
+        on_ring(|ring| async move {
             let (a, b) = pair();
             let mut a = UringTcp::new(a, ring.clone()).expect("a");
             // A read that is abandoned: its receive stays in the kernel, then is cancelled.
@@ -751,15 +744,13 @@ mod tests {
 
     #[test]
     fn readiness_arms_a_receive_and_peek_sees_a_close() {
-        let Some((rt, ring)) = runtime() else { return };
-        rt.block_on(async move {
-            tokio::spawn(drive(ring.clone()));
+        on_ring(|ring| async move {
             let (a, b) = pair();
-            let mut a = UringTcp::new(a, ring).expect("a");
+            let mut a = crate::net::Stream::Uring(UringTcp::new(a, ring).expect("a"));
             assert!(a.peek_alive());
             assert!(a.poll_read_ready(&mut Context::from_waker(Waker::noop())).is_pending());
             drop(b);
-            std::future::poll_fn(|cx| a.poll_read_ready(cx)).await.expect("ready");
+            a.readable().await.expect("ready");
             assert!(!a.peek_alive(), "a closed peer is not alive");
             let mut buf = [0u8; 8];
             assert_eq!(a.try_read_now(&mut buf).expect("eof"), 0);
