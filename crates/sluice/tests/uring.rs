@@ -142,3 +142,48 @@ async fn io_epoll_keeps_every_worker_on_epoll() {
     assert_eq!(v, 6);
     assert_eq!(proxy.server().data.io_uring.rings.load(Relaxed), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_clients_on_the_ring_get_errors_and_the_others_go_on() {
+    let db = MariaDb::start().unwrap();
+    db.sql("SET GLOBAL max_allowed_packet = 16777216").unwrap();
+    let proxy = Proxy::start(per_core(quick_config(&db), IoEngine::Auto));
+    let mut bystander = connect(proxy.port).await;
+    // Unknown and empty commands: an error each, the session goes on.
+    let mut raw = RawClient::connect(proxy.port, "root", "");
+    for payload in [&[0x7F][..], &[][..]] {
+        raw.send(payload);
+        let (_, err) = raw.read_packet().unwrap();
+        assert_eq!(proto::packet::parse_err(&err).expect("an ERR packet").code, proto::errors::ER_UNKNOWN_COM_ERROR, "{payload:?}");
+    }
+    raw.send(&[proto::command::COM_PING]);
+    assert_eq!(raw.read_packet().unwrap().1[0], 0, "the session goes on");
+    // A statement larger than max_allowed_packet (16 MiB here): the server's error, 1153.
+    let mut big = vec![proto::command::COM_QUERY];
+    big.extend_from_slice(b"SELECT '");
+    big.resize(80 << 20, b'x');
+    let mut framed = Vec::new();
+    proto::frame::write_packet(&mut framed, &mut 0, &big);
+    // Written from a thread of its own, whose write may fail: sluice answers and closes before
+    // taking all of it.
+    let mut writer = raw.stream.try_clone().unwrap();
+    let sending = std::thread::spawn(move || drop(std::io::Write::write_all(&mut writer, &framed)));
+    let (_, err) = raw.read_packet().unwrap();
+    // The connection is closed with the answer, as on the server: the rest of the write fails
+    // at once, not when a timer lets the socket go.
+    let started = Instant::now();
+    sending.join().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3), "the writer was held {:?} after the answer", started.elapsed());
+    assert_eq!(proto::packet::parse_err(&err).expect("an ERR packet").code, proto::errors::ER_NET_PACKET_TOO_LARGE);
+    // A header announcing 16 MiB, then the client goes: nothing is kept for it.
+    let mut half = RawClient::connect(proxy.port, "root", "");
+    std::io::Write::write_all(&mut half.stream, &[0xFF, 0xFF, 0xFF, 0, proto::command::COM_QUERY]).unwrap();
+    drop(half);
+    // Wrong passwords: 1045 each (throttled per address and user: tests/accounts.rs).
+    for _ in 0..5 {
+        let e = mysql_async::Conn::new(opts(proxy.port, "root", "wrong")).await.expect_err("a wrong password is refused");
+        assert_eq!(server_code(&e), Some(1045), "{e}");
+    }
+    let v: i64 = bystander.query_first("SELECT 9").await.unwrap().unwrap();
+    assert_eq!(v, 9, "the other session carries on");
+}

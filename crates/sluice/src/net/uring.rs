@@ -560,12 +560,16 @@ impl Drop for UringTcp {
         if io.send_busy {
             // Bytes written before the drop still go out, as a closed epoll socket's do, but a
             // peer that does not read them cannot keep the buffers forever.
+            // The timer holds no reference: a send that completes in time closes the socket
+            // at once (the last reference is the send's), as closing an epoll socket does.
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                let shared = self.shared.clone();
+                let shared = Arc::downgrade(&self.shared);
                 rt.spawn(async move {
                     tokio::time::sleep(LINGER).await;
-                    let send = Arc::as_ptr(&shared) as u64 | KIND_SEND;
-                    let _ = shared.ring.push(&opcode::AsyncCancel::new(send).build().user_data(UNWATCHED));
+                    if let Some(shared) = shared.upgrade() {
+                        let send = Arc::as_ptr(&shared) as u64 | KIND_SEND;
+                        let _ = shared.ring.push(&opcode::AsyncCancel::new(send).build().user_data(UNWATCHED));
+                    }
                 });
             }
         }
