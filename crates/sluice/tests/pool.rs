@@ -411,3 +411,37 @@ async fn sluices_own_statements_do_not_show_in_profiles_or_warnings() {
     assert!(direct.0.iter().any(|q| q == "SELECT 1"), "profiles recorded: {:?}", direct.0);
     assert_eq!(direct.1.len(), 1, "one warning: {:?}", direct.1);
 }
+
+/// Per-core workers each pool the connections they open, and a worker whose own are all busy
+/// borrows the other's idle one rather than wait for its own or close the other's to open one:
+/// 16 sessions (on both workers) share one connection, which is never closed and reopened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_core_workers_lend_each_other_idle_connections() {
+    let db = MariaDb::start().unwrap();
+    let mut cfg = monitor_apart(&db);
+    cfg.proxy.runtime = sluice::config::RuntimeKind::PerCore;
+    cfg.servers[0].max_connections = 1;
+    cfg.pool.checkout_timeout_ms = 3000;
+    let proxy = Proxy::start(cfg);
+    let port = proxy.port;
+    let sessions: Vec<_> = (0..16i64)
+        .map(|i| {
+            tokio::spawn(async move {
+                let mut c = connect(port).await;
+                for k in 0..20i64 {
+                    let v: i64 = c.query_first(format!("SELECT {i} * 100 + {k}")).await.unwrap().unwrap();
+                    assert_eq!(v, i * 100 + k);
+                }
+                c.disconnect().await.unwrap();
+            })
+        })
+        .collect();
+    for s in sessions {
+        s.await.unwrap();
+    }
+    // Each worker has its own listener (SO_REUSEPORT spreads the 16 connections: all on one
+    // worker has odds of 1 in 32,768); without lending, the worker that did not open the one
+    // connection would wait out the checkout timeout and fail its sessions' statements.
+    assert_eq!(backend_connections(&db), 1);
+    assert_eq!(proxy.counter("Server_Connections_created"), 1, "one pooled connection, never closed and reopened");
+}

@@ -35,7 +35,7 @@ async fn sessions_large_packets_and_prepared_statements_go_through_the_ring() {
     let db = MariaDb::start().unwrap();
     db.sql("CREATE DATABASE u; CREATE TABLE u.blobs (id INT PRIMARY KEY, b LONGBLOB)").unwrap();
     let mut cfg = per_core(quick_config(&db), IoEngine::Auto);
-    // Per-core workers do not share idle connections: room for both workers' sessions.
+    // Room for both workers' sessions without lending each other connections.
     cfg.servers[0].max_connections = 32;
     let proxy = Proxy::start(cfg);
     // The workers make their rings as they start, which `start` does not wait for.

@@ -43,14 +43,14 @@ impl Stream {
         }
     }
 
-    /// The plain TCP socket, on epoll, for a TLS handshake: what was written is flushed first
+    /// The plain TCP socket, on epoll, for a TLS handshake: what was written is sent first
     /// (the io_uring stream holds no bytes by then: the packet before a handshake is read with
     /// exact-size reads).
     pub async fn into_tcp(self) -> io::Result<TcpStream> {
         match self {
             Stream::Tcp(tcp) => Ok(tcp),
-            Stream::Uring(mut s) => {
-                s.flush().await?;
+            Stream::Uring(s) => {
+                std::future::poll_fn(|cx| s.poll_sent(cx)).await?;
                 TcpStream::from_std(s.into_std()?)
             }
             _ => Err(io::Error::other("the connection is already TLS")),

@@ -15,9 +15,12 @@
 //! them back. That costs a copy per read and per write, against a system call saved each.
 //!
 //! Writes are accepted into the stream's send buffer and reported written at once (up to
-//! `SEND_QUEUE` bytes ahead of the kernel); `flush` waits until the kernel has taken them, and
-//! a send's error is reported by the next write or flush. Only one send and one receive per
-//! stream are ever in flight, so bytes leave in the order they were written.
+//! `SEND_QUEUE` bytes ahead of the kernel), and `flush` is done once they are queued for the
+//! ring: the same promise as a `send` into an epoll socket's kernel buffer, and a reply's last
+//! write then costs no wait of its own (the session reads its next command while the send is
+//! in flight). A send's error is reported by the next write or flush. `poll_sent` waits until
+//! the kernel has taken everything (a TLS hand-off, a shutdown). Only one send and one receive
+//! per stream are ever in flight, so bytes leave in the order they were written.
 
 use io_uring::{opcode, squeue::Entry, types, IoUring};
 use std::cell::RefCell;
@@ -443,7 +446,7 @@ impl UringTcp {
     }
 
     /// Gives the socket back for a TLS handshake (which runs on epoll). Only a stream with
-    /// nothing in flight and nothing unread can be: callers flush first and read the packet
+    /// nothing in flight and nothing unread can be: callers wait for `poll_sent` first and read the packet
     /// before the handshake with exact-size reads.
     pub fn into_std(self) -> io::Result<StdTcp> {
         {
@@ -523,6 +526,20 @@ impl UringTcp {
     /// A receive has brought something not read yet: bytes, the end of the stream or an error.
     pub fn has_news(&self) -> bool {
         lock(&self.shared.io).has_news()
+    }
+
+    /// Ready once the kernel has taken every byte written (or a send failed): what `flush`
+    /// means on a socket whose sends are not queued in user space.
+    pub fn poll_sent(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut io = lock(&self.shared.io);
+        if let Some(e) = io.werr {
+            return Poll::Ready(Err(io::Error::from_raw_os_error(e)));
+        }
+        if !io.send_busy {
+            return Poll::Ready(Ok(()));
+        }
+        store(&mut io.write_waker, cx);
+        Poll::Pending
     }
 }
 
@@ -625,20 +642,16 @@ impl AsyncWrite for UringTcp {
         Poll::Ready(Ok(n))
     }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut io = lock(&self.shared.io);
-        if let Some(e) = io.werr {
-            return Poll::Ready(Err(io::Error::from_raw_os_error(e)));
+    /// Everything written is queued for the ring already (see the module's comment).
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match lock(&self.shared.io).werr {
+            Some(e) => Poll::Ready(Err(io::Error::from_raw_os_error(e))),
+            None => Poll::Ready(Ok(())),
         }
-        if !io.send_busy {
-            return Poll::Ready(Ok(()));
-        }
-        store(&mut io.write_waker, cx);
-        Poll::Pending
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        std::task::ready!(self.as_mut().poll_flush(cx))?;
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        std::task::ready!(self.poll_sent(cx))?;
         match self.shared.sock.shutdown(Shutdown::Write) {
             Err(e) if e.kind() != io::ErrorKind::NotConnected => Poll::Ready(Err(e)),
             _ => Poll::Ready(Ok(())),

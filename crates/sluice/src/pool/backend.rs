@@ -181,6 +181,9 @@ pub struct Backend {
     /// The runtime whose I/O driver the socket is registered with: it is kept running while
     /// the connection is open (`RuntimeTag`).
     pub runtime: Option<Arc<super::RuntimeTag>>,
+    /// The pool shard of the worker that opened it: in per-core mode it goes back there after
+    /// serving a session of another worker (`checkin`).
+    pub home: usize,
 }
 
 impl Backend {
@@ -689,6 +692,7 @@ async fn connect_inner(p: &ConnectParams<'_>) -> Result<Backend, BackendError> {
         epoch: 0,
         statements: Default::default(),
         runtime: super::RuntimeTag::current(),
+        home: super::shard_index(),
         greeting,
     };
     Ok(backend)

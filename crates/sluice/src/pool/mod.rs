@@ -5,8 +5,10 @@
 //! full, checkouts wait in a queue up to `checkout_timeout_ms`.
 //!
 //! Workers: in per-core mode a connection belongs to the runtime that opened it, so a worker
-//! takes only from its own shard; with the work-stealing runtime any shard will do, the local
-//! one first. Each shard has its own short lock, so workers do not contend on the query path.
+//! takes from its own shard, and borrows another's idle connection only when it cannot open
+//! one (it goes back to its own shard after); with the work-stealing runtime any shard will
+//! do, the local one first. Each shard has its own short lock, so workers do not contend on
+//! the query path.
 
 pub mod backend;
 pub mod hostgroups;
@@ -368,10 +370,12 @@ impl ServerPool {
     }
 
     /// An idle connection for `login` from the worker's own shard (or any shard when the
-    /// runtime shares connections), preferring the one that last served `state`.
-    fn take_idle(&self, req: &Request<'_>, has_schema: bool) -> Option<Backend> {
+    /// runtime shares connections), preferring the one that last served `state`. `lend`:
+    /// from the other workers' shards only (per-core mode, when nothing else is left).
+    fn take_idle(&self, req: &Request<'_>, has_schema: bool, lend: bool) -> Option<Backend> {
         let own = shard_index() % self.shards.len();
-        let order = std::iter::once(own).chain((0..self.shards.len()).filter(move |&i| req.any_shard && i != own));
+        let others = move |i: &usize| (req.any_shard || lend) && *i != own;
+        let order = (!lend).then_some(own).into_iter().chain((0..self.shards.len()).filter(others));
         let state = req.state;
         let fits = |b: &Backend| fits(b, req.login, has_schema, req.since);
         // The connection that last served the session first, in every shard it may take from:
@@ -520,7 +524,8 @@ pub struct Request<'a> {
 
 /// A connection to a server of `hostgroup` for `req.login`: on a server drawn by weight, an
 /// idle one (checked alive) or a new one if it has room; else another server's idle one, else
-/// a new one where there is room, else the first to come free within the checkout timeout.
+/// a new one where there is room, else (per-core) another worker's idle one, else the first
+/// to come free within the checkout timeout.
 /// A server a connect fails on is left out and the others are tried (a dead server may still
 /// be ONLINE: nothing told sluice yet); the last failure is returned when none is left.
 /// The connection is not yet in line with the session's state.
@@ -542,15 +547,24 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
         let usable = |s: &Server| s.usable(last_resort) && !failed.contains(&s.pool.id);
         // 1. A server by weight: its idle connection, else a new one if it has room.
         let preferred = hostgroups::pick_usable(servers, usable);
-        let mut found = preferred.and_then(|s| live_idle(s, req, has_schema, check_after));
+        let mut found = preferred.and_then(|s| live_idle(s, req, has_schema, check_after, false));
         let mut to_open = None;
         if found.is_none() {
             to_open = preferred.filter(|s| s.pool.reserve());
             if to_open.is_none() {
                 // 2. Any other server's idle connection.
                 let mut others = servers.iter().filter(|s| usable(s) && !preferred.is_some_and(|p| std::ptr::eq(p, *s)));
-                found = others.find_map(|s| live_idle(s, req, has_schema, check_after));
+                found = others.find_map(|s| live_idle(s, req, has_schema, check_after, false));
             }
+        }
+        // 3. Room for a new one (by weight).
+        let to_open = if found.is_none() { to_open.or_else(|| hostgroups.reserve_by_weight(servers, usable)) } else { to_open };
+        if found.is_none() && to_open.is_none() && !req.any_shard {
+            // 4. Per-core: another worker's idle connection, lent for this checkout (its I/O
+            // stays with the worker that opened it, and it goes back there afterwards): a
+            // worker whose own connections are all busy must not wait while the other's sit
+            // idle, nor close them to open its own.
+            found = servers.iter().filter(|s| usable(s)).find_map(|s| live_idle(s, req, has_schema, check_after, true));
         }
         if let Some(b) = found {
             if waiting.is_none() {
@@ -558,12 +572,9 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
             }
             break Ok(b);
         }
-        // 3. Room for a new one (by weight), or room made by closing another login's idle one.
-        let to_open = to_open.or_else(|| {
-            hostgroups
-                .reserve_by_weight(servers, usable)
-                .or_else(|| servers.iter().filter(|s| usable(s)).find(|s| s.pool.evict_other(req, has_schema) && s.pool.reserve()))
-        });
+        // 5. Room made by closing another login's idle one.
+        let to_open =
+            to_open.or_else(|| servers.iter().filter(|s| usable(s)).find(|s| s.pool.evict_other(req, has_schema) && s.pool.reserve()));
         if let Some(server) = to_open {
             match open(server, req).await {
                 Err(e) if connect_failed(&e) && servers.iter().any(|o| usable(o) && !std::ptr::eq(o, server)) => {
@@ -578,7 +589,7 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
             // Every ONLINE server failed to connect: nothing to wait for.
             break Err(BackendError::Unavailable(NoServer::NoneOnline(hostgroup)));
         }
-        // 4. Wait for a connection to come back or close: queue up, look once more (one may
+        // 6. Wait for a connection to come back or close: queue up, look once more (one may
         // have come back meanwhile), then sleep until woken or the deadline.
         let Some(waiters) = waiting else {
             let w = &*servers[0].pool.waiters;
@@ -610,8 +621,8 @@ pub fn connect_failed(e: &BackendError) -> bool {
 
 /// An idle connection of `server` that fits, checked for a server-side close if it sat long
 /// enough (dead ones are closed on the way).
-fn live_idle(server: &Server, req: &Request<'_>, has_schema: bool, check_after: Duration) -> Option<Backend> {
-    while let Some(mut b) = server.pool.take_idle(req, has_schema) {
+fn live_idle(server: &Server, req: &Request<'_>, has_schema: bool, check_after: Duration, lend: bool) -> Option<Backend> {
+    while let Some(mut b) = server.pool.take_idle(req, has_schema, lend) {
         if b.still_open(check_after) {
             return Some(b);
         }
@@ -681,6 +692,8 @@ fn checkin_to(mut b: Backend, settings: &PoolSection, shard: usize) {
     b.idle_since = Instant::now();
     b.conn.stream.watch_idle();
     let pool = b.server.pool.clone();
+    // Per-core: back to the worker whose reactor (or ring) its socket is on.
+    let shard = if b.runtime.is_some() { b.home } else { shard };
     let i = shard % pool.shards.len();
     match pool.shards[i].lock() {
         Ok(mut idle) => idle.push(b),
