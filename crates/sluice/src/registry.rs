@@ -50,6 +50,11 @@ const INFO_MAX: usize = 4096;
 impl SessionHandle {
     /// A statement begins: one uncontended lock and a copy of (at most 4 KiB of) its text.
     pub fn begin(&self, text: &[u8], state: &std::sync::Arc<crate::pool::state::State>, hostgroup: u32) {
+        self.begin_at(text, state, hostgroup, std::time::Instant::now());
+    }
+
+    /// As `begin`, with the time the caller already read (one clock read per statement).
+    pub fn begin_at(&self, text: &[u8], state: &std::sync::Arc<crate::pool::state::State>, hostgroup: u32, now: std::time::Instant) {
         let mut a = self.activity.lock().unwrap_or_else(|p| p.into_inner());
         a.info.clear();
         a.info.push_str(&String::from_utf8_lossy(&text[..text.len().min(INFO_MAX)]));
@@ -57,7 +62,7 @@ impl SessionHandle {
             a.state = Some(state.clone());
         }
         a.hostgroup = hostgroup;
-        a.started = Some(std::time::Instant::now());
+        a.started = Some(now);
     }
 
     /// The session's state changed (USE, COM_INIT_DB, SET, a reset): what SHOW PROCESSLIST
@@ -69,7 +74,11 @@ impl SessionHandle {
 
     /// The statement ended.
     pub fn end(&self) {
-        let now = std::time::Instant::now();
+        self.end_at(std::time::Instant::now());
+    }
+
+    /// As `end`, with the time the caller already read.
+    pub fn end_at(&self, now: std::time::Instant) {
         let mut a = self.activity.lock().unwrap_or_else(|p| p.into_inner());
         a.started = None;
         a.idle_since = Some(now);

@@ -132,12 +132,16 @@ pub fn current() -> Option<Arc<Ring>> {
 
 /// For tokio's `on_thread_park`: the worker ran out of work, so what its sessions asked for
 /// goes to the kernel now, in one system call, and whatever completed meanwhile is handed out
-/// (the runtime then runs the tasks that woke instead of parking).
+/// (the runtime then runs the tasks that woke instead of parking). Handing out completions may
+/// itself start operations (a send of bytes written behind the one that completed, which no
+/// task waits for): they go to the kernel before the worker parks, or they would wait for its
+/// next wake-up for something else.
 pub fn before_park() {
     CURRENT.with(|c| {
         if let Some(ring) = c.borrow().as_ref() {
             ring.submit();
             ring.reap();
+            ring.submit();
         }
     })
 }
@@ -683,6 +687,28 @@ mod tests {
         let a = StdTcp::connect(l.local_addr().expect("addr")).expect("connect");
         let (b, _) = l.accept().expect("accept");
         (a, b)
+    }
+
+    /// A write queued behind a send in flight, with nobody waiting on the stream (flush is
+    /// done at once): the send that the first one's completion starts must reach the kernel
+    /// before the worker parks, not at its next wake-up for something else.
+    #[test]
+    fn a_queued_write_goes_out_with_no_task_waiting_on_it() {
+        on_ring(|ring| async move {
+            let (a, b) = pair();
+            let mut a = UringTcp::new(a, ring).expect("a");
+            let reader = tokio::task::spawn_blocking(move || {
+                let mut b = b;
+                b.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+                let mut got = [0u8; 6];
+                std::io::Read::read_exact(&mut b, &mut got).map(|()| got)
+            });
+            a.write_all(b"one").await.expect("write");
+            a.write_all(b"two").await.expect("write");
+            a.flush().await.expect("flush");
+            let got = reader.await.expect("reader").expect("the queued write never left: the worker parked with it");
+            assert_eq!(&got, b"onetwo");
+        });
     }
 
     #[test]

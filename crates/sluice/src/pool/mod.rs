@@ -682,14 +682,16 @@ fn checkin_to(mut b: Backend, settings: &PoolSection, shard: usize) {
     // Bytes buffered past the last reply would answer the next user's statement: never reuse.
     let unread = !b.conn.rbuf.is_empty() || b.conn.stream.has_unread();
     let standing = b.server.pool.generations.standing(&b);
-    let old = b.age() > Duration::from_millis(settings.max_lifetime_ms) && standing != Standing::KeptForSessions;
+    let now = Instant::now();
+    let old =
+        now.saturating_duration_since(b.created) > Duration::from_millis(settings.max_lifetime_ms) && standing != Standing::KeptForSessions;
     let stale = standing == Standing::Retired;
     if !b.pooled || b.broken || unread || old || stale || !b.server.accepts_new() || RuntimeTag::retired(&b) {
         tracing::debug!(server = %b.server.name, thread = b.thread_id, broken = b.broken, unread, old, stale, "closing a connection instead of pooling it");
         b.close();
         return;
     }
-    b.idle_since = Instant::now();
+    b.idle_since = now;
     b.conn.stream.watch_idle();
     let pool = b.server.pool.clone();
     // Per-core: back to the worker whose reactor (or ring) its socket is on.

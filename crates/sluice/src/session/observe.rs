@@ -27,8 +27,9 @@ impl Session {
     /// Starts watching a statement about to go to `hostgroup` (shown in SHOW PROCESSLIST from
     /// now on).
     pub(super) fn watch(&self, text: &[u8], command: Command, digest: u64, hostgroup: u32, log_rule: Option<u32>) -> Watch {
-        self.handle.begin(text, &self.state, hostgroup);
-        Watch { started: Instant::now(), hostgroup, command, digest, log_rule }
+        let started = Instant::now();
+        self.handle.begin_at(text, &self.state, hostgroup, started);
+        Watch { started, hostgroup, command, digest, log_rule }
     }
 
     /// The statement ended with `outcome` on `server` (`None`: it never reached one).
@@ -42,8 +43,8 @@ impl Session {
         digest_text: &[u8],
         query: &[u8],
     ) {
-        self.handle.end();
         let ended = Instant::now();
+        self.handle.end_at(ended);
         let duration_us = ended.saturating_duration_since(w.started).as_micros() as u64;
         let schema = self.state.schema.as_deref().unwrap_or("");
         self.data.stats.record(&StatementRecord {
