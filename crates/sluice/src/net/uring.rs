@@ -450,8 +450,8 @@ impl UringTcp {
     }
 
     /// Gives the socket back for a TLS handshake (which runs on epoll). Only a stream with
-    /// nothing in flight and nothing unread can be: callers wait for `poll_sent` first and read the packet
-    /// before the handshake with exact-size reads.
+    /// nothing in flight and nothing unread can be: callers wait for `poll_sent` first and
+    /// read the packet before the handshake with exact-size reads.
     pub fn into_std(self) -> io::Result<StdTcp> {
         {
             let mut io = lock(&self.shared.io);

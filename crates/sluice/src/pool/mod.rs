@@ -558,7 +558,9 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
             }
         }
         // 3. Room for a new one (by weight).
-        let to_open = if found.is_none() { to_open.or_else(|| hostgroups.reserve_by_weight(servers, usable)) } else { to_open };
+        if found.is_none() && to_open.is_none() {
+            to_open = hostgroups.reserve_by_weight(servers, usable);
+        }
         if found.is_none() && to_open.is_none() && !req.any_shard {
             // 4. Per-core: another worker's idle connection, lent for this checkout (its I/O
             // stays with the worker that opened it, and it goes back there afterwards): a
