@@ -9,6 +9,16 @@ import pytest
 from conftest import query, run, scalar, unique
 
 
+def decimal_param(drv, value):
+    """A Decimal as a prepared statement's parameter. The C extension (seen in 9.7.0, 26.7.0
+    and 26.10.0) writes into freed memory when it binds a Decimal that is not the first
+    parameter (valgrind: "Invalid write of size 4" in MySQLPrepStmt_execute, against MariaDB
+    directly too), which crashes the interpreter later at random, often in close(). It gets
+    the Decimal's text, which the server converts the same; Decimal results are still read
+    and compared as Decimal, and the other drivers bind the Decimal itself."""
+    return str(value) if drv.name == "connector_cext" else value
+
+
 def status(conn, var):
     rows, _ = query(conn, f"SHOW SESSION STATUS LIKE '{var}'")
     return int(rows[0][1])
@@ -25,7 +35,7 @@ def test_prepared_repeated_executes(connector_drv, cconns, cleanup):
     ins = f"INSERT INTO `{t}` (id, name, amount, at) VALUES (?, ?, ?, ?)"
     base = datetime.datetime(2024, 1, 1, 12, 0, 0, 125000)
     for i in range(1, 51):
-        cur.execute(ins, (i, f"n\u00e9-{i}", Decimal(i) / 8, base + datetime.timedelta(minutes=i)))
+        cur.execute(ins, (i, f"n\u00e9-{i}", decimal_param(connector_drv, Decimal(i) / 8), base + datetime.timedelta(minutes=i)))
         assert cur.rowcount == 1
     cur.close()
     assert status(c, "Com_stmt_prepare") - prep_before == 1, "the INSERT should be prepared once"
@@ -63,7 +73,7 @@ def test_prepared_types_match_direct(connector_drv, cconns, cleanup):
         1,
         -9007199254740993,
         2.75,  # exact in float32 too: the C extension sends Python floats as MYSQL_TYPE_FLOAT
-        Decimal("123456.654321"),
+        decimal_param(connector_drv, Decimal("123456.654321")),
         "\U0001F680 rocket",
         bytes(range(256)),
         datetime.date(1999, 12, 31),
@@ -89,7 +99,9 @@ def test_prepared_types_match_direct(connector_drv, cconns, cleanup):
     assert rows_c == rows_d
     assert [tuple(x) for x in desc_c] == [tuple(x) for x in desc_d]
     got = tuple(bytes(v) if isinstance(v, bytearray) else v for v in rows_c[0])
-    assert got[:6] == vals[:6]
+    assert got[:3] == vals[:3]
+    assert got[3] == Decimal("123456.654321")
+    assert got[4:6] == vals[4:6]
     assert got[6] == vals[6]
     if connector_drv.name != "connector_cext":
         # the C extension sends every timedelta parameter as 00:00:00 (a driver bug,
