@@ -55,7 +55,8 @@ Every option is also an environment variable (in CAPS); flags win over the envir
                           SLUICE_BIN_BEFORE  builds mode: the binary to compare against
                           L4FLOOR_BIN floor mode: the l4floor binary [a fresh release build]
                           FLOOR_ENGINES floor mode: l4floor's engines to run, of tokio,
-                                      tokio-per-core, tokio-uring and uring, or a second sluice:
+                                      tokio-per-core, tokio-uring, uring and uring-multishot, or
+                                      a second sluice:
                                       sluice-per-core (--runtime per-core: io_uring where
                                       available), sluice-per-core-epoll ["tokio uring"]
                           KEEP_TMP    1 = keep the temp dir (datadir, logs, sysbench outputs)
@@ -155,9 +156,9 @@ floor)
 	VARIANTS=(direct sluice haproxy)
 	for e in "${FLOOR_ENGINE_LIST[@]}"; do
 		case "$e" in
-		tokio | tokio-per-core | tokio-uring | uring) VARIANTS+=("l4-$e") ;;
+		tokio | tokio-per-core | tokio-uring | uring | uring-multishot) VARIANTS+=("l4-$e") ;;
 		sluice-per-core | sluice-per-core-epoll) VARIANTS+=("$e") ;;
-		*) die "FLOOR_ENGINES: '$e' is not tokio, tokio-per-core, tokio-uring, uring, sluice-per-core or sluice-per-core-epoll" ;;
+		*) die "FLOOR_ENGINES: '$e' is not tokio, tokio-per-core, tokio-uring, uring, uring-multishot, sluice-per-core or sluice-per-core-epoll" ;;
 		esac
 	done
 	;;

@@ -20,6 +20,11 @@
 //!   received chunk is sent with the next receive linked behind it (IO_LINK), and a send that
 //!   succeeds posts no completion (CQE_SKIP_SUCCESS): one completion, so one wake-up, per
 //!   chunk forwarded.
+//! - `--engine uring-multishot`: as `uring`, but each socket has one multishot receive that
+//!   stays armed (no receive submitted per chunk, no readiness re-armed per chunk), taking
+//!   buffers from a ring of provided buffers the worker shares among its sockets; each chunk is
+//!   sent on its own and its buffer returned when the send completes. What receiving that way
+//!   is worth (and it is how a ring path holds no buffer per idle connection).
 //!
 //! A bench tool, not a product: no timeouts, no limits, and a failed connect closes the client.
 
@@ -33,6 +38,7 @@ enum Engine {
     TokioPerCore,
     TokioUring,
     Uring,
+    UringMultishot,
 }
 
 #[derive(Parser, Debug)]
@@ -49,6 +55,18 @@ struct Args {
     threads: usize,
     #[arg(long, value_enum)]
     engine: Engine,
+    /// `uring` engine, to measure what its choices are worth: send each chunk on its own (its
+    /// completion starts the next receive) instead of linking the receive behind the send.
+    #[arg(long)]
+    uring_unlinked: bool,
+    /// `uring` engine, likewise: the kernel runs completions' work at any entry into it
+    /// (COOP_TASKRUN, as sluice's rings) instead of only when the thread waits (DEFER_TASKRUN).
+    #[arg(long)]
+    uring_coop: bool,
+    /// `uring` engine, likewise: a receive waits for readiness before trying (POLL_FIRST),
+    /// as a receive right after the send of a request finds nothing yet.
+    #[arg(long)]
+    uring_poll_first: bool,
 }
 
 fn main() -> Result<()> {
@@ -68,6 +86,7 @@ fn main() -> Result<()> {
         Engine::TokioPerCore => tokio_engine::run_per_core(&args),
         Engine::TokioUring => tokio_engine::run_uring(&args),
         Engine::Uring => uring_engine::run(&args),
+        Engine::UringMultishot => multishot_engine::run(&args),
     }
 }
 
@@ -196,7 +215,17 @@ mod uring_engine {
         // Fail here (not in a thread) when io_uring is unavailable: old kernel, seccomp,
         // kernel.io_uring_disabled.
         IoUring::new(8).context("io_uring is not available here")?;
+        let _ = OPTIONS.set((args.uring_unlinked, args.uring_coop, args.uring_poll_first));
         thread_per_core(args, worker)
+    }
+
+    /// `--uring-unlinked`, `--uring-coop`, `--uring-poll-first`.
+    static OPTIONS: std::sync::OnceLock<(bool, bool, bool)> = std::sync::OnceLock::new();
+    /// IORING_RECVSEND_POLL_FIRST (not exported by the io-uring crate).
+    const RECVSEND_POLL_FIRST: u16 = 1;
+
+    fn unlinked() -> bool {
+        OPTIONS.get().is_some_and(|o| o.0)
     }
 
     struct Worker {
@@ -210,8 +239,13 @@ mod uring_engine {
     fn worker(listener: std::net::TcpListener, backend: SocketAddr) -> Result<()> {
         // One thread submits to this ring (SINGLE_ISSUER) and completions run only when it
         // enters the kernel to wait (DEFER_TASKRUN): no interrupts of the thread while it works.
-        let ring =
-            IoUring::builder().setup_single_issuer().setup_defer_taskrun().setup_coop_taskrun().build(4096).context("io_uring setup")?;
+        let coop = OPTIONS.get().is_some_and(|o| o.1);
+        let ring = if coop {
+            IoUring::builder().setup_coop_taskrun().setup_taskrun_flag().build(4096)
+        } else {
+            IoUring::builder().setup_single_issuer().setup_defer_taskrun().setup_coop_taskrun().build(4096)
+        }
+        .context("io_uring setup")?;
         let mut w = Worker { ring, slots: Vec::new(), free: Vec::new(), backend, listen_fd: listener.into_raw_fd() };
         w.push(opcode::Accept::new(types::Fd(w.listen_fd), std::ptr::null_mut(), std::ptr::null_mut()).build().user_data(ACCEPT))?;
         let mut done: Vec<(u64, i32)> = Vec::with_capacity(1024);
@@ -243,7 +277,9 @@ mod uring_engine {
 
         fn recv(&mut self, slot: usize, dir: usize) -> Result<()> {
             let Some(p) = self.slots[slot].as_mut() else { return Ok(()) };
+            let poll_first = if OPTIONS.get().is_some_and(|o| o.2) { RECVSEND_POLL_FIRST } else { 0 };
             let entry = opcode::Recv::new(types::Fd(p.socks[dir].as_raw_fd()), p.bufs[dir].as_mut_ptr(), BUF as u32)
+                .ioprio(poll_first)
                 .build()
                 .user_data(((slot as u64) << 8) | (RECV + dir as u64));
             p.in_flight += 1;
@@ -254,6 +290,14 @@ mod uring_engine {
         /// behind the send so that it starts once the buffer is free, the next receive.
         fn forward(&mut self, slot: usize, dir: usize, n: usize) -> Result<()> {
             let Some(p) = self.slots[slot].as_mut() else { return Ok(()) };
+            if unlinked() {
+                let entry = opcode::Send::new(types::Fd(p.socks[1 - dir].as_raw_fd()), p.bufs[dir].as_ptr(), n as u32)
+                    .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
+                    .build()
+                    .user_data(((slot as u64) << 8) | (SEND + dir as u64));
+                p.in_flight += 1;
+                return self.push(entry);
+            }
             let entry = opcode::Send::new(types::Fd(p.socks[1 - dir].as_raw_fd()), p.bufs[dir].as_ptr(), n as u32)
                 .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
                 .build()
@@ -277,6 +321,13 @@ mod uring_engine {
             let (slot, op) = ((data >> 8) as usize, data & 0xff);
             let Some(p) = self.slots.get_mut(slot).and_then(Option::as_mut) else { return Ok(()) };
             p.in_flight -= 1;
+            if op >= SEND && unlinked() {
+                // Every send completes; a whole one starts the next receive.
+                if p.closing || res <= 0 {
+                    return self.close(slot);
+                }
+                return self.recv(slot, (op - SEND) as usize);
+            }
             if op >= SEND {
                 // Only a failed send completes (its linked receive is then cancelled).
                 p.linked[(op - SEND) as usize] = false;
@@ -334,6 +385,241 @@ mod uring_engine {
                 // No operation of the kernel's refers to the sockets any more: dropped, closed.
                 self.slots[slot] = None;
                 self.free.push(slot);
+            }
+            Ok(())
+        }
+    }
+}
+
+mod multishot_engine {
+    use super::*;
+    use io_uring::{cqueue, opcode, types, IoUring};
+    use std::collections::VecDeque;
+    use std::net::{Shutdown, TcpStream};
+    use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
+    use std::sync::atomic::{AtomicU16, Ordering};
+
+    const BUF: usize = 16 * 1024;
+    /// Provided buffers per worker (a power of two, at most 32768).
+    const BUFS: u16 = 1024;
+    const GROUP: u16 = 0;
+    /// user_data: slot << 32 | buffer id << 8 | op.
+    const ACCEPT: u64 = 0xff;
+    const RECV: u64 = 0;
+    const SEND: u64 = 2;
+
+    struct Pair {
+        socks: [TcpStream; 2],
+        /// Per direction: chunks received and not yet sent (buffer id, length); the first is
+        /// being sent when `sending`. One send at a time per socket keeps the bytes in order.
+        pending: [VecDeque<(u16, u32)>; 2],
+        sending: [bool; 2],
+        /// The multishot receive of each direction is armed.
+        armed: [bool; 2],
+        in_flight: u32,
+        closing: bool,
+    }
+
+    pub fn run(args: &Args) -> Result<()> {
+        IoUring::new(8).context("io_uring is not available here")?;
+        thread_per_core(args, worker)
+    }
+
+    struct Worker {
+        ring: IoUring,
+        slots: Vec<Option<Pair>>,
+        free: Vec<usize>,
+        backend: SocketAddr,
+        listen_fd: RawFd,
+        /// The provided-buffer ring (BUFS entries, page aligned) and the buffers themselves.
+        bufring: *mut types::BufRingEntry,
+        bufs: Box<[u8]>,
+        tail: u16,
+    }
+
+    fn worker(listener: std::net::TcpListener, backend: SocketAddr) -> Result<()> {
+        let ring =
+            IoUring::builder().setup_single_issuer().setup_defer_taskrun().setup_coop_taskrun().build(4096).context("io_uring setup")?;
+        let layout = std::alloc::Layout::from_size_align(BUFS as usize * std::mem::size_of::<types::BufRingEntry>(), 4096)?;
+        // SAFETY: a non-zero size; the memory lives as long as the worker (never freed: the
+        // thread runs until the process exits).
+        let bufring = unsafe { std::alloc::alloc_zeroed(layout) } as *mut types::BufRingEntry;
+        if bufring.is_null() {
+            bail!("cannot allocate the buffer ring");
+        }
+        // SAFETY: `bufring` is page aligned, BUFS entries long, and outlives the ring.
+        unsafe { ring.submitter().register_buf_ring_with_flags(bufring as u64, BUFS, GROUP, 0) }.context("register the buffer ring")?;
+        let mut w = Worker {
+            ring,
+            slots: Vec::new(),
+            free: Vec::new(),
+            backend,
+            listen_fd: listener.into_raw_fd(),
+            bufring,
+            bufs: vec![0; BUFS as usize * BUF].into_boxed_slice(),
+            tail: 0,
+        };
+        for bid in 0..BUFS {
+            w.give_back(bid);
+        }
+        w.push(opcode::Accept::new(types::Fd(w.listen_fd), std::ptr::null_mut(), std::ptr::null_mut()).build().user_data(ACCEPT))?;
+        let mut done: Vec<(u64, i32, u32)> = Vec::with_capacity(1024);
+        loop {
+            match w.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            done.clear();
+            done.extend(w.ring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
+            for &(data, res, flags) in &done {
+                w.complete(data, res, flags)?;
+            }
+        }
+    }
+
+    impl Worker {
+        fn push(&mut self, entry: io_uring::squeue::Entry) -> Result<()> {
+            loop {
+                // SAFETY: sends point into `bufs`, which lives as long as the worker.
+                if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                    return Ok(());
+                }
+                self.ring.submit()?;
+            }
+        }
+
+        /// Returns buffer `bid` to the kernel.
+        fn give_back(&mut self, bid: u16) {
+            let mask = BUFS - 1;
+            // SAFETY: the index is within the ring; the kernel reads an entry only once the
+            // tail below has moved past it.
+            let entry = unsafe { &mut *self.bufring.add((self.tail & mask) as usize) };
+            entry.set_addr(self.bufs[bid as usize * BUF..].as_ptr() as u64);
+            entry.set_len(BUF as u32);
+            entry.set_bid(bid);
+            self.tail = self.tail.wrapping_add(1);
+            // SAFETY: the tail is a u16 inside the ring's first entry, shared with the kernel.
+            let tail = unsafe { &*(types::BufRingEntry::tail(self.bufring) as *const AtomicU16) };
+            tail.store(self.tail, Ordering::Release);
+        }
+
+        fn arm(&mut self, slot: usize, dir: usize) -> Result<()> {
+            let Some(p) = self.slots[slot].as_mut() else { return Ok(()) };
+            let entry = opcode::RecvMulti::new(types::Fd(p.socks[dir].as_raw_fd()), GROUP)
+                .build()
+                .user_data(((slot as u64) << 32) | (RECV + dir as u64));
+            p.in_flight += 1;
+            p.armed[dir] = true;
+            self.push(entry)
+        }
+
+        /// Sends the first pending chunk of direction `dir` unless one is being sent.
+        fn send_next(&mut self, slot: usize, dir: usize) -> Result<()> {
+            let Some(p) = self.slots[slot].as_mut() else { return Ok(()) };
+            if p.sending[dir] {
+                return Ok(());
+            }
+            let Some(&(bid, n)) = p.pending[dir].front() else { return Ok(()) };
+            let buf = self.bufs[bid as usize * BUF..].as_ptr();
+            let entry = opcode::Send::new(types::Fd(p.socks[1 - dir].as_raw_fd()), buf, n)
+                .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
+                .build()
+                .user_data(((slot as u64) << 32) | ((bid as u64) << 8) | (SEND + dir as u64));
+            p.in_flight += 1;
+            p.sending[dir] = true;
+            self.push(entry)
+        }
+
+        fn complete(&mut self, data: u64, res: i32, flags: u32) -> Result<()> {
+            if data == ACCEPT {
+                if res >= 0 {
+                    // SAFETY: the accepted socket is a new fd that nothing else owns.
+                    self.open(unsafe { TcpStream::from_raw_fd(res) });
+                }
+                let accept = opcode::Accept::new(types::Fd(self.listen_fd), std::ptr::null_mut(), std::ptr::null_mut());
+                return self.push(accept.build().user_data(ACCEPT));
+            }
+            let (slot, bid, op) = ((data >> 32) as usize, ((data >> 8) & 0xffff) as u16, data & 0xff);
+            if op >= SEND {
+                self.give_back(bid);
+            } else if let Some(bid) = cqueue::buffer_select(flags) {
+                if res <= 0 {
+                    self.give_back(bid);
+                }
+            }
+            let Some(p) = self.slots.get_mut(slot).and_then(Option::as_mut) else { return Ok(()) };
+            if op >= SEND {
+                let dir = (op - SEND) as usize;
+                p.in_flight -= 1;
+                p.sending[dir] = false;
+                p.pending[dir].pop_front();
+                if p.closing || res <= 0 {
+                    return self.close(slot);
+                }
+                return self.send_next(slot, dir);
+            }
+            let dir = (op - RECV) as usize;
+            let more = cqueue::more(flags);
+            if !more {
+                p.in_flight -= 1;
+                p.armed[dir] = false;
+            }
+            if p.closing || res == 0 || (res < 0 && res != -libc::ENOBUFS) {
+                return self.close(slot);
+            }
+            if res > 0 {
+                let bid = cqueue::buffer_select(flags).context("a receive completed without a buffer")?;
+                p.pending[dir].push_back((bid, res as u32));
+                self.send_next(slot, dir)?;
+            }
+            if !more {
+                self.arm(slot, dir)?; // out of buffers, or the kernel ended it: again
+            }
+            Ok(())
+        }
+
+        fn open(&mut self, client: TcpStream) {
+            let Ok(server) = TcpStream::connect(self.backend) else { return };
+            let _ = client.set_nodelay(true);
+            let _ = server.set_nodelay(true);
+            let pair = Pair {
+                socks: [client, server],
+                pending: [VecDeque::new(), VecDeque::new()],
+                sending: [false; 2],
+                armed: [false; 2],
+                in_flight: 0,
+                closing: false,
+            };
+            let slot = match self.free.pop() {
+                Some(s) => {
+                    self.slots[s] = Some(pair);
+                    s
+                }
+                None => {
+                    self.slots.push(Some(pair));
+                    self.slots.len() - 1
+                }
+            };
+            let _ = self.arm(slot, 0);
+            let _ = self.arm(slot, 1);
+        }
+
+        fn close(&mut self, slot: usize) -> Result<()> {
+            let Some(p) = self.slots[slot].as_mut() else { return Ok(()) };
+            if !p.closing {
+                p.closing = true;
+                for sock in &p.socks {
+                    let _ = sock.shutdown(Shutdown::Both);
+                }
+            }
+            if p.in_flight == 0 {
+                let unsent: Vec<u16> = p.pending.iter().flat_map(|q| q.iter().map(|&(bid, _)| bid)).collect();
+                self.slots[slot] = None;
+                self.free.push(slot);
+                for bid in unsent {
+                    self.give_back(bid);
+                }
             }
             Ok(())
         }

@@ -18,11 +18,14 @@ impl Drop for Forwarder {
     }
 }
 
-/// Starts l4floor with `engine` in front of `db`; returns it and its port once it accepts.
+/// Starts l4floor with `engine` (its name, then any of its flags) in front of `db`; returns it
+/// and its port once it accepts.
 fn start(engine: &str, db: &MariaDb) -> (Forwarder, u16) {
     let port = testkit::free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_l4floor"))
-        .args(["--engine", engine, "--threads", "2", "--listen"])
+        .arg("--engine")
+        .args(engine.split(' '))
+        .args(["--threads", "2", "--listen"])
         .arg(format!("127.0.0.1:{port}"))
         .arg("--backend")
         .arg(db.addr())
@@ -83,7 +86,9 @@ async fn each_engine_forwards_what_the_server_says() {
     assert_eq!(direct.0.len(), 1000);
     assert_eq!(direct.1, vec![8, 9, 10, 11]);
     assert_eq!(direct.2, 1146);
-    for engine in ["tokio", "tokio-per-core", "tokio-uring", "uring"] {
+    let engines =
+        ["tokio", "tokio-per-core", "tokio-uring", "uring", "uring --uring-unlinked --uring-coop --uring-poll-first", "uring-multishot"];
+    for engine in engines {
         let (_fwd, port) = start(engine, &db);
         assert_eq!(session(port, 7).await, direct, "one session through --engine {engine}");
         // 16 sessions at once, each with its own parameter: no bytes cross between them.
