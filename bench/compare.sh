@@ -55,8 +55,9 @@ Every option is also an environment variable (in CAPS); flags win over the envir
                           SLUICE_BIN_BEFORE  builds mode: the binary to compare against
                           L4FLOOR_BIN floor mode: the l4floor binary [a fresh release build]
                           FLOOR_ENGINES floor mode: l4floor's engines to run, of tokio,
-                                      tokio-per-core, tokio-uring, uring and uring-multishot, or
-                                      a second sluice:
+                                      tokio-per-core, tokio-uring, uring, uring-multishot, and
+                                      uring-unlinked / uring-coop / uring-poll-first (uring with
+                                      that flag), or a second sluice:
                                       sluice-per-core (--runtime per-core: io_uring where
                                       available), sluice-per-core-epoll ["tokio uring"]
                           KEEP_TMP    1 = keep the temp dir (datadir, logs, sysbench outputs)
@@ -156,9 +157,9 @@ floor)
 	VARIANTS=(direct sluice haproxy)
 	for e in "${FLOOR_ENGINE_LIST[@]}"; do
 		case "$e" in
-		tokio | tokio-per-core | tokio-uring | uring | uring-multishot) VARIANTS+=("l4-$e") ;;
+		tokio | tokio-per-core | tokio-uring | uring | uring-multishot | uring-unlinked | uring-coop | uring-poll-first) VARIANTS+=("l4-$e") ;;
 		sluice-per-core | sluice-per-core-epoll) VARIANTS+=("$e") ;;
-		*) die "FLOOR_ENGINES: '$e' is not tokio, tokio-per-core, tokio-uring, uring, uring-multishot, sluice-per-core or sluice-per-core-epoll" ;;
+		*) die "FLOOR_ENGINES: '$e' is not tokio, tokio-per-core, tokio-uring, uring, uring-multishot, uring-unlinked, uring-coop, uring-poll-first, sluice-per-core or sluice-per-core-epoll" ;;
 		esac
 	done
 	;;
@@ -241,6 +242,9 @@ start_floor() {
 			sluice_argv "$port" "$(free_port)" --runtime per-core --io epoll
 		fi
 		cmd=("${SLUICE_ARGV[@]}")
+		;;
+	uring-unlinked | uring-coop | uring-poll-first)
+		cmd=("$L4FLOOR_BIN" --engine uring "--$1" --listen "127.0.0.1:$port" --backend "127.0.0.1:$DB_PORT" --threads "$(sluice_workers)")
 		;;
 	*) cmd=("$L4FLOOR_BIN" --engine "$1" --listen "127.0.0.1:$port" --backend "127.0.0.1:$DB_PORT" --threads "$(sluice_workers)") ;;
 	esac
