@@ -183,15 +183,133 @@ mod tokio_engine {
     }
 }
 
+/// What the two io_uring engines share: the completion loop with the listener's accepts, the
+/// table of forwarded connections, and connecting to the backend.
+mod ring_loop {
+    use super::*;
+    use io_uring::{opcode, squeue::Entry, types, IoUring};
+    use std::net::{Shutdown, TcpStream};
+    use std::os::fd::{FromRawFd, RawFd};
+
+    /// user_data of the listener's accept; no connection's operation has it.
+    pub const ACCEPT: u64 = 0xff;
+
+    pub trait Engine {
+        fn ring(&mut self) -> &mut IoUring;
+        /// A client was accepted.
+        fn open(&mut self, client: TcpStream);
+        /// The completion of one of the connections' operations.
+        fn complete(&mut self, data: u64, res: i32, flags: u32) -> Result<()>;
+    }
+
+    /// Queues `entry`, handing the queue to the kernel first when it is full.
+    ///
+    /// # Safety
+    /// Every buffer `entry` points at stays put until its completion has been handled.
+    pub unsafe fn push(ring: &mut IoUring, entry: &Entry) -> Result<()> {
+        loop {
+            // SAFETY: the caller's promise.
+            if unsafe { ring.submission().push(entry) }.is_ok() {
+                return Ok(());
+            }
+            ring.submit()?; // the queue is full: hand it over, then retry
+        }
+    }
+
+    /// Runs `engine` until its ring fails: one `io_uring_enter` per wake-up submits what the
+    /// last completions queued and waits for the next; accepts on `listen_fd` never stop.
+    pub fn run(engine: &mut impl Engine, listen_fd: RawFd) -> Result<()> {
+        let accept = opcode::Accept::new(types::Fd(listen_fd), std::ptr::null_mut(), std::ptr::null_mut()).build().user_data(ACCEPT);
+        // SAFETY: an accept points at no buffer.
+        unsafe { push(engine.ring(), &accept) }?;
+        let mut done: Vec<(u64, i32, u32)> = Vec::with_capacity(1024);
+        loop {
+            match engine.ring().submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            done.clear();
+            done.extend(engine.ring().completion().map(|c| (c.user_data(), c.result(), c.flags())));
+            for &(data, res, flags) in &done {
+                if data != ACCEPT {
+                    engine.complete(data, res, flags)?;
+                    continue;
+                }
+                if res >= 0 {
+                    // SAFETY: the accepted socket is a new fd that nothing else owns.
+                    engine.open(unsafe { TcpStream::from_raw_fd(res) });
+                }
+                // SAFETY: as above.
+                unsafe { push(engine.ring(), &accept) }?;
+            }
+        }
+    }
+
+    /// The accepted client and its connection to the backend, both without Nagle's delay; None
+    /// (the client is closed) when the backend cannot be reached. The connect blocks: on
+    /// loopback it is immediate, and connecting is not what is measured.
+    pub fn connect(client: TcpStream, backend: SocketAddr) -> Option<[TcpStream; 2]> {
+        let server = TcpStream::connect(backend).ok()?;
+        let _ = client.set_nodelay(true);
+        let _ = server.set_nodelay(true);
+        Some([client, server])
+    }
+
+    /// Shuts both sockets of a connection that ended or failed; their pending receives then
+    /// complete with 0.
+    pub fn shut(socks: &[TcpStream; 2]) {
+        for sock in socks {
+            let _ = sock.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// The forwarded connections by slot (each operation's user_data names its slot); a slot
+    /// is reused once its connection is removed.
+    pub struct Slots<P> {
+        slots: Vec<Option<P>>,
+        free: Vec<usize>,
+    }
+
+    impl<P> Slots<P> {
+        pub fn new() -> Self {
+            Slots { slots: Vec::new(), free: Vec::new() }
+        }
+
+        pub fn insert(&mut self, p: P) -> usize {
+            match self.free.pop() {
+                Some(slot) => {
+                    self.slots[slot] = Some(p);
+                    slot
+                }
+                None => {
+                    self.slots.push(Some(p));
+                    self.slots.len() - 1
+                }
+            }
+        }
+
+        pub fn get_mut(&mut self, slot: usize) -> Option<&mut P> {
+            self.slots.get_mut(slot).and_then(Option::as_mut)
+        }
+
+        pub fn remove(&mut self, slot: usize) -> Option<P> {
+            let p = self.slots.get_mut(slot)?.take()?;
+            self.free.push(slot);
+            Some(p)
+        }
+    }
+}
+
 mod uring_engine {
     use super::*;
     use io_uring::{opcode, types, IoUring};
-    use std::net::{Shutdown, TcpStream};
-    use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
+    use ring_loop::Slots;
+    use std::net::TcpStream;
+    use std::os::fd::{AsRawFd, IntoRawFd};
 
     const BUF: usize = 16 * 1024;
-    /// user_data: slot << 8 | op. The accept has no slot.
-    const ACCEPT: u64 = 0xff;
+    /// user_data: slot << 8 | op (ring_loop::ACCEPT is not one of them).
     /// Per direction d (0: client to server, 1: server to client): RECV + d, SEND + d.
     const RECV: u64 = 0;
     const SEND: u64 = 2;
@@ -230,10 +348,8 @@ mod uring_engine {
 
     struct Worker {
         ring: IoUring,
-        slots: Vec<Option<Pair>>,
-        free: Vec<usize>,
+        slots: Slots<Pair>,
         backend: SocketAddr,
-        listen_fd: RawFd,
     }
 
     fn worker(listener: std::net::TcpListener, backend: SocketAddr) -> Result<()> {
@@ -246,80 +362,27 @@ mod uring_engine {
             IoUring::builder().setup_single_issuer().setup_defer_taskrun().setup_coop_taskrun().build(4096)
         }
         .context("io_uring setup")?;
-        let mut w = Worker { ring, slots: Vec::new(), free: Vec::new(), backend, listen_fd: listener.into_raw_fd() };
-        w.push(opcode::Accept::new(types::Fd(w.listen_fd), std::ptr::null_mut(), std::ptr::null_mut()).build().user_data(ACCEPT))?;
-        let mut done: Vec<(u64, i32)> = Vec::with_capacity(1024);
-        loop {
-            match w.ring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(e) => return Err(e.into()),
-            }
-            done.clear();
-            done.extend(w.ring.completion().map(|c| (c.user_data(), c.result())));
-            for &(data, res) in &done {
-                w.complete(data, res)?;
-            }
-        }
+        ring_loop::run(&mut Worker { ring, slots: Slots::new(), backend }, listener.into_raw_fd())
     }
 
-    impl Worker {
-        fn push(&mut self, entry: io_uring::squeue::Entry) -> Result<()> {
-            loop {
-                // SAFETY: every buffer an entry points at lives in a boxed slice of a Pair that
-                // is freed only once the kernel returned all of that Pair's operations.
-                if unsafe { self.ring.submission().push(&entry) }.is_ok() {
-                    return Ok(());
-                }
-                self.ring.submit()?; // the queue is full: hand it over, then retry
-            }
+    impl ring_loop::Engine for Worker {
+        fn ring(&mut self) -> &mut IoUring {
+            &mut self.ring
         }
 
-        fn recv(&mut self, slot: usize, dir: usize) -> Result<()> {
-            let Some(p) = self.slots[slot].as_mut() else { return Ok(()) };
-            let poll_first = if OPTIONS.get().is_some_and(|o| o.2) { RECVSEND_POLL_FIRST } else { 0 };
-            let entry = opcode::Recv::new(types::Fd(p.socks[dir].as_raw_fd()), p.bufs[dir].as_mut_ptr(), BUF as u32)
-                .ioprio(poll_first)
-                .build()
-                .user_data(((slot as u64) << 8) | (RECV + dir as u64));
-            p.in_flight += 1;
-            self.push(entry)
+        /// A client accepted: connect to the backend and receive on both.
+        fn open(&mut self, client: TcpStream) {
+            let Some(socks) = ring_loop::connect(client, self.backend) else { return };
+            let bufs = [vec![0; BUF].into_boxed_slice(), vec![0; BUF].into_boxed_slice()];
+            let slot = self.slots.insert(Pair { socks, bufs, linked: [false; 2], in_flight: 0, closing: false });
+            // The first receives: errors here only mean the ring is gone, which the loop sees.
+            let _ = self.recv(slot, 0);
+            let _ = self.recv(slot, 1);
         }
 
-        /// Sends the `n` bytes received in direction `dir` (all of them: MSG_WAITALL) and, linked
-        /// behind the send so that it starts once the buffer is free, the next receive.
-        fn forward(&mut self, slot: usize, dir: usize, n: usize) -> Result<()> {
-            let Some(p) = self.slots[slot].as_mut() else { return Ok(()) };
-            if unlinked() {
-                let entry = opcode::Send::new(types::Fd(p.socks[1 - dir].as_raw_fd()), p.bufs[dir].as_ptr(), n as u32)
-                    .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
-                    .build()
-                    .user_data(((slot as u64) << 8) | (SEND + dir as u64));
-                p.in_flight += 1;
-                return self.push(entry);
-            }
-            let entry = opcode::Send::new(types::Fd(p.socks[1 - dir].as_raw_fd()), p.bufs[dir].as_ptr(), n as u32)
-                .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
-                .build()
-                .flags(io_uring::squeue::Flags::IO_LINK | io_uring::squeue::Flags::SKIP_SUCCESS)
-                .user_data(((slot as u64) << 8) | (SEND + dir as u64));
-            p.in_flight += 1;
-            p.linked[dir] = true;
-            self.push(entry)?;
-            self.recv(slot, dir)
-        }
-
-        fn complete(&mut self, data: u64, res: i32) -> Result<()> {
-            if data == ACCEPT {
-                if res >= 0 {
-                    // SAFETY: the accepted socket is a new fd that nothing else owns.
-                    self.open(unsafe { TcpStream::from_raw_fd(res) });
-                }
-                let accept = opcode::Accept::new(types::Fd(self.listen_fd), std::ptr::null_mut(), std::ptr::null_mut());
-                return self.push(accept.build().user_data(ACCEPT));
-            }
+        fn complete(&mut self, data: u64, res: i32, _flags: u32) -> Result<()> {
             let (slot, op) = ((data >> 8) as usize, data & 0xff);
-            let Some(p) = self.slots.get_mut(slot).and_then(Option::as_mut) else { return Ok(()) };
+            let Some(p) = self.slots.get_mut(slot) else { return Ok(()) };
             p.in_flight -= 1;
             if op >= SEND && unlinked() {
                 // Every send completes; a whole one starts the next receive.
@@ -342,49 +405,59 @@ mod uring_engine {
             }
             self.forward(slot, dir, res as usize)
         }
+    }
 
-        /// A client accepted: connect to the backend (blocking; on loopback it is immediate,
-        /// and connecting is not what is measured) and receive on both.
-        fn open(&mut self, client: TcpStream) {
-            let Ok(server) = TcpStream::connect(self.backend) else { return }; // the client closes
-            let _ = client.set_nodelay(true);
-            let _ = server.set_nodelay(true);
-            let pair = Pair {
-                socks: [client, server],
-                bufs: [vec![0; BUF].into_boxed_slice(), vec![0; BUF].into_boxed_slice()],
-                linked: [false; 2],
-                in_flight: 0,
-                closing: false,
-            };
-            let slot = match self.free.pop() {
-                Some(s) => {
-                    self.slots[s] = Some(pair);
-                    s
-                }
-                None => {
-                    self.slots.push(Some(pair));
-                    self.slots.len() - 1
-                }
-            };
-            // The first receives: errors here only mean the ring is gone, which the loop sees.
-            let _ = self.recv(slot, 0);
-            let _ = self.recv(slot, 1);
+    impl Worker {
+        fn push(&mut self, entry: io_uring::squeue::Entry) -> Result<()> {
+            // SAFETY: every buffer an entry points at lives in a boxed slice of a Pair that is
+            // freed only once the kernel returned all of that Pair's operations.
+            unsafe { ring_loop::push(&mut self.ring, &entry) }
+        }
+
+        fn recv(&mut self, slot: usize, dir: usize) -> Result<()> {
+            let Some(p) = self.slots.get_mut(slot) else { return Ok(()) };
+            let poll_first = if OPTIONS.get().is_some_and(|o| o.2) { RECVSEND_POLL_FIRST } else { 0 };
+            let entry = opcode::Recv::new(types::Fd(p.socks[dir].as_raw_fd()), p.bufs[dir].as_mut_ptr(), BUF as u32)
+                .ioprio(poll_first)
+                .build()
+                .user_data(((slot as u64) << 8) | (RECV + dir as u64));
+            p.in_flight += 1;
+            self.push(entry)
+        }
+
+        /// Sends the `n` bytes received in direction `dir` (all of them: MSG_WAITALL) and, linked
+        /// behind the send so that it starts once the buffer is free, the next receive.
+        fn forward(&mut self, slot: usize, dir: usize, n: usize) -> Result<()> {
+            let Some(p) = self.slots.get_mut(slot) else { return Ok(()) };
+            if unlinked() {
+                let entry = opcode::Send::new(types::Fd(p.socks[1 - dir].as_raw_fd()), p.bufs[dir].as_ptr(), n as u32)
+                    .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
+                    .build()
+                    .user_data(((slot as u64) << 8) | (SEND + dir as u64));
+                p.in_flight += 1;
+                return self.push(entry);
+            }
+            let entry = opcode::Send::new(types::Fd(p.socks[1 - dir].as_raw_fd()), p.bufs[dir].as_ptr(), n as u32)
+                .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
+                .build()
+                .flags(io_uring::squeue::Flags::IO_LINK | io_uring::squeue::Flags::SKIP_SUCCESS)
+                .user_data(((slot as u64) << 8) | (SEND + dir as u64));
+            p.in_flight += 1;
+            p.linked[dir] = true;
+            self.push(entry)?;
+            self.recv(slot, dir)
         }
 
         /// Either side ended or failed: shut both sockets (their pending receives then complete
         /// with 0) and free the slot once the kernel holds none of its operations.
         fn close(&mut self, slot: usize) -> Result<()> {
-            let Some(p) = self.slots[slot].as_mut() else { return Ok(()) };
-            if !p.closing {
-                p.closing = true;
-                for sock in &p.socks {
-                    let _ = sock.shutdown(Shutdown::Both);
-                }
+            let Some(p) = self.slots.get_mut(slot) else { return Ok(()) };
+            if !std::mem::replace(&mut p.closing, true) {
+                ring_loop::shut(&p.socks);
             }
             if p.in_flight == 0 {
                 // No operation of the kernel's refers to the sockets any more: dropped, closed.
-                self.slots[slot] = None;
-                self.free.push(slot);
+                self.slots.remove(slot);
             }
             Ok(())
         }
@@ -394,17 +467,17 @@ mod uring_engine {
 mod multishot_engine {
     use super::*;
     use io_uring::{cqueue, opcode, types, IoUring};
+    use ring_loop::Slots;
     use std::collections::VecDeque;
-    use std::net::{Shutdown, TcpStream};
-    use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
+    use std::net::TcpStream;
+    use std::os::fd::{AsRawFd, IntoRawFd};
     use std::sync::atomic::{AtomicU16, Ordering};
 
     const BUF: usize = 16 * 1024;
     /// Provided buffers per worker (a power of two, at most 32768).
     const BUFS: u16 = 1024;
     const GROUP: u16 = 0;
-    /// user_data: slot << 32 | buffer id << 8 | op.
-    const ACCEPT: u64 = 0xff;
+    /// user_data: slot << 32 | buffer id << 8 | op (ring_loop::ACCEPT is not one of them).
     const RECV: u64 = 0;
     const SEND: u64 = 2;
 
@@ -427,10 +500,8 @@ mod multishot_engine {
 
     struct Worker {
         ring: IoUring,
-        slots: Vec<Option<Pair>>,
-        free: Vec<usize>,
+        slots: Slots<Pair>,
         backend: SocketAddr,
-        listen_fd: RawFd,
         /// The provided-buffer ring (BUFS entries, page aligned) and the buffers themselves.
         bufring: *mut types::BufRingEntry,
         bufs: Box<[u8]>,
@@ -449,44 +520,17 @@ mod multishot_engine {
         }
         // SAFETY: `bufring` is page aligned, BUFS entries long, and outlives the ring.
         unsafe { ring.submitter().register_buf_ring_with_flags(bufring as u64, BUFS, GROUP, 0) }.context("register the buffer ring")?;
-        let mut w = Worker {
-            ring,
-            slots: Vec::new(),
-            free: Vec::new(),
-            backend,
-            listen_fd: listener.into_raw_fd(),
-            bufring,
-            bufs: vec![0; BUFS as usize * BUF].into_boxed_slice(),
-            tail: 0,
-        };
+        let mut w = Worker { ring, slots: Slots::new(), backend, bufring, bufs: vec![0; BUFS as usize * BUF].into_boxed_slice(), tail: 0 };
         for bid in 0..BUFS {
             w.give_back(bid);
         }
-        w.push(opcode::Accept::new(types::Fd(w.listen_fd), std::ptr::null_mut(), std::ptr::null_mut()).build().user_data(ACCEPT))?;
-        let mut done: Vec<(u64, i32, u32)> = Vec::with_capacity(1024);
-        loop {
-            match w.ring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(e) => return Err(e.into()),
-            }
-            done.clear();
-            done.extend(w.ring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
-            for &(data, res, flags) in &done {
-                w.complete(data, res, flags)?;
-            }
-        }
+        ring_loop::run(&mut w, listener.into_raw_fd())
     }
 
     impl Worker {
         fn push(&mut self, entry: io_uring::squeue::Entry) -> Result<()> {
-            loop {
-                // SAFETY: sends point into `bufs`, which lives as long as the worker.
-                if unsafe { self.ring.submission().push(&entry) }.is_ok() {
-                    return Ok(());
-                }
-                self.ring.submit()?;
-            }
+            // SAFETY: sends point into `bufs`, which lives as long as the worker.
+            unsafe { ring_loop::push(&mut self.ring, &entry) }
         }
 
         /// Returns buffer `bid` to the kernel.
@@ -505,7 +549,7 @@ mod multishot_engine {
         }
 
         fn arm(&mut self, slot: usize, dir: usize) -> Result<()> {
-            let Some(p) = self.slots[slot].as_mut() else { return Ok(()) };
+            let Some(p) = self.slots.get_mut(slot) else { return Ok(()) };
             let entry = opcode::RecvMulti::new(types::Fd(p.socks[dir].as_raw_fd()), GROUP)
                 .build()
                 .user_data(((slot as u64) << 32) | (RECV + dir as u64));
@@ -516,7 +560,7 @@ mod multishot_engine {
 
         /// Sends the first pending chunk of direction `dir` unless one is being sent.
         fn send_next(&mut self, slot: usize, dir: usize) -> Result<()> {
-            let Some(p) = self.slots[slot].as_mut() else { return Ok(()) };
+            let Some(p) = self.slots.get_mut(slot) else { return Ok(()) };
             if p.sending[dir] {
                 return Ok(());
             }
@@ -531,15 +575,35 @@ mod multishot_engine {
             self.push(entry)
         }
 
-        fn complete(&mut self, data: u64, res: i32, flags: u32) -> Result<()> {
-            if data == ACCEPT {
-                if res >= 0 {
-                    // SAFETY: the accepted socket is a new fd that nothing else owns.
-                    self.open(unsafe { TcpStream::from_raw_fd(res) });
-                }
-                let accept = opcode::Accept::new(types::Fd(self.listen_fd), std::ptr::null_mut(), std::ptr::null_mut());
-                return self.push(accept.build().user_data(ACCEPT));
+        fn close(&mut self, slot: usize) -> Result<()> {
+            let Some(p) = self.slots.get_mut(slot) else { return Ok(()) };
+            if !std::mem::replace(&mut p.closing, true) {
+                ring_loop::shut(&p.socks);
             }
+            if p.in_flight == 0 {
+                for (bid, _) in self.slots.remove(slot).into_iter().flat_map(|p| p.pending).flatten() {
+                    self.give_back(bid);
+                }
+            }
+            Ok(())
+        }
+    }
+
+    impl ring_loop::Engine for Worker {
+        fn ring(&mut self) -> &mut IoUring {
+            &mut self.ring
+        }
+
+        /// A client accepted: connect to the backend and arm both receives.
+        fn open(&mut self, client: TcpStream) {
+            let Some(socks) = ring_loop::connect(client, self.backend) else { return };
+            let pending = [VecDeque::new(), VecDeque::new()];
+            let slot = self.slots.insert(Pair { socks, pending, sending: [false; 2], armed: [false; 2], in_flight: 0, closing: false });
+            let _ = self.arm(slot, 0);
+            let _ = self.arm(slot, 1);
+        }
+
+        fn complete(&mut self, data: u64, res: i32, flags: u32) -> Result<()> {
             let (slot, bid, op) = ((data >> 32) as usize, ((data >> 8) & 0xffff) as u16, data & 0xff);
             if op >= SEND {
                 self.give_back(bid);
@@ -548,7 +612,7 @@ mod multishot_engine {
                     self.give_back(bid);
                 }
             }
-            let Some(p) = self.slots.get_mut(slot).and_then(Option::as_mut) else { return Ok(()) };
+            let Some(p) = self.slots.get_mut(slot) else { return Ok(()) };
             if op >= SEND {
                 let dir = (op - SEND) as usize;
                 p.in_flight -= 1;
@@ -575,51 +639,6 @@ mod multishot_engine {
             }
             if !more {
                 self.arm(slot, dir)?; // out of buffers, or the kernel ended it: again
-            }
-            Ok(())
-        }
-
-        fn open(&mut self, client: TcpStream) {
-            let Ok(server) = TcpStream::connect(self.backend) else { return };
-            let _ = client.set_nodelay(true);
-            let _ = server.set_nodelay(true);
-            let pair = Pair {
-                socks: [client, server],
-                pending: [VecDeque::new(), VecDeque::new()],
-                sending: [false; 2],
-                armed: [false; 2],
-                in_flight: 0,
-                closing: false,
-            };
-            let slot = match self.free.pop() {
-                Some(s) => {
-                    self.slots[s] = Some(pair);
-                    s
-                }
-                None => {
-                    self.slots.push(Some(pair));
-                    self.slots.len() - 1
-                }
-            };
-            let _ = self.arm(slot, 0);
-            let _ = self.arm(slot, 1);
-        }
-
-        fn close(&mut self, slot: usize) -> Result<()> {
-            let Some(p) = self.slots[slot].as_mut() else { return Ok(()) };
-            if !p.closing {
-                p.closing = true;
-                for sock in &p.socks {
-                    let _ = sock.shutdown(Shutdown::Both);
-                }
-            }
-            if p.in_flight == 0 {
-                let unsent: Vec<u16> = p.pending.iter().flat_map(|q| q.iter().map(|&(bid, _)| bid)).collect();
-                self.slots[slot] = None;
-                self.free.push(slot);
-                for bid in unsent {
-                    self.give_back(bid);
-                }
             }
             Ok(())
         }
