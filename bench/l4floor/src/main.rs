@@ -333,17 +333,23 @@ mod uring_engine {
         // Fail here (not in a thread) when io_uring is unavailable: old kernel, seccomp,
         // kernel.io_uring_disabled.
         IoUring::new(8).context("io_uring is not available here")?;
-        let _ = OPTIONS.set((args.uring_unlinked, args.uring_coop, args.uring_poll_first));
+        let _ = OPTIONS.set(Options { unlinked: args.uring_unlinked, coop: args.uring_coop, poll_first: args.uring_poll_first });
         thread_per_core(args, worker)
     }
 
-    /// `--uring-unlinked`, `--uring-coop`, `--uring-poll-first`.
-    static OPTIONS: std::sync::OnceLock<(bool, bool, bool)> = std::sync::OnceLock::new();
+    /// `--uring-unlinked`, `--uring-coop`, `--uring-poll-first` (set once, before the threads).
+    #[derive(Clone, Copy, Default)]
+    struct Options {
+        unlinked: bool,
+        coop: bool,
+        poll_first: bool,
+    }
+    static OPTIONS: std::sync::OnceLock<Options> = std::sync::OnceLock::new();
     /// IORING_RECVSEND_POLL_FIRST (not exported by the io-uring crate).
     const RECVSEND_POLL_FIRST: u16 = 1;
 
-    fn unlinked() -> bool {
-        OPTIONS.get().is_some_and(|o| o.0)
+    fn options() -> Options {
+        OPTIONS.get().copied().unwrap_or_default()
     }
 
     struct Worker {
@@ -355,8 +361,7 @@ mod uring_engine {
     fn worker(listener: std::net::TcpListener, backend: SocketAddr) -> Result<()> {
         // One thread submits to this ring (SINGLE_ISSUER) and completions run only when it
         // enters the kernel to wait (DEFER_TASKRUN): no interrupts of the thread while it works.
-        let coop = OPTIONS.get().is_some_and(|o| o.1);
-        let ring = if coop {
+        let ring = if options().coop {
             IoUring::builder().setup_coop_taskrun().setup_taskrun_flag().build(4096)
         } else {
             IoUring::builder().setup_single_issuer().setup_defer_taskrun().setup_coop_taskrun().build(4096)
@@ -384,7 +389,7 @@ mod uring_engine {
             let (slot, op) = ((data >> 8) as usize, data & 0xff);
             let Some(p) = self.slots.get_mut(slot) else { return Ok(()) };
             p.in_flight -= 1;
-            if op >= SEND && unlinked() {
+            if op >= SEND && options().unlinked {
                 // Every send completes; a whole one starts the next receive.
                 if p.closing || res <= 0 {
                     return self.close(slot);
@@ -416,7 +421,7 @@ mod uring_engine {
 
         fn recv(&mut self, slot: usize, dir: usize) -> Result<()> {
             let Some(p) = self.slots.get_mut(slot) else { return Ok(()) };
-            let poll_first = if OPTIONS.get().is_some_and(|o| o.2) { RECVSEND_POLL_FIRST } else { 0 };
+            let poll_first = if options().poll_first { RECVSEND_POLL_FIRST } else { 0 };
             let entry = opcode::Recv::new(types::Fd(p.socks[dir].as_raw_fd()), p.bufs[dir].as_mut_ptr(), BUF as u32)
                 .ioprio(poll_first)
                 .build()
@@ -426,25 +431,20 @@ mod uring_engine {
         }
 
         /// Sends the `n` bytes received in direction `dir` (all of them: MSG_WAITALL) and, linked
-        /// behind the send so that it starts once the buffer is free, the next receive.
+        /// behind the send so that it starts once the buffer is free, the next receive
+        /// (`--uring-unlinked`: the send's completion starts it).
         fn forward(&mut self, slot: usize, dir: usize, n: usize) -> Result<()> {
             let Some(p) = self.slots.get_mut(slot) else { return Ok(()) };
-            if unlinked() {
-                let entry = opcode::Send::new(types::Fd(p.socks[1 - dir].as_raw_fd()), p.bufs[dir].as_ptr(), n as u32)
-                    .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
-                    .build()
-                    .user_data(((slot as u64) << 8) | (SEND + dir as u64));
-                p.in_flight += 1;
-                return self.push(entry);
-            }
-            let entry = opcode::Send::new(types::Fd(p.socks[1 - dir].as_raw_fd()), p.bufs[dir].as_ptr(), n as u32)
+            let send = opcode::Send::new(types::Fd(p.socks[1 - dir].as_raw_fd()), p.bufs[dir].as_ptr(), n as u32)
                 .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
                 .build()
-                .flags(io_uring::squeue::Flags::IO_LINK | io_uring::squeue::Flags::SKIP_SUCCESS)
                 .user_data(((slot as u64) << 8) | (SEND + dir as u64));
             p.in_flight += 1;
+            if options().unlinked {
+                return self.push(send);
+            }
             p.linked[dir] = true;
-            self.push(entry)?;
+            self.push(send.flags(io_uring::squeue::Flags::IO_LINK | io_uring::squeue::Flags::SKIP_SUCCESS))?;
             self.recv(slot, dir)
         }
 
@@ -487,8 +487,6 @@ mod multishot_engine {
         /// being sent when `sending`. One send at a time per socket keeps the bytes in order.
         pending: [VecDeque<(u16, u32)>; 2],
         sending: [bool; 2],
-        /// The multishot receive of each direction is armed.
-        armed: [bool; 2],
         in_flight: u32,
         closing: bool,
     }
@@ -554,7 +552,6 @@ mod multishot_engine {
                 .build()
                 .user_data(((slot as u64) << 32) | (RECV + dir as u64));
             p.in_flight += 1;
-            p.armed[dir] = true;
             self.push(entry)
         }
 
@@ -598,7 +595,7 @@ mod multishot_engine {
         fn open(&mut self, client: TcpStream) {
             let Some(socks) = ring_loop::connect(client, self.backend) else { return };
             let pending = [VecDeque::new(), VecDeque::new()];
-            let slot = self.slots.insert(Pair { socks, pending, sending: [false; 2], armed: [false; 2], in_flight: 0, closing: false });
+            let slot = self.slots.insert(Pair { socks, pending, sending: [false; 2], in_flight: 0, closing: false });
             let _ = self.arm(slot, 0);
             let _ = self.arm(slot, 1);
         }
@@ -627,7 +624,6 @@ mod multishot_engine {
             let more = cqueue::more(flags);
             if !more {
                 p.in_flight -= 1;
-                p.armed[dir] = false;
             }
             if p.closing || res == 0 || (res < 0 && res != -libc::ENOBUFS) {
                 return self.close(slot);

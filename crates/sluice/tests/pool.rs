@@ -439,9 +439,9 @@ async fn per_core_workers_lend_each_other_idle_connections() {
     for s in sessions {
         s.await.unwrap();
     }
-    // Each worker has its own listener (SO_REUSEPORT spreads the 16 connections: all on one
-    // worker has odds of 1 in 32,768); without lending, the worker that did not open the one
-    // connection would wait out the checkout timeout and fail its sessions' statements.
+    // The acceptor hands connections to the workers in turn, so both have sessions; without
+    // lending, the worker that did not open the one connection would wait out the checkout
+    // timeout and fail its sessions' statements.
     assert_eq!(backend_connections(&db), 1);
     assert_eq!(proxy.counter("Server_Connections_created"), 1, "one pooled connection, never closed and reopened");
 }

@@ -192,7 +192,12 @@ impl Backend {
     }
 
     pub fn age(&self) -> Duration {
-        self.created.elapsed()
+        self.age_at(Instant::now())
+    }
+
+    /// The age at `now`, a time the caller already read.
+    pub fn age_at(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.created)
     }
 
     /// Closes without waiting: COM_QUIT if the socket takes it at once (so the server does

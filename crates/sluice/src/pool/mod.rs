@@ -685,8 +685,7 @@ fn checkin_to(mut b: Backend, settings: &PoolSection, shard: usize) {
     let unread = !b.conn.rbuf.is_empty() || b.conn.stream.has_unread();
     let standing = b.server.pool.generations.standing(&b);
     let now = Instant::now();
-    let old =
-        now.saturating_duration_since(b.created) > Duration::from_millis(settings.max_lifetime_ms) && standing != Standing::KeptForSessions;
+    let old = b.age_at(now) > Duration::from_millis(settings.max_lifetime_ms) && standing != Standing::KeptForSessions;
     let stale = standing == Standing::Retired;
     if !b.pooled || b.broken || unread || old || stale || !b.server.accepts_new() || RuntimeTag::retired(&b) {
         tracing::debug!(server = %b.server.name, thread = b.thread_id, broken = b.broken, unread, old, stale, "closing a connection instead of pooling it");
