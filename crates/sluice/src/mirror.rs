@@ -188,7 +188,7 @@ async fn run(job: &Job, permits: Arc<Semaphore>, stats: &Stats) -> Result<(), Fa
         since: job.since,
         stats,
     };
-    let mut held: Option<Backend> = None;
+    let mut held: Option<Box<Backend>> = None;
     let mut unreachable = false;
     let ran = tokio::time::timeout(timeout, async {
         let b = match pool::checkout(&job.snap.hostgroups, job.hostgroup, &request).await {

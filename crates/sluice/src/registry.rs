@@ -4,9 +4,11 @@
 //! handle. Ids are sluice's only: a backend thread id names no session (with multiplexing,
 //! that thread serves whichever client runs a statement on it).
 
+use atomic_waker::AtomicWaker;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use tokio::sync::Notify;
 
 pub struct SessionHandle {
@@ -21,10 +23,12 @@ pub struct SessionHandle {
     /// 0 when it holds none.
     backend: AtomicU64,
     killed: AtomicBool,
-    kill: Notify,
+    /// Only the session's own task waits for a KILL (at every statement): one waker slot,
+    /// not a waiter list with its lock to join and leave each time.
+    kill: AtomicWaker,
     /// A KILL QUERY for the statement running now (`KillQuery::encode`; 0: none).
     kill_query: AtomicU64,
-    kill_query_notify: Notify,
+    kill_query_notify: AtomicWaker,
     /// Set once the session has closed its client connection.
     closed: AtomicBool,
     closed_notify: Notify,
@@ -117,17 +121,21 @@ impl SessionHandle {
     /// reaches that statement's connection and no other's).
     pub fn request_kill_query(&self, request: KillQuery) {
         self.kill_query.store(request.encode(), Ordering::Release);
-        self.kill_query_notify.notify_one();
+        self.kill_query_notify.wake();
     }
 
-    /// Resolves when a KILL QUERY was asked for.
+    /// Resolves when a KILL QUERY was asked for. Awaited by the session's own task only.
     pub async fn kill_query_requested(&self) -> KillQuery {
-        loop {
-            match KillQuery::decode(self.kill_query.swap(0, Ordering::AcqRel)) {
-                Some(request) => return request,
-                None => self.kill_query_notify.notified().await,
+        let take = || KillQuery::decode(self.kill_query.swap(0, Ordering::AcqRel));
+        std::future::poll_fn(|cx| {
+            if let Some(request) = take() {
+                return Poll::Ready(request);
             }
-        }
+            // Registered before looking again: a request stored in between is not missed.
+            self.kill_query_notify.register(cx.waker());
+            take().map_or(Poll::Pending, Poll::Ready)
+        })
+        .await
     }
 
     /// Forgets a KILL QUERY that came between statements (the server ignores those too).
@@ -138,18 +146,27 @@ impl SessionHandle {
     /// Asks the session to end (after KILL CONNECTION reached its backend).
     pub fn kill(&self) {
         self.killed.store(true, Ordering::Release);
-        self.kill.notify_one();
+        self.kill.wake();
     }
 
     pub fn is_killed(&self) -> bool {
         self.killed.load(Ordering::Acquire)
     }
 
-    /// Resolves once `kill` has been called.
+    /// Resolves once `kill` has been called. Awaited by the session's own task only.
     pub async fn killed(&self) {
-        while !self.is_killed() {
-            self.kill.notified().await;
-        }
+        std::future::poll_fn(|cx| {
+            if self.is_killed() {
+                return Poll::Ready(());
+            }
+            self.kill.register(cx.waker());
+            if self.is_killed() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
     }
 
     /// The session has closed its client connection.
@@ -239,9 +256,9 @@ impl Registry {
             activity: Mutex::new(Activity { idle_since: Some(std::time::Instant::now()), ..Activity::default() }),
             backend: AtomicU64::new(0),
             killed: AtomicBool::new(false),
-            kill: Notify::new(),
+            kill: AtomicWaker::new(),
             kill_query: AtomicU64::new(0),
-            kill_query_notify: Notify::new(),
+            kill_query_notify: AtomicWaker::new(),
             closed: AtomicBool::new(false),
             closed_notify: Notify::new(),
         });

@@ -214,8 +214,11 @@ pub enum Health {
 pub struct ServerPool {
     /// Stable for the server's life in the config, whatever reloads happen (statistics key).
     pub id: u32,
-    /// Idle connections per worker, most recently used last.
-    shards: Box<[Mutex<Vec<Backend>>]>,
+    /// Idle connections per worker, most recently used last. Boxed: a connection moves from
+    /// here through a statement's acquire steps and back on every statement, as a pointer
+    /// instead of its 400-odd bytes at each step.
+    #[allow(clippy::vec_box)]
+    shards: Box<[Mutex<Vec<Box<Backend>>>]>,
     /// Pooled connections open or being opened: never above `max`.
     slots: AtomicU32,
     max: AtomicU32,
@@ -341,7 +344,7 @@ impl ServerPool {
     /// Closes every idle connection (a server leaving the config).
     pub(crate) fn close_idle(&self) {
         for shard in self.shards.iter() {
-            let idle: Vec<Backend> = shard.lock().map(|mut s| s.drain(..).collect()).unwrap_or_default();
+            let idle: Vec<Box<Backend>> = shard.lock().map(|mut s| s.drain(..).collect()).unwrap_or_default();
             for b in idle {
                 b.close();
             }
@@ -372,7 +375,7 @@ impl ServerPool {
     /// An idle connection for `login` from the worker's own shard (or any shard when the
     /// runtime shares connections), preferring the one that last served `state`. `lend`:
     /// from the other workers' shards only (per-core mode, when nothing else is left).
-    fn take_idle(&self, req: &Request<'_>, has_schema: bool, lend: bool) -> Option<Backend> {
+    fn take_idle(&self, req: &Request<'_>, has_schema: bool, lend: bool) -> Option<Box<Backend>> {
         let own = shard_index() % self.shards.len();
         let others = move |i: &usize| (req.any_shard || lend) && *i != own;
         let order = (!lend).then_some(own).into_iter().chain((0..self.shards.len()).filter(others));
@@ -389,7 +392,7 @@ impl ServerPool {
         }
         for i in order {
             let Ok(mut idle) = self.shards[i].lock() else { continue };
-            if let Some(i) = idle.iter().rposition(fits) {
+            if let Some(i) = idle.iter().rposition(|b| fits(b)) {
                 return Some(idle.remove(i));
             }
         }
@@ -408,7 +411,7 @@ impl ServerPool {
                 // Kept for open sessions: spared on the first pass.
                 let spared = |b: &Backend| spare_kept && self.generations.standing(b) == Standing::KeptForSessions;
                 let evictable = |b: &Backend| !fits(b, req.login, has_schema, req.since) && !spared(b);
-                if let Some(pos) = idle.iter().position(evictable) {
+                if let Some(pos) = idle.iter().position(|b| evictable(b)) {
                     let b = idle.remove(pos);
                     drop(idle);
                     tracing::debug!(thread = b.thread_id, user = %b.login.username, "closing an idle connection to make room for another login");
@@ -441,7 +444,7 @@ impl ServerPool {
         }
         let mut closed = 0;
         for shard in self.shards.iter() {
-            let gone: Vec<Backend> = match shard.lock() {
+            let gone: Vec<Box<Backend>> = match shard.lock() {
                 Ok(mut idle) => {
                     let (gone, kept) = idle.drain(..).partition(|b| {
                         stale(&b.login) && !(spare_sessions && self.generations.serves_a_session(&b.login.username, b.epoch))
@@ -452,7 +455,7 @@ impl ServerPool {
                 Err(_) => Vec::new(),
             };
             closed += gone.len();
-            gone.into_iter().for_each(Backend::close);
+            gone.into_iter().for_each(|b| b.close());
         }
         closed
     }
@@ -529,7 +532,7 @@ pub struct Request<'a> {
 /// A server a connect fails on is left out and the others are tried (a dead server may still
 /// be ONLINE: nothing told sluice yet); the last failure is returned when none is left.
 /// The connection is not yet in line with the session's state.
-pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>) -> Result<Backend, BackendError> {
+pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>) -> Result<Box<Backend>, BackendError> {
     let has_schema = req.state.schema.is_some();
     let deadline = Instant::now() + Duration::from_millis(req.settings.checkout_timeout_ms);
     let check_after = Duration::from_millis(req.settings.check_idle_after_ms);
@@ -623,7 +626,7 @@ pub fn connect_failed(e: &BackendError) -> bool {
 
 /// An idle connection of `server` that fits, checked for a server-side close if it sat long
 /// enough (dead ones are closed on the way).
-fn live_idle(server: &Server, req: &Request<'_>, has_schema: bool, check_after: Duration, lend: bool) -> Option<Backend> {
+fn live_idle(server: &Server, req: &Request<'_>, has_schema: bool, check_after: Duration, lend: bool) -> Option<Box<Backend>> {
     while let Some(mut b) = server.pool.take_idle(req, has_schema, lend) {
         if b.still_open(check_after) {
             return Some(b);
@@ -635,7 +638,7 @@ fn live_idle(server: &Server, req: &Request<'_>, has_schema: bool, check_after: 
 }
 
 /// Opens a pooled connection on `server`, whose slot is already reserved.
-async fn open(server: &Server, req: &Request<'_>) -> Result<Backend, BackendError> {
+async fn open(server: &Server, req: &Request<'_>) -> Result<Box<Backend>, BackendError> {
     let login = req.login;
     // Read before logging in: a change that lands during the login makes this connection stale.
     let epoch = server.pool.epoch();
@@ -663,7 +666,7 @@ async fn open(server: &Server, req: &Request<'_>) -> Result<Backend, BackendErro
             b.login = login.clone();
             b.pooled = true;
             b.epoch = epoch;
-            Ok(b)
+            Ok(Box::new(b))
         }
         Err(e) => {
             req.stats.add(Counter::ServerConnectionsAborted, 1);
@@ -676,11 +679,11 @@ async fn open(server: &Server, req: &Request<'_>) -> Result<Backend, BackendErro
 
 /// Hands a connection back to its server's pool (the worker's shard), or closes it when it
 /// is broken, past its lifetime, or its server is no longer ONLINE.
-pub fn checkin(b: Backend, settings: &PoolSection) {
+pub fn checkin(b: Box<Backend>, settings: &PoolSection) {
     checkin_to(b, settings, shard_index());
 }
 
-fn checkin_to(mut b: Backend, settings: &PoolSection, shard: usize) {
+fn checkin_to(mut b: Box<Backend>, settings: &PoolSection, shard: usize) {
     // Bytes buffered past the last reply would answer the next user's statement: never reuse.
     let unread = !b.conn.rbuf.is_empty() || b.conn.stream.has_unread();
     let standing = b.server.pool.generations.standing(&b);
@@ -718,7 +721,7 @@ pub async fn maintain(
     for server in hostgroups.servers() {
         let pool = &server.pool;
         let i = shard % pool.shards.len();
-        let expired: Vec<Backend> = match pool.shards[i].lock() {
+        let expired: Vec<Box<Backend>> = match pool.shards[i].lock() {
             Ok(mut idle) => {
                 let max_idle = Duration::from_millis(settings.max_idle_ms);
                 let lifetime = Duration::from_millis(settings.max_lifetime_ms);

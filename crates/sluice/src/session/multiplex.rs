@@ -24,7 +24,8 @@ const ER_ACCOUNT_HAS_BEEN_LOCKED: u16 = 4151;
 
 /// A backend connection the session is using or keeps, and why it keeps it.
 pub(super) struct Held {
-    pub backend: Backend,
+    /// Boxed: it moves from the pool through the acquire steps and back on every statement.
+    pub backend: Box<Backend>,
     pub pins: Pins,
     /// The session kept it after its last statement (its pin was counted then).
     kept: bool,
@@ -329,7 +330,7 @@ impl Session {
 
     /// A connection for `hostgroup` from the pool, never one the session keeps; connecting is
     /// retried `retries` more times.
-    async fn pool_checkout(&mut self, hostgroup: u32, retries: u32) -> Result<Backend, BackendError> {
+    async fn pool_checkout(&mut self, hostgroup: u32, retries: u32) -> Result<Box<Backend>, BackendError> {
         let mut attempt = 0;
         let backend = loop {
             match pool::checkout(&self.snap.hostgroups, hostgroup, &self.pool_request()).await {
@@ -564,7 +565,7 @@ impl Session {
 /// Resets a connection a session leaves while it holds that session's server state, then
 /// pools it; one the reset fails on (or that cannot be reset) is closed, so the server ends
 /// that state either way.
-fn reset_then_checkin(mut b: Backend, snap: Arc<crate::datapath::Snapshot>) {
+fn reset_then_checkin(mut b: Box<Backend>, snap: Arc<crate::datapath::Snapshot>) {
     b.needs_reset = true;
     let runtime = match tokio::runtime::Handle::try_current() {
         Ok(r) if b.pooled && !b.broken => r,
