@@ -113,7 +113,7 @@ impl Session {
 
     /// A COM_QUERY: planned, then carried out.
     pub(super) async fn query(&mut self, frame: Frame, seq: u8) -> Flow {
-        let plan = self.plan(&frame);
+        let mut plan = self.plan(&frame);
         let hostgroup = plan.hostgroup();
         if self.status & proto::StatusFlags::SERVER_STATUS_IN_TRANS.bits() == 0 && self.xa.is_none() {
             self.local_writes = false;
@@ -142,7 +142,7 @@ impl Session {
                         self.local_writes = true;
                     }
                 }
-                self.forward_query(plan, frame, seq).await
+                self.forward_query(&mut plan, frame, seq).await
             }
             Action::Intercept(intercept) => {
                 if matches!(intercept, sql::classify::Intercept::Processlist { .. }) {
@@ -187,20 +187,21 @@ impl Session {
         }
     }
 
-    /// Sends a planned statement to its target and streams the reply.
-    async fn forward_query(&mut self, mut plan: Plan, frame: Frame, seq: u8) -> Flow {
+    /// Sends a planned statement to its target and streams the reply. The plan is borrowed,
+    /// not moved in: this future is created (and copied) for every statement.
+    async fn forward_query(&mut self, plan: &mut Plan, frame: Frame, seq: u8) -> Flow {
         if let Some(dynamic) = plan.dynamic_sql.take() {
             match self.check_dynamic_sql(&dynamic, seq).await {
-                Ok(sent) => plan.rewrite = sent.map(|sql| plan::query_packet(&sql, frame.first_seq)).or(plan.rewrite),
+                Ok(sent) => plan.rewrite = sent.map(|sql| plan::query_packet(&sql, frame.first_seq)).or(plan.rewrite.take()),
                 Err(answered) => {
                     self.client.consume(frame.wire_len);
                     return answered;
                 }
             }
         }
-        let watch = self.watch_query(&frame, &plan);
+        let watch = self.watch_query(&frame, plan);
         // Statement limits (user's, rule's): counted running until this statement ends.
-        let Some(_limits) = self.admit_query(&plan, &watch, &frame, seq).await else { return Flow::Continue };
+        let Some(_limits) = self.admit_query(plan, &watch, &frame, seq).await else { return Flow::Continue };
         // The result cache, only when a rule gave the statement a cache_ttl.
         let mut lookup = Lookup::Bypass;
         if let Some(ttl) = plan.decision.actions.cache_ttl.filter(|&ms| ms > 0) {
@@ -331,7 +332,7 @@ impl Session {
         }
         let actions = &plan.decision.actions;
         if actions.mirror_hostgroup.is_some() || actions.mirror_flag_out.is_some() {
-            self.mirror(&plan, &request, whole && frame.chunks == 1 && !outcome.error);
+            self.mirror(plan, &request, whole && frame.chunks == 1 && !outcome.error);
         }
         if let (Some(miss), Some(capture)) = (miss, capture) {
             if !outcome.error {
@@ -339,7 +340,7 @@ impl Session {
             }
         }
         self.observed(&watch, Some(&held.backend.server), &outcome, request.len(), &self.plan_scratch.digest_text, sent);
-        self.after_statement(&mut held, &plan.effects, &outcome, plan.use_db).await;
+        self.after_statement(&mut held, &plan.effects, &outcome, plan.use_db.take()).await;
         self.note_write(&mut held, || sql::rw::class(sent) == sql::rw::Class::Write, &outcome).await;
         self.settle(held);
         self.settle_writes();
