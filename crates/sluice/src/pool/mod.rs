@@ -534,7 +534,8 @@ pub struct Request<'a> {
 /// The connection is not yet in line with the session's state.
 pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>) -> Result<Box<Backend>, BackendError> {
     let has_schema = req.state.schema.is_some();
-    let deadline = Instant::now() + Duration::from_millis(req.settings.checkout_timeout_ms);
+    // Read once an idle connection was not at hand (most checkouts never need it).
+    let mut deadline: Option<Instant> = None;
     let check_after = Duration::from_millis(req.settings.check_idle_after_ms);
     let mut waiting: Option<&Waiters> = None;
     // Pool ids of servers a connect failed on in this checkout (allocated only on a failure).
@@ -577,6 +578,7 @@ pub async fn checkout(hostgroups: &Hostgroups, hostgroup: u32, req: &Request<'_>
             }
             break Ok(b);
         }
+        let deadline = *deadline.get_or_insert_with(|| Instant::now() + Duration::from_millis(req.settings.checkout_timeout_ms));
         // 5. Room made by closing another login's idle one.
         let to_open =
             to_open.or_else(|| servers.iter().filter(|s| usable(s)).find(|s| s.pool.evict_other(req, has_schema) && s.pool.reserve()));
