@@ -227,7 +227,7 @@ stop_haproxy() {
 	HAPROXY_PID=""
 }
 
-# start_floor ENGINE: bench/l4floor with that engine (tokio or uring) on a fresh port, with
+# start_floor ENGINE: bench/l4floor with that engine (one of FLOOR_ENGINES) on a fresh port, with
 # as many threads as sluice's workers, or for sluice-per-core[-epoll] a second sluice with
 # --runtime per-core (--io epoll); waits until SELECT 1 works through it.
 start_floor() {
@@ -243,10 +243,12 @@ start_floor() {
 		fi
 		cmd=("${SLUICE_ARGV[@]}")
 		;;
-	uring-unlinked | uring-coop | uring-poll-first)
-		cmd=("$L4FLOOR_BIN" --engine uring "--$1" --listen "127.0.0.1:$port" --backend "127.0.0.1:$DB_PORT" --threads "$(sluice_workers)")
+	*)
+		# uring-unlinked, uring-coop, uring-poll-first: the uring engine with that flag.
+		local engine=("$1")
+		case "$1" in uring-unlinked | uring-coop | uring-poll-first) engine=(uring "--$1") ;; esac
+		cmd=("$L4FLOOR_BIN" --engine "${engine[@]}" --listen "127.0.0.1:$port" --backend "127.0.0.1:$DB_PORT" --threads "$(sluice_workers)")
 		;;
-	*) cmd=("$L4FLOOR_BIN" --engine "$1" --listen "127.0.0.1:$port" --backend "127.0.0.1:$DB_PORT" --threads "$(sluice_workers)") ;;
 	esac
 	echo "=== $(date +%T) start: ${cmd[*]}" >>"$WORK/$name.log"
 	spawn_supervised "$WORK/$name" "$WORK/$name.log" "${cmd[@]}"

@@ -156,6 +156,5 @@ done
 		echo '| bytes | calls | caller |'
 		echo '|---:|---:|---|'
 		sort -t$'\t' -k1,1nr "$WORK/sites-$b.tsv" | head -n "$SITES" | awk -F'\t' '{ printf "| %s | %s | `%s` |\n", $1, $2, $3 }'
-		: >"$WORK/sites-$b.tsv"
 	done
 }

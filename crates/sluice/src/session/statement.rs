@@ -120,7 +120,6 @@ impl Session {
         }
         match plan.action {
             Action::Forward if plan.sharded.is_some() => {
-                let mut plan = plan;
                 let in_transaction = self.may_be_in_transaction();
                 if in_transaction && self.local_writes {
                     self.client.consume(frame.wire_len);
