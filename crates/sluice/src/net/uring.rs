@@ -711,6 +711,44 @@ mod tests {
         });
     }
 
+    /// A pooled connection lent to another worker: its operations are started from a thread
+    /// other than the ring's, and must still go out and complete.
+    #[test]
+    fn a_stream_used_from_another_thread_is_served_by_its_rings_thread() {
+        on_ring(|ring| async move {
+            let (a, b) = pair();
+            let a = UringTcp::new(a, ring.clone()).expect("a");
+            let mut b = UringTcp::new(b, ring).expect("b");
+            let other = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+                let exchange = async move {
+                    let mut a = a;
+                    a.write_all(b"ping").await?;
+                    let mut reply = [0u8; 4];
+                    a.read_exact(&mut reply).await?;
+                    drop(a); // closed from this thread too
+                    io::Result::Ok(reply)
+                };
+                rt.block_on(async move { tokio::time::timeout(Duration::from_secs(10), exchange).await })
+            });
+            let mut got = [0u8; 4];
+            tokio::time::timeout(Duration::from_secs(10), b.read_exact(&mut got))
+                .await
+                .expect("the other thread's send never left")
+                .expect("read");
+            assert_eq!(&got, b"ping");
+            b.write_all(b"pong").await.expect("write");
+            let reply = tokio::task::spawn_blocking(move || other.join()).await.expect("join").expect("thread");
+            assert_eq!(&reply.expect("the other thread's receive never completed").expect("io"), b"pong");
+            let mut rest = Vec::new();
+            tokio::time::timeout(Duration::from_secs(10), b.read_to_end(&mut rest))
+                .await
+                .expect("the close never reached the peer")
+                .expect("eof");
+            assert!(rest.is_empty());
+        });
+    }
+
     #[test]
     fn bytes_cross_in_order_both_ways_and_eof_is_seen() {
         on_ring(|ring| async move {
