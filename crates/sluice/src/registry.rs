@@ -11,6 +11,20 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use tokio::sync::Notify;
 
+/// Resolves with the first `Some` of `check`, woken through `slot`. `check` runs again after
+/// the waker is registered, so a signal stored between the first look and the registration is
+/// not missed. One task may wait on a slot at a time.
+async fn wait_on<T>(slot: &AtomicWaker, mut check: impl FnMut() -> Option<T>) -> T {
+    std::future::poll_fn(|cx| {
+        if let Some(v) = check() {
+            return Poll::Ready(v);
+        }
+        slot.register(cx.waker());
+        check().map_or(Poll::Pending, Poll::Ready)
+    })
+    .await
+}
+
 pub struct SessionHandle {
     pub id: u32,
     /// The session's user (COM_CHANGE_USER changes it).
@@ -126,16 +140,7 @@ impl SessionHandle {
 
     /// Resolves when a KILL QUERY was asked for. Awaited by the session's own task only.
     pub async fn kill_query_requested(&self) -> KillQuery {
-        let take = || KillQuery::decode(self.kill_query.swap(0, Ordering::AcqRel));
-        std::future::poll_fn(|cx| {
-            if let Some(request) = take() {
-                return Poll::Ready(request);
-            }
-            // Registered before looking again: a request stored in between is not missed.
-            self.kill_query_notify.register(cx.waker());
-            take().map_or(Poll::Pending, Poll::Ready)
-        })
-        .await
+        wait_on(&self.kill_query_notify, || KillQuery::decode(self.kill_query.swap(0, Ordering::AcqRel))).await
     }
 
     /// Forgets a KILL QUERY that came between statements (the server ignores those too).
@@ -155,18 +160,7 @@ impl SessionHandle {
 
     /// Resolves once `kill` has been called. Awaited by the session's own task only.
     pub async fn killed(&self) {
-        std::future::poll_fn(|cx| {
-            if self.is_killed() {
-                return Poll::Ready(());
-            }
-            self.kill.register(cx.waker());
-            if self.is_killed() {
-                Poll::Ready(())
-            } else {
-                Poll::Pending
-            }
-        })
-        .await
+        wait_on(&self.kill, || self.is_killed().then_some(())).await
     }
 
     /// The session has closed its client connection.
