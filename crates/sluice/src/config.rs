@@ -16,10 +16,12 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum RuntimeKind {
-    /// One tokio runtime per worker thread; a session never leaves its worker.
+    /// One tokio runtime per worker thread; a session never leaves its worker. Measured: less
+    /// CPU per statement than `Steal` with many concurrent clients, more with a lone one, and
+    /// its worker count changes only at a restart (BENCHMARKS.md, "the final accounting").
     PerCore,
-    /// One work-stealing tokio runtime shared by all workers: the default, because it measured
-    /// faster here (BENCHMARKS.md, "runtimes").
+    /// One work-stealing tokio runtime shared by all workers: the default, for its worker
+    /// count that changes live and its lone-client latency.
     #[default]
     Steal,
 }

@@ -133,14 +133,17 @@ async fn io_epoll_keeps_every_worker_on_epoll() {
     assert_eq!(v, 5);
     let totals = &proxy.server().data.io_uring;
     assert_eq!((totals.rings.load(Relaxed), totals.completions.load(Relaxed)), (0, 0));
-    // The work-stealing runtime never uses the ring either.
+    // The work-stealing runtime never uses the ring either (under SLUICE_TEST_RUNTIME=per-core
+    // the harness makes this sluice per-core too, and the ring is then its to use).
     let mut steal = quick_config(&db);
     steal.proxy.runtime = RuntimeKind::Steal;
     let proxy = Proxy::start(steal);
     let mut c = connect(proxy.port).await;
     let v: i64 = c.query_first("SELECT 6").await.unwrap().unwrap();
     assert_eq!(v, 6);
-    assert_eq!(proxy.server().data.io_uring.rings.load(Relaxed), 0);
+    if proxy.server().data.runtime == RuntimeKind::Steal {
+        assert_eq!(proxy.server().data.io_uring.rings.load(Relaxed), 0);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
