@@ -407,11 +407,20 @@ async fn unsupported_statements_are_refused_and_a_lost_shard_is_an_error() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert_eq!(a.sql(sleeping).unwrap(), "2\n", "both shards of a run the statement");
+    // Watched over a connection to each shard held open: a CLI started per look would add its
+    // own start-up (hundreds of ms on a loaded machine) to the time measured.
+    let mut watch_a = mysql_async::Conn::new(opts(a.port(), "root", "")).await.unwrap();
+    let mut watch_b = mysql_async::Conn::new(opts(b.port(), "root", "")).await.unwrap();
     cli.kill().expect("the CLI is killed");
     let _ = cli.wait();
     let gone = std::time::Instant::now();
-    while (a.sql(sleeping).unwrap() != "0\n" || b.sql(sleeping).unwrap() != "0\n") && gone.elapsed() < std::time::Duration::from_secs(10) {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    while gone.elapsed() < std::time::Duration::from_secs(10) {
+        let on_a: Option<u64> = watch_a.query_first(sleeping).await.unwrap();
+        let on_b: Option<u64> = watch_b.query_first(sleeping).await.unwrap();
+        if on_a == Some(0) && on_b == Some(0) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     let stopped_after = gone.elapsed();
     assert!(stopped_after < std::time::Duration::from_secs(2), "the shards' statements ran on for {stopped_after:?}");
