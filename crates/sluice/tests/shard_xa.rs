@@ -197,6 +197,14 @@ async fn transactions_across_shards_commit_all_or_nothing_and_survive_a_crash() 
     let e = c.query_drop("INSERT INTO t_order (id, user_id) VALUES (500, 1)").await.expect_err("after an unsharded write");
     assert!(e.to_string().contains("unsharded"), "{e}");
     c.query_drop("ROLLBACK").await.unwrap();
+    // The same after reads first, and with the unsharded write prepared.
+    c.query_drop("BEGIN").await.unwrap();
+    c.query_drop("SELECT COUNT(*) FROM plain").await.unwrap();
+    c.exec_drop("/* w */ insert into plain values (?)", (4,)).await.unwrap();
+    c.query_drop("SELECT COUNT(*) FROM plain").await.unwrap();
+    let e = c.query_drop("INSERT INTO t_order (id, user_id) VALUES (500, 1)").await.expect_err("after a prepared unsharded write");
+    assert!(e.to_string().contains("unsharded"), "{e}");
+    c.query_drop("ROLLBACK").await.unwrap();
     c.query_drop("BEGIN").await.unwrap();
     c.query_drop("INSERT INTO t_order (id, user_id) VALUES (500, 1)").await.unwrap();
     let e = c.query_drop("INSERT INTO plain VALUES (2)").await.expect_err("an unsharded write beside branches");

@@ -402,15 +402,14 @@ impl Session {
         // Beside a transaction's branches on shards only reads run, and a prepared COMMIT or
         // ROLLBACK ends the branches first, as a text one does; a write here keeps the
         // transaction from taking branches (`session::xa`).
-        if self.may_be_in_transaction() {
-            if let Some(sql) = self.statements.by_id.get(&id).map(|s| s.entry.sql.clone()) {
-                if let Some(flow) = self.beside_xa(&sql, &frame, seq).await {
+        if self.xa.is_some() {
+            if let Some(entry) = self.statements.by_id.get(&id).map(|s| s.entry.clone()) {
+                if let Some(flow) = self.beside_xa(&entry.sql, &frame, seq).await {
                     return flow;
                 }
-                if self.xa.is_none() && super::xa::local_write(&sql) {
-                    self.local_writes = true;
-                }
             }
+        } else if !self.local_writes && self.may_be_in_transaction() {
+            self.local_writes = self.statements.by_id.get(&id).is_some_and(|s| super::xa::local_write(&s.entry.sql));
         }
         let payload = frame.first_chunk(&self.client.rbuf);
         let Some(stmt) = self.statements.by_id.get_mut(&id) else { return Flow::Continue };

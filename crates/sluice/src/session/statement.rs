@@ -132,14 +132,15 @@ impl Session {
                 }
             }
             Action::Forward => {
-                if self.may_be_in_transaction() {
+                if self.xa.is_some() {
                     let text = frame.first_chunk(&self.client.rbuf).get(1..).unwrap_or_default().to_vec();
                     if let Some(flow) = self.beside_xa(&text, &frame, seq).await {
                         return flow;
                     }
-                    if self.xa.is_none() && super::xa::local_write(&text) {
-                        self.local_writes = true;
-                    }
+                } else if !self.local_writes && self.may_be_in_transaction() {
+                    // Read once per statement until the transaction's first write, then not at all.
+                    let text = frame.first_chunk(&self.client.rbuf).get(1..).unwrap_or_default();
+                    self.local_writes = super::xa::local_write(text);
                 }
                 self.forward_query(&mut plan, frame, seq).await
             }

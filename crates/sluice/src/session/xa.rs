@@ -97,25 +97,32 @@ pub(super) enum Control {
     Rollback,
 }
 
-fn words(text: &[u8]) -> Vec<String> {
-    sql::lexer::code_tokens(text)
-        .filter(|t| t.kind == sql::lexer::Kind::Word)
-        .map(|t| String::from_utf8_lossy(t.text(text)).to_ascii_uppercase())
-        .collect()
+/// The statement's words (code tokens that are words, comments skipped), as written: they are
+/// compared with keywords ignoring ASCII case. Nothing is allocated: this runs on every
+/// statement of every transaction.
+fn words(text: &[u8]) -> impl Iterator<Item = &[u8]> + '_ {
+    sql::lexer::code_tokens(text).filter(|t| t.kind == sql::lexer::Kind::Word).map(move |t| t.text(text))
+}
+
+/// Whether the statement's first word is one of `keywords` (upper case).
+fn first_word_in(text: &[u8], keywords: &[&str]) -> bool {
+    words(text).next().is_some_and(|w| keywords.iter().any(|k| w.eq_ignore_ascii_case(k.as_bytes())))
 }
 
 /// Plain `COMMIT [WORK]` or `ROLLBACK [WORK]`.
 pub(super) fn control(text: &[u8]) -> Option<Control> {
-    let w = words(text);
+    let mut w = words(text);
+    let (first, second, more) = (w.next()?, w.next(), w.next().is_some());
     let all = sql::lexer::code_tokens(text).count();
-    let plain = |first: &str| match w.as_slice() {
-        [a] => a == first && all <= 2,
-        [a, b] => a == first && b == "WORK" && all <= 3,
-        _ => false,
+    let plain = match second {
+        None => all <= 2,
+        Some(b) => b.eq_ignore_ascii_case(b"WORK") && !more && all <= 3,
     };
-    if plain("COMMIT") {
+    if !plain {
+        None
+    } else if first.eq_ignore_ascii_case(b"COMMIT") {
         Some(Control::Commit)
-    } else if plain("ROLLBACK") {
+    } else if first.eq_ignore_ascii_case(b"ROLLBACK") {
         Some(Control::Rollback)
     } else {
         None
@@ -125,42 +132,28 @@ pub(super) fn control(text: &[u8]) -> Option<Control> {
 /// Statements that neither write nor end a transaction implicitly: what may run on the
 /// default side beside branches.
 pub(super) fn harmless(text: &[u8]) -> bool {
-    let w = words(text);
-    let first = w.first().map_or("", String::as_str);
-    match first {
-        "SHOW" | "DESCRIBE" | "DESC" | "EXPLAIN" | "HELP" | "USE" => true,
+    let Some(first) = words(text).next() else { return sql::rw::class(text) == sql::rw::Class::Read };
+    let is = |k: &str| first.eq_ignore_ascii_case(k.as_bytes());
+    if ["SHOW", "DESCRIBE", "DESC", "EXPLAIN", "HELP", "USE"].iter().any(|k| is(k)) {
+        true
+    } else if is("SET") {
         // Any spelling (`@@autocommit`, `@@session.autocommit`) would commit implicitly.
-        "SET" => !String::from_utf8_lossy(text).to_ascii_lowercase().contains("autocommit"),
-        _ => sql::rw::class(text) == sql::rw::Class::Read,
+        !text.windows(b"autocommit".len()).any(|w| w.eq_ignore_ascii_case(b"autocommit"))
+    } else {
+        sql::rw::class(text) == sql::rw::Class::Read
     }
 }
 
 /// A statement that may write on the default side (so the transaction cannot take branches).
 pub(super) fn local_write(text: &[u8]) -> bool {
-    let w = words(text);
-    let first = w.first().map_or("", String::as_str);
-    !matches!(
-        first,
-        "BEGIN"
-            | "START"
-            | "COMMIT"
-            | "ROLLBACK"
-            | "SET"
-            | "SAVEPOINT"
-            | "RELEASE"
-            | "USE"
-            | "SHOW"
-            | "DESCRIBE"
-            | "DESC"
-            | "EXPLAIN"
-            | "HELP"
-    ) && sql::rw::class(text) != sql::rw::Class::Read
+    const NOT_WRITES: &[&str] =
+        &["BEGIN", "START", "COMMIT", "ROLLBACK", "SET", "SAVEPOINT", "RELEASE", "USE", "SHOW", "DESCRIBE", "DESC", "EXPLAIN", "HELP"];
+    !first_word_in(text, NOT_WRITES) && sql::rw::class(text) != sql::rw::Class::Read
 }
 
 /// DDL: it would end the transaction implicitly on a server.
 fn ddl(text: &str) -> bool {
-    let w = words(text.as_bytes());
-    matches!(w.first().map(String::as_str), Some("CREATE" | "ALTER" | "DROP" | "TRUNCATE" | "RENAME"))
+    first_word_in(text.as_bytes(), &["CREATE", "ALTER", "DROP", "TRUNCATE", "RENAME"])
 }
 
 impl Txn {
@@ -636,17 +629,19 @@ mod tests {
         assert!(control(b"COMMIT AND CHAIN").is_none());
         assert!(control(b"ROLLBACK TO SAVEPOINT s").is_none());
         assert!(control(b"COMMIT; INSERT INTO t VALUES (1)").is_none());
+        assert!(control(b"COMMIT WORK WORK").is_none() && control(b"WORK").is_none() && control(b"").is_none());
     }
 
     #[test]
     fn beside_branches_only_reads_run() {
-        for ok in ["SELECT * FROM plain", "SHOW TABLES", "SET @x = 1", "DESCRIBE plain"] {
+        for ok in ["SELECT * FROM plain", "SHOW TABLES", "SET @x = 1", "DESCRIBE plain", "/* c */ show tables", "(select 1)"] {
             assert!(harmless(ok.as_bytes()), "{ok}");
         }
         for refused in [
             "INSERT INTO plain VALUES (1)",
             "SET autocommit = 1",
             "SET @@session.autocommit=1",
+            "set @@SESSION.AutoCommit=1",
             "BEGIN",
             "CREATE TABLE x (a INT)",
             "SAVEPOINT s",
@@ -654,6 +649,9 @@ mod tests {
             assert!(!harmless(refused.as_bytes()), "{refused}");
         }
         assert!(local_write(b"UPDATE plain SET a = 1"));
+        assert!(local_write(b"/* c */ delete from plain") && local_write(b"select 1 into @x"));
         assert!(!local_write(b"BEGIN") && !local_write(b"SET autocommit = 0") && !local_write(b"SELECT 1"));
+        assert!(!local_write(b"start transaction read only") && !local_write(b"  -- c\n use db") && !local_write(b"desc plain"));
+        assert!(ddl("create table t (a int)") && ddl("/* c */ DROP TABLE t") && !ddl("SELECT 1"));
     }
 }
