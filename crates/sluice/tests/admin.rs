@@ -45,6 +45,15 @@ impl Pair {
         let fc = sluice::config::FileConfig::parse(&text).expect("test TOML parses");
         Proxy::start(fc.validate(None, Some(&text)).expect("test TOML is valid"))
     }
+
+    /// A sluice on `runtime` whatever `SLUICE_TEST_RUNTIME` says.
+    fn proxy_on(&self, runtime: sluice::config::RuntimeKind) -> Proxy {
+        let text = self.toml(None);
+        let fc = sluice::config::FileConfig::parse(&text).expect("test TOML parses");
+        let mut config = fc.validate(None, Some(&text)).expect("test TOML is valid");
+        config.proxy.runtime = runtime;
+        Proxy::start_exact(config)
+    }
 }
 
 /// Runs `sql` on the admin port with the mariadb CLI; its output, or its error text.
@@ -299,34 +308,13 @@ async fn listeners_and_admin_credentials_change_live() {
 
 /// The worker count changes live: new sessions run on a new runtime, a session in the middle
 /// of a transaction finishes it on the old one, and the old runtime stops once its sessions and
-/// connections are gone. Per-core workers own their connections for life, so there (the
-/// suite under `SLUICE_TEST_RUNTIME=per-core`) the count changes at the next start instead
-/// (docs/admin.md), and the LOAD neither fails nor disturbs a session.
+/// connections are gone (the work-stealing runtime; per-core's answer is the next test).
 #[tokio::test]
 async fn worker_count_changes_live() {
     let pair = Pair::start();
-    let proxy = pair.proxy(None);
+    let proxy = pair.proxy_on(sluice::config::RuntimeKind::Steal);
     let a = proxy.admin_port();
     let mut old = connect(proxy.port, "root", "").await;
-    if proxy.server().data.runtime == sluice::config::RuntimeKind::PerCore {
-        let before = proxy.server().control.workers();
-        old.query_drop("BEGIN").await.unwrap();
-        let n = before + 1;
-        admin(
-            a,
-            &format!(
-                "UPDATE global_variables SET variable_value='{n}' WHERE variable_name='mysql-threads'; LOAD MYSQL VARIABLES TO RUNTIME"
-            ),
-        )
-        .unwrap();
-        assert_eq!(proxy.server().control.workers(), before, "per-core: the count waits for the next start");
-        let runtime = admin(a, "SELECT variable_value FROM runtime_global_variables WHERE variable_name='mysql-threads'").unwrap();
-        assert_eq!(runtime, before.to_string(), "the runtime table shows the count in force");
-        assert_eq!(proxy.server().control.later_runtimes_running(), 0, "no second runtime");
-        old.query_drop("COMMIT").await.unwrap();
-        assert_eq!(port_of(&mut old, "SELECT @@port").await, pair.port(0));
-        return;
-    }
     old.query_drop("CREATE TABLE IF NOT EXISTS test.workers_live (id INT PRIMARY KEY)").await.unwrap();
     old.query_drop("DELETE FROM test.workers_live").await.unwrap();
     old.query_drop("BEGIN").await.unwrap();
@@ -364,6 +352,37 @@ async fn worker_count_changes_live() {
     running_soon(&proxy, 1).await;
     let mut c = connect(proxy.port, "root", "").await;
     assert_eq!(port_of(&mut c, "SELECT @@port").await, pair.port(0));
+}
+
+/// Per-core workers own their connections for life, so they keep their count until the next
+/// start (docs/admin.md): the LOAD is taken, the runtime table shows the count in force, and
+/// no session is disturbed.
+#[tokio::test]
+async fn per_core_worker_count_waits_for_the_next_start() {
+    let pair = Pair::start();
+    let proxy = pair.proxy_on(sluice::config::RuntimeKind::PerCore);
+    let a = proxy.admin_port();
+    let mut old = connect(proxy.port, "root", "").await;
+    let before = proxy.server().control.workers();
+    old.query_drop("CREATE TABLE IF NOT EXISTS test.per_core_workers (id INT PRIMARY KEY)").await.unwrap();
+    old.query_drop("DELETE FROM test.per_core_workers").await.unwrap();
+    old.query_drop("BEGIN").await.unwrap();
+    old.query_drop("INSERT INTO test.per_core_workers VALUES (1)").await.unwrap();
+    let n = before + 1;
+    admin(
+        a,
+        &format!("UPDATE global_variables SET variable_value='{n}' WHERE variable_name='mysql-threads'; LOAD MYSQL VARIABLES TO RUNTIME"),
+    )
+    .unwrap();
+    assert_eq!(proxy.server().control.workers(), before, "per-core: the count waits for the next start");
+    let runtime = admin(a, "SELECT variable_value FROM runtime_global_variables WHERE variable_name='mysql-threads'").unwrap();
+    assert_eq!(runtime, before.to_string(), "the runtime table shows the count in force");
+    assert_eq!(proxy.server().control.later_runtimes_running(), 0, "no second runtime");
+    old.query_drop("COMMIT").await.unwrap();
+    let mut new = connect(proxy.port, "root", "").await;
+    let seen: Option<u32> = new.query_first("SELECT COUNT(*) FROM test.per_core_workers").await.unwrap();
+    assert_eq!(seen, Some(1), "the open transaction committed on its connection");
+    assert_eq!(port_of(&mut old, "SELECT @@port").await, pair.port(0));
 }
 
 /// Waits (at most 20 s) until at most `n` runtimes started by reloads still run.

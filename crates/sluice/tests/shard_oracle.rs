@@ -395,6 +395,10 @@ async fn unsupported_statements_are_refused_and_a_lost_shard_is_an_error() {
 
     // A client that goes away while a merge waits for its shards: the shards' statements are
     // killed at once (its merge would otherwise notice at its next write, after ~5 s here).
+    // Watched over a connection to each shard held open: a CLI started per look would add its
+    // own start-up (hundreds of ms on a loaded machine) to the time measured.
+    let mut watch_a = mysql_async::Conn::new(opts(a.port(), "root", "")).await.unwrap();
+    let mut watch_b = mysql_async::Conn::new(opts(b.port(), "root", "")).await.unwrap();
     let mut cli = std::process::Command::new("mariadb")
         .args(["-h127.0.0.1", "-uroot", "--skip-ssl", "-Dshop", &format!("-P{}", proxy.port)])
         .args(["-e", "SELECT id, SLEEP(0.05) FROM t_order ORDER BY id"])
@@ -403,14 +407,12 @@ async fn unsupported_statements_are_refused_and_a_lost_shard_is_an_error() {
         .expect("mariadb CLI");
     let sleeping = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT id, SLEEP(0.05)%'";
     let started = std::time::Instant::now();
-    while a.sql(sleeping).unwrap() == "0\n" && started.elapsed() < std::time::Duration::from_secs(5) {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let mut on_a: Option<u64> = None;
+    while on_a != Some(2) && started.elapsed() < std::time::Duration::from_secs(5) {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        on_a = watch_a.query_first(sleeping).await.unwrap();
     }
-    assert_eq!(a.sql(sleeping).unwrap(), "2\n", "both shards of a run the statement");
-    // Watched over a connection to each shard held open: a CLI started per look would add its
-    // own start-up (hundreds of ms on a loaded machine) to the time measured.
-    let mut watch_a = mysql_async::Conn::new(opts(a.port(), "root", "")).await.unwrap();
-    let mut watch_b = mysql_async::Conn::new(opts(b.port(), "root", "")).await.unwrap();
+    assert_eq!(on_a, Some(2), "both shards of a run the statement");
     cli.kill().expect("the CLI is killed");
     let _ = cli.wait();
     let gone = std::time::Instant::now();

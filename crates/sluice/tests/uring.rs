@@ -3,7 +3,8 @@
 //! and a TLS backend are handed to epoll; a close on either side is seen as promptly as on
 //! epoll; `io = "epoll"` (and a kernel without io_uring) keeps every worker on epoll.
 //! `SLUICE_TEST_RUNTIME=per-core cargo test -p sluice --tests` runs the whole suite this way
-//! (the test harness puts every in-process sluice on per-core workers).
+//! (the test harness puts every in-process sluice on per-core workers); the tests here name
+//! their runtime and engine themselves (`Proxy::start_exact`), whatever that variable says.
 
 mod common;
 
@@ -37,7 +38,7 @@ async fn sessions_large_packets_and_prepared_statements_go_through_the_ring() {
     let mut cfg = per_core(quick_config(&db), IoEngine::Auto);
     // Room for both workers' sessions without lending each other connections.
     cfg.servers[0].max_connections = 32;
-    let proxy = Proxy::start(cfg);
+    let proxy = Proxy::start_exact(cfg);
     // The workers make their rings as they start, which `start` does not wait for.
     let deadline = Instant::now() + Duration::from_secs(5);
     while uring_here() && proxy.server().data.io_uring.rings.load(Relaxed) < 2 && Instant::now() < deadline {
@@ -86,7 +87,7 @@ async fn tls_clients_and_tls_backends_are_handed_to_epoll() {
     let db = MariaDb::start_with(testkit::MariaDbOptions { tls: Some(certs), ..Default::default() }).unwrap();
     let mut cfg = per_core(quick_config(&db), IoEngine::Auto);
     cfg.servers[0].use_ssl = true;
-    let proxy = Proxy::start(cfg);
+    let proxy = Proxy::start_exact(cfg);
     // TLS both ways: the greeting and the SSLRequest went through the ring, the handshake and
     // everything after it through epoll, on the same sockets.
     let o = opts(proxy.port, "root", "").ssl_opts(Some(SslOpts::default().with_danger_accept_invalid_certs(true)));
@@ -104,7 +105,7 @@ async fn tls_clients_and_tls_backends_are_handed_to_epoll() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closes_are_seen_at_once_on_both_sides() {
     let mut db = MariaDb::start().unwrap();
-    let proxy = Proxy::start(per_core(quick_config(&db), IoEngine::Auto));
+    let proxy = Proxy::start_exact(per_core(quick_config(&db), IoEngine::Auto));
     // A client gone in the middle of a statement: its statement is killed on the server at
     // once, not when it would have ended.
     let mut raw = RawClient::connect(proxy.port, "root", "");
@@ -127,30 +128,28 @@ async fn closes_are_seen_at_once_on_both_sides() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn io_epoll_keeps_every_worker_on_epoll() {
     let db = MariaDb::start().unwrap();
-    let proxy = Proxy::start(per_core(quick_config(&db), IoEngine::Epoll));
+    let proxy = Proxy::start_exact(per_core(quick_config(&db), IoEngine::Epoll));
     let mut c = connect(proxy.port).await;
     let v: i64 = c.query_first("SELECT 5").await.unwrap().unwrap();
     assert_eq!(v, 5);
     let totals = &proxy.server().data.io_uring;
     assert_eq!((totals.rings.load(Relaxed), totals.completions.load(Relaxed)), (0, 0));
-    // The work-stealing runtime never uses the ring either (under SLUICE_TEST_RUNTIME=per-core
-    // the harness makes this sluice per-core too, and the ring is then its to use).
+    // The work-stealing runtime never uses the ring either.
     let mut steal = quick_config(&db);
     steal.proxy.runtime = RuntimeKind::Steal;
-    let proxy = Proxy::start(steal);
+    let proxy = Proxy::start_exact(steal);
     let mut c = connect(proxy.port).await;
     let v: i64 = c.query_first("SELECT 6").await.unwrap().unwrap();
     assert_eq!(v, 6);
-    if proxy.server().data.runtime == RuntimeKind::Steal {
-        assert_eq!(proxy.server().data.io_uring.rings.load(Relaxed), 0);
-    }
+    assert_eq!(proxy.server().data.runtime, RuntimeKind::Steal);
+    assert_eq!(proxy.server().data.io_uring.rings.load(Relaxed), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_clients_on_the_ring_get_errors_and_the_others_go_on() {
     let db = MariaDb::start().unwrap();
     db.sql("SET GLOBAL max_allowed_packet = 16777216").unwrap();
-    let proxy = Proxy::start(per_core(quick_config(&db), IoEngine::Auto));
+    let proxy = Proxy::start_exact(per_core(quick_config(&db), IoEngine::Auto));
     let mut bystander = connect(proxy.port).await;
     // Unknown and empty commands: an error each, the session goes on.
     let mut raw = RawClient::connect(proxy.port, "root", "");

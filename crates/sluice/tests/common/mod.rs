@@ -15,14 +15,8 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// Starts sluice in this process, on the runtime `SLUICE_TEST_RUNTIME` names if set.
     pub fn start(mut config: Config) -> Proxy {
-        init_logs();
-        // Tests run side by side: the admin and HTTP ports take a free port unless a test chose one.
-        for addr in [&mut config.proxy.admin_listen, &mut config.proxy.http_listen] {
-            if addr.ends_with(":6032") || addr.ends_with(":6070") {
-                *addr = "127.0.0.1:0".into();
-            }
-        }
         // SLUICE_TEST_RUNTIME=per-core runs every in-process sluice on per-core workers, and so
         // over the io_uring data path where the kernel allows it (docs/architecture.md).
         match std::env::var("SLUICE_TEST_RUNTIME").as_deref() {
@@ -33,6 +27,19 @@ impl Proxy {
             }
             Ok("steal") | Err(_) => {}
             Ok(other) => panic!("SLUICE_TEST_RUNTIME={other}: per-core, per-core-epoll or steal"),
+        }
+        Proxy::start_exact(config)
+    }
+
+    /// Starts sluice on the runtime and I/O engine its config names, whatever
+    /// `SLUICE_TEST_RUNTIME` says: for a test of one runtime's own behaviour.
+    pub fn start_exact(mut config: Config) -> Proxy {
+        init_logs();
+        // Tests run side by side: the admin and HTTP ports take a free port unless a test chose one.
+        for addr in [&mut config.proxy.admin_listen, &mut config.proxy.http_listen] {
+            if addr.ends_with(":6032") || addr.ends_with(":6070") {
+                *addr = "127.0.0.1:0".into();
+            }
         }
         let server = sluice::Server::start(config).expect("sluice starts");
         let port = server.local_addr().port();
