@@ -326,3 +326,39 @@ async fn single_tables_move_with_the_sharding_tables() {
     assert_eq!(servers.ids("ds_3", "t_audit"), "4");
     assert_eq!(servers.ids("ds_1", "t_audit"), "1", "nothing more on the file's node");
 }
+
+/// A transaction under way when a shard map is first loaded: sluice did not read its earlier
+/// statements for writes (there was no map to need it), so it counts them as possible writes
+/// and refuses a statement on shards until COMMIT; the next transaction takes branches.
+#[tokio::test]
+async fn a_transaction_under_way_when_the_first_shard_map_is_loaded() {
+    let servers = Shards::start(&["t_order (id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL)", "plain (id INT PRIMARY KEY)"]);
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = servers.proxy(dir.path(), "");
+    let a = proxy.admin_port();
+    let mut c = connect_shop(proxy.port).await;
+    c.query_drop("BEGIN").await.unwrap();
+    let n: u64 = c.query_first("SELECT COUNT(*) FROM plain").await.unwrap().unwrap();
+    assert_eq!(n, 0);
+    admin(
+        a,
+        "INSERT INTO shard_databases (name) VALUES ('shop');
+         INSERT INTO shard_nodes (database, node_index, hostgroup, node_database)
+           VALUES ('shop', 0, 1, 'ds_0'), ('shop', 1, 1, 'ds_1'), ('shop', 2, 2, 'ds_2'), ('shop', 3, 2, 'ds_3');
+         INSERT INTO sharded_tables (database, table_name, sharding_column, algorithm) VALUES ('shop', 't_order', 'user_id', 'mod');
+         LOAD SHARDING TO RUNTIME",
+    )
+    .expect("LOAD SHARDING TO RUNTIME");
+    let e = c.query_drop("INSERT INTO t_order (id, user_id) VALUES (1, 1)").await.expect_err("statements before the map count as writes");
+    assert_eq!(server_code(&e), Some(1235), "{e}");
+    assert!(e.to_string().contains("unsharded"), "{e}");
+    c.query_drop("ROLLBACK").await.unwrap();
+    // Begun under the map: reads first, then a statement on shards.
+    c.query_drop("BEGIN").await.unwrap();
+    let n: u64 = c.query_first("SELECT COUNT(*) FROM plain").await.unwrap().unwrap();
+    assert_eq!(n, 0);
+    c.query_drop("INSERT INTO t_order (id, user_id) VALUES (1, 1)").await.unwrap();
+    c.query_drop("COMMIT").await.unwrap();
+    assert_eq!(servers.ids("ds_1", "t_order"), "1", "user_id 1 lands on ds_1 (mod 4)");
+    assert_eq!(servers.ids("shop", "t_order"), "NULL", "not on the unsharded table");
+}

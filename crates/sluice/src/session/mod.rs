@@ -103,7 +103,8 @@ struct Session {
     write_marks: crate::cache::WriteMarks,
     /// The transaction's branches on shards (`xa`).
     xa: Option<xa::Txn>,
-    /// The open transaction wrote on the default side: it cannot take branches on shards.
+    /// The open transaction wrote (or, read with no shard map, may have written) on the default
+    /// side: it cannot take branches on shards.
     local_writes: bool,
 }
 

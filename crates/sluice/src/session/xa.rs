@@ -32,8 +32,8 @@ const ER_XAER_RMERR: u16 = 1397;
 const SQLSTATE_XAER_RMERR: &[u8; 5] = b"XAE03";
 
 /// A statement on shards in a transaction that wrote to unsharded tables first.
-pub(super) const AFTER_LOCAL_WRITES: &str =
-    "this transaction wrote to unsharded tables, which cannot commit atomically with its statements on shards; COMMIT first";
+pub(super) const AFTER_LOCAL_WRITES: &str = "this transaction wrote to unsharded tables (or ran statements before the shard map \
+     was loaded, which count as writes), which cannot commit atomically with its statements on shards; COMMIT first";
 
 /// The refusal of a statement that may write beside a transaction's branches.
 pub(super) const BESIDE_BRANCHES: &str = "in a transaction with statements on shards, sluice runs only reads beside them: this \
