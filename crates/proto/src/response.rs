@@ -250,6 +250,12 @@ impl Scanner {
             if self.state == State::Finished {
                 return Err(ProtoError::Unexpected("bytes after the end of a reply"));
             }
+            if self.state == State::Rows && self.header_len == 0 && !self.continuation {
+                i = self.skip_whole_rows(data, i);
+                if i == data.len() {
+                    break;
+                }
+            }
             if self.header_len < HEADER_LEN {
                 let take = (HEADER_LEN - self.header_len).min(data.len() - i);
                 self.header[self.header_len..self.header_len + take].copy_from_slice(&data[i..i + take]);
@@ -290,6 +296,25 @@ impl Scanner {
             }
         }
         Ok((i, Event::More))
+    }
+
+    /// The bulk of a result set: rows lying whole in `data` from `i` on are counted from their
+    /// header and first byte, with nothing copied (the general path copies each packet's header
+    /// and first bytes aside, in case it is cut). Stops before anything else (a terminator, an
+    /// ERR, an empty or 16 MiB packet, a cut one), which the general path then takes. Returns
+    /// where it stopped.
+    fn skip_whole_rows(&mut self, data: &[u8], mut i: usize) -> usize {
+        while let Some(&[l0, l1, l2, seq, first]) = data.get(i..i + HEADER_LEN + 1) {
+            let len = l0 as usize | (l1 as usize) << 8 | (l2 as usize) << 16;
+            if len == 0 || len >= MAX_CHUNK || first == EOF_HEADER || first == ERR_HEADER || data.len() - i - HEADER_LEN < len {
+                break;
+            }
+            self.last_seq = seq;
+            self.packets += 1;
+            self.rows += 1;
+            i += HEADER_LEN + len;
+        }
+        i
     }
 
     /// A whole packet has passed: looks at its first bytes and hands it to the current state.
@@ -822,6 +847,16 @@ mod tests {
                 }
             }
             prop_assert_eq!(last, Event::Done { error: false });
+            // What it learned is what a byte-at-a-time feed learns (rows the fast path counts
+            // from whole packets, the general path from pieces).
+            let mut one = Scanner::new(Reply::Query, dep);
+            for b in bytes.chunks(1) {
+                one.feed(b).unwrap();
+            }
+            prop_assert_eq!(
+                (s.rows(), s.packets(), s.last_seq(), s.status(), s.warnings()),
+                (one.rows(), one.packets(), one.last_seq(), one.status(), one.warnings())
+            );
         }
 
         #[test]
