@@ -40,17 +40,19 @@ impl Pair {
         t
     }
 
-    fn proxy(&self, datadir: Option<&std::path::Path>) -> Proxy {
+    fn config(&self, datadir: Option<&std::path::Path>) -> sluice::config::Config {
         let text = self.toml(datadir);
         let fc = sluice::config::FileConfig::parse(&text).expect("test TOML parses");
-        Proxy::start(fc.validate(None, Some(&text)).expect("test TOML is valid"))
+        fc.validate(None, Some(&text)).expect("test TOML is valid")
+    }
+
+    fn proxy(&self, datadir: Option<&std::path::Path>) -> Proxy {
+        Proxy::start(self.config(datadir))
     }
 
     /// A sluice on `runtime` whatever `SLUICE_TEST_RUNTIME` says.
     fn proxy_on(&self, runtime: sluice::config::RuntimeKind) -> Proxy {
-        let text = self.toml(None);
-        let fc = sluice::config::FileConfig::parse(&text).expect("test TOML parses");
-        let mut config = fc.validate(None, Some(&text)).expect("test TOML is valid");
+        let mut config = self.config(None);
         config.proxy.runtime = runtime;
         Proxy::start_exact(config)
     }

@@ -409,9 +409,8 @@ impl Session {
                 }
             }
         } else if !self.local_writes && self.may_be_in_transaction() {
-            // As a text statement's (`query`): read only with a shard map.
-            self.local_writes =
-                self.snap.shards.is_empty() || self.statements.by_id.get(&id).is_some_and(|s| super::xa::local_write(&s.entry.sql));
+            let shards = &self.snap.shards;
+            self.local_writes = self.statements.by_id.get(&id).is_some_and(|s| super::xa::counts_as_local_write(shards, &s.entry.sql));
         }
         let payload = frame.first_chunk(&self.client.rbuf);
         let Some(stmt) = self.statements.by_id.get_mut(&id) else { return Flow::Continue };

@@ -138,11 +138,9 @@ impl Session {
                         return flow;
                     }
                 } else if !self.local_writes && self.may_be_in_transaction() {
-                    // Read until the transaction's first write, then not at all; and only with a
-                    // shard map, the one reason to know (without one the transaction counts as
-                    // having written, in case a reload adds a shard map before it ends).
+                    // Read until the transaction's first write, then not at all.
                     let text = frame.first_chunk(&self.client.rbuf).get(1..).unwrap_or_default();
-                    self.local_writes = self.snap.shards.is_empty() || super::xa::local_write(text);
+                    self.local_writes = super::xa::counts_as_local_write(&self.snap.shards, text);
                 }
                 self.forward_query(&mut plan, frame, seq).await
             }

@@ -132,7 +132,7 @@ pub(super) fn control(text: &[u8]) -> Option<Control> {
 /// Statements that neither write nor end a transaction implicitly: what may run on the
 /// default side beside branches.
 pub(super) fn harmless(text: &[u8]) -> bool {
-    let Some(first) = words(text).next() else { return sql::rw::class(text) == sql::rw::Class::Read };
+    let first = words(text).next().unwrap_or_default();
     let is = |k: &str| first.eq_ignore_ascii_case(k.as_bytes());
     if ["SHOW", "DESCRIBE", "DESC", "EXPLAIN", "HELP", "USE"].iter().any(|k| is(k)) {
         true
@@ -149,6 +149,14 @@ pub(super) fn local_write(text: &[u8]) -> bool {
     const NOT_WRITES: &[&str] =
         &["BEGIN", "START", "COMMIT", "ROLLBACK", "SET", "SAVEPOINT", "RELEASE", "USE", "SHOW", "DESCRIBE", "DESC", "EXPLAIN", "HELP"];
     !first_word_in(text, NOT_WRITES) && sql::rw::class(text) != sql::rw::Class::Read
+}
+
+/// What a statement in a transaction without branches says of the transaction's writes on the
+/// default side (`Session::local_writes`): only a shard map makes them matter (a statement on
+/// shards after them is refused), so without one nothing is read and the statement counts as a
+/// write, in case a reload adds a map before the transaction ends.
+pub(super) fn counts_as_local_write(shards: &crate::shard::ShardMap, text: &[u8]) -> bool {
+    shards.is_empty() || local_write(text)
 }
 
 /// DDL: it would end the transaction implicitly on a server.
