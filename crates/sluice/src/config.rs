@@ -425,7 +425,10 @@ impl MonitorSection {
 #[serde(deny_unknown_fields)]
 pub struct ServerRow {
     pub hostgroup_id: u32,
+    /// A host name or address, or (starting with `/`) the path of the server's Unix socket,
+    /// as ProxySQL reads its `hostname` column.
     pub hostname: String,
+    /// Ignored for a Unix socket.
     #[serde(default = "default_port")]
     pub port: u16,
     #[serde(default)]
@@ -445,6 +448,27 @@ pub struct ServerRow {
     pub ssl_ca: Option<PathBuf>,
     #[serde(default)]
     pub comment: String,
+}
+
+impl ServerRow {
+    /// The server's Unix socket, when `hostname` names one.
+    pub fn socket_path(&self) -> Option<&std::path::Path> {
+        socket_path(&self.hostname)
+    }
+}
+
+/// `hostname` as the path of a Unix socket: it starts with `/` (ProxySQL's rule).
+pub fn socket_path(hostname: &str) -> Option<&std::path::Path> {
+    hostname.starts_with('/').then(|| std::path::Path::new(hostname))
+}
+
+/// How messages, metrics and the admin tables name a server: `host:port`, or the socket's
+/// path alone (its port means nothing).
+pub fn server_address(hostname: &str, port: u16) -> String {
+    match socket_path(hostname) {
+        Some(_) => hostname.to_string(),
+        None => format!("{hostname}:{port}"),
+    }
 }
 
 /// A `[[mysql_replication_hostgroups]]` row (ProxySQL's columns, and `causal_reads`): a writer
@@ -1220,8 +1244,11 @@ impl FileConfig {
             if s.hostname.trim().is_empty() {
                 out.push(problem(at("hostname"), "must not be empty"));
             }
-            if s.port == 0 {
+            if s.port == 0 && s.socket_path().is_none() {
                 out.push(problem(at("port"), "must not be 0"));
+            }
+            if s.use_ssl && s.socket_path().is_some() {
+                out.push(problem(at("use_ssl"), format!("{} is a Unix socket: sluice does not use TLS over one", s.hostname)));
             }
             if s.max_connections == 0 {
                 out.push(problem(at("max_connections"), "must be at least 1"));
@@ -1229,7 +1256,10 @@ impl FileConfig {
             let dup =
                 self.mysql_servers[..i].iter().any(|o| o.hostgroup_id == s.hostgroup_id && o.hostname == s.hostname && o.port == s.port);
             if dup {
-                out.push(problem(at("hostname"), format!("{}:{} is already in hostgroup {}", s.hostname, s.port, s.hostgroup_id)));
+                out.push(problem(
+                    at("hostname"),
+                    format!("{} is already in hostgroup {}", server_address(&s.hostname, s.port), s.hostgroup_id),
+                ));
             }
         }
     }
@@ -1673,6 +1703,8 @@ pub fn load_file(path: &Path, overrides: &Overrides) -> Result<Config, ConfigErr
 pub fn quick_start(listen: Vec<String>, backend: &str, user: &str, password: &str) -> Result<Config, ConfigError> {
     let err = |field: &str, message: String| ConfigError { file: None, line: None, field: field.into(), message };
     let (host, port) = match backend.rsplit_once(':') {
+        // A Unix socket (its port is 0, as ProxySQL shows one).
+        _ if socket_path(backend).is_some() => (backend, 0),
         Some((h, p)) => {
             (h.trim_matches(|c| c == '[' || c == ']'), p.parse::<u16>().map_err(|_| err("--backend", format!("`{backend}`: bad port")))?)
         }
@@ -1839,6 +1871,24 @@ default_hostgroup = 0
         let e = load(&GOOD.replace("port = 3306", "port = \"x\"")).unwrap_err();
         assert_eq!(e.line, Some(7));
         assert!(e.field.contains("`port`"), "{e}");
+    }
+
+    #[test]
+    fn a_server_may_be_a_unix_socket() {
+        let socket = GOOD.replace("hostname = \"127.0.0.1\"\nport = 3306", "hostname = \"/run/mysqld/mysqld.sock\"\nport = 0");
+        let c = load(&socket).unwrap();
+        assert_eq!(c.servers[0].socket_path(), Some(Path::new("/run/mysqld/mysqld.sock")));
+        assert_eq!(server_address(&c.servers[0].hostname, c.servers[0].port), "/run/mysqld/mysqld.sock");
+        assert_eq!(server_address("db1", 3307), "db1:3307");
+        // Port 0 means nothing but for a socket.
+        let e = load(&GOOD.replace("port = 3306", "port = 0")).unwrap_err();
+        assert_eq!((e.field.as_str(), e.message.as_str()), ("mysql_servers[0].port", "must not be 0"));
+        // TLS over a socket is refused, naming the field.
+        let e = load(&socket.replace("port = 0", "port = 0\nuse_ssl = 1")).unwrap_err();
+        assert_eq!(e.field, "mysql_servers[0].use_ssl");
+        assert!(e.message.contains("/run/mysqld/mysqld.sock is a Unix socket"), "{e}");
+        let q = quick_start(vec![], "/run/mysqld/mysqld.sock", "app", "").unwrap();
+        assert_eq!((q.servers[0].hostname.as_str(), q.servers[0].port), ("/run/mysqld/mysqld.sock", 0));
     }
 
     #[test]

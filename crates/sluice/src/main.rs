@@ -31,7 +31,8 @@ struct Args {
     /// Quick start: address to listen on, IP:port (repeatable) [default: 127.0.0.1:6033].
     #[arg(long)]
     listen: Vec<String>,
-    /// Quick start: the backend server, host:port (port 3306 when left out).
+    /// Quick start: the backend server, host:port (port 3306 when left out), or the path of its
+    /// Unix socket.
     #[arg(long)]
     backend: Option<String>,
     /// Quick start: the login clients use, and sluice uses on the backend [default: root].

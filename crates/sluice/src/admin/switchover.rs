@@ -160,6 +160,14 @@ pub async fn switchover(control: &Control, candidate: &str, hostgroup: Option<u3
         said.push_str("; replication was not re-pointed ([monitor] replication_user is not set): point the old writer and the other replicas at the new writer");
         return Ok(said);
     }
+    if crate::config::socket_path(&new_m.hostname).is_some() {
+        // CHANGE MASTER TO takes a host and port: another machine cannot use a socket path.
+        said.push_str(&format!(
+            "; replication was not re-pointed ({} is a Unix socket path, which replicas cannot replicate from): point the old writer and the other replicas at the new writer",
+            new_m.name
+        ));
+        return Ok(said);
+    }
     let mut failed = Vec::new();
     if let Err(e) = repoint(&mut old_link, &new_m, &monitor, "current_pos").await {
         failed.push(format!("{}: {e}", old_m.name));

@@ -73,7 +73,7 @@ pub fn render(data: &DataPath) -> String {
     }
 
     let pools = stats_rows::pools(data);
-    let label = |p: &stats_rows::PoolRow| (p.hostgroup.to_string(), format!("{}:{}", p.srv_host, p.srv_port));
+    let label = |p: &stats_rows::PoolRow| (p.hostgroup.to_string(), crate::config::server_address(&p.srv_host, p.srv_port));
     type Value = fn(&stats_rows::PoolRow) -> f64;
     let families: [(&str, &str, Kind, Value); 7] = [
         ("sluice_pool_connections_used", "Backend connections in use", Kind::Gauge, |p| p.conn_used as f64),
@@ -200,7 +200,7 @@ fn probe(e: &mut Exposition, data: &DataPath) {
 /// What the monitor found, per server (hostname:port).
 fn monitor(e: &mut Exposition, data: &DataPath) {
     let found = data.health.servers();
-    let name = |f: &crate::health::ServerFindings| format!("{}:{}", f.hostname, f.port);
+    let name = |f: &crate::health::ServerFindings| crate::config::server_address(&f.hostname, f.port);
     e.family("sluice_monitor_ping_seconds", "The monitor's last successful ping round trip", Kind::Gauge);
     for f in &found {
         if let Some(us) = f.last_ping_us {

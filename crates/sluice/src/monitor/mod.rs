@@ -71,14 +71,25 @@ async fn ask(link: &mut Backend, sql: &str, timeout: Duration) -> Result<(Vec<St
 /// Reads one backend's greeting at start-up so the first clients are greeted like the server
 /// (version, capabilities, collation). Best effort: a backend that is down is reported later.
 pub fn probe_profile(data: &DataPath) {
-    let Some(addr) = data.snapshot().hostgroups.servers().first().map(|s| format!("{}:{}", s.hostname, s.port)) else {
+    let Some((hostname, port, addr)) = data.snapshot().hostgroups.servers().first().map(|s| (s.hostname.clone(), s.port, s.name.clone()))
+    else {
         return;
     };
     let greeting = (|| -> Option<proto::handshake::ServerGreeting> {
         use std::io::Read;
-        let sa = std::net::ToSocketAddrs::to_socket_addrs(&addr).ok()?.next()?;
-        let mut s = std::net::TcpStream::connect_timeout(&sa, Duration::from_secs(1)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        let mut s: Box<dyn Read> = match crate::config::socket_path(&hostname) {
+            Some(path) => {
+                let s = std::os::unix::net::UnixStream::connect(path).ok()?;
+                s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+                Box::new(s)
+            }
+            None => {
+                let sa = std::net::ToSocketAddrs::to_socket_addrs(&(hostname.as_str(), port)).ok()?.next()?;
+                let s = std::net::TcpStream::connect_timeout(&sa, Duration::from_secs(1)).ok()?;
+                s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+                Box::new(s)
+            }
+        };
         let mut header = [0u8; 4];
         s.read_exact(&mut header).ok()?;
         let (len, _) = proto::frame::header(&header)?;

@@ -1,5 +1,5 @@
-//! Byte streams on both sides of sluice: plain TCP or TLS, with a read buffer and
-//! packet-at-a-time reading (check-then-parse: nothing is copied until a packet is whole).
+//! Byte streams on both sides of sluice: plain TCP or TLS (or a backend's Unix socket), with a
+//! read buffer and packet-at-a-time reading (check-then-parse: nothing is copied until a packet is whole).
 
 pub mod uring;
 
@@ -9,13 +9,14 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 
 /// A client or backend connection: TCP on epoll or on the worker's io_uring ring, or TLS over
-/// TCP (always on epoll).
+/// TCP (always on epoll), or a backend's Unix socket (on epoll: the ring drives TCP only).
 pub enum Stream {
     Tcp(TcpStream),
     Uring(uring::UringTcp),
+    Unix(UnixStream),
     ServerTls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
     ClientTls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }
@@ -53,6 +54,7 @@ impl Stream {
                 std::future::poll_fn(|cx| s.poll_sent(cx)).await?;
                 TcpStream::from_std(s.into_std()?)
             }
+            Stream::Unix(_) => Err(io::Error::other("sluice does not use TLS over a Unix socket")),
             _ => Err(io::Error::other("the connection is already TLS")),
         }
     }
@@ -61,6 +63,7 @@ impl Stream {
         match self.socket() {
             Socket::Epoll(tcp) => tcp.local_addr(),
             Socket::Uring(s) => s.socket().local_addr(),
+            Socket::Unix(_) => Err(io::Error::other("a Unix socket has no IP address")),
         }
     }
 
@@ -68,11 +71,12 @@ impl Stream {
         matches!(self, Stream::ServerTls(_) | Stream::ClientTls(_))
     }
 
-    /// The TCP socket under the stream (under TLS too), and how it is driven.
+    /// The socket under the stream (under TLS too), and how it is driven.
     fn socket(&self) -> Socket<'_> {
         match self {
             Stream::Tcp(s) => Socket::Epoll(s),
             Stream::Uring(s) => Socket::Uring(s),
+            Stream::Unix(s) => Socket::Unix(s),
             Stream::ServerTls(s) => Socket::Epoll(s.get_ref().0),
             Stream::ClientTls(s) => Socket::Epoll(s.get_ref().0),
         }
@@ -85,6 +89,7 @@ impl Stream {
         match self.socket() {
             Socket::Epoll(tcp) => tcp.poll_read_ready(cx),
             Socket::Uring(s) => s.poll_read_ready(cx),
+            Socket::Unix(u) => u.poll_read_ready(cx),
         }
     }
 
@@ -114,6 +119,9 @@ impl Stream {
                 let _ = tcp.ready(tokio::io::Interest::ERROR).await;
             }
             Socket::Uring(s) => std::future::poll_fn(|cx| s.poll_error(cx)).await,
+            Socket::Unix(u) => {
+                let _ = u.ready(tokio::io::Interest::ERROR).await;
+            }
         }
     }
 
@@ -129,6 +137,7 @@ impl Stream {
             // Bytes, an end or an error already received: it spoke, or it is gone.
             Socket::Uring(s) if s.has_news() => return false,
             Socket::Uring(s) => socket2::SockRef::from(s.socket()).peek(&mut probe),
+            Socket::Unix(u) => socket2::SockRef::from(u).peek(&mut probe),
         };
         match peeked {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => true,
@@ -148,6 +157,7 @@ impl Stream {
         let mut cx = Context::from_waker(std::task::Waker::noop());
         match self {
             Stream::Tcp(s) => s.try_write(bytes).is_ok_and(|n| n == bytes.len()),
+            Stream::Unix(s) => s.try_write(bytes).is_ok_and(|n| n == bytes.len()),
             Stream::Uring(s) => matches!(Pin::new(s).poll_write(&mut cx, bytes), Poll::Ready(Ok(n)) if n == bytes.len()),
             _ => false,
         }
@@ -159,6 +169,7 @@ impl Stream {
     pub fn try_read_now(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => return s.try_read(buf),
+            Stream::Unix(s) => return s.try_read(buf),
             Stream::Uring(s) => return s.try_read_now(buf),
             _ => {}
         }
@@ -173,7 +184,7 @@ impl Stream {
     /// The cipher suite in use, for logs and tests.
     pub fn tls_cipher(&self) -> Option<String> {
         let suite = match self {
-            Stream::Tcp(_) | Stream::Uring(_) => None,
+            Stream::Tcp(_) | Stream::Uring(_) | Stream::Unix(_) => None,
             Stream::ServerTls(s) => s.get_ref().1.negotiated_cipher_suite(),
             Stream::ClientTls(s) => s.get_ref().1.negotiated_cipher_suite(),
         };
@@ -186,6 +197,7 @@ macro_rules! delegate {
         match $self.get_mut() {
             Stream::Tcp($s) => $e,
             Stream::Uring($s) => $e,
+            Stream::Unix($s) => $e,
             Stream::ServerTls($s) => $e,
             Stream::ClientTls($s) => $e,
         }
@@ -209,6 +221,7 @@ impl AsyncWrite for Stream {
         match self {
             Stream::Tcp(s) => s.is_write_vectored(),
             Stream::Uring(s) => s.is_write_vectored(),
+            Stream::Unix(s) => s.is_write_vectored(),
             Stream::ServerTls(s) => s.is_write_vectored(),
             Stream::ClientTls(s) => s.is_write_vectored(),
         }
@@ -323,9 +336,10 @@ pub fn tune(s: &impl std::os::fd::AsFd) {
     let _ = sock.set_keepalive(true);
 }
 
-/// The TCP socket under a stream: driven by tokio's reactor (plain or under TLS), or by the
-/// worker's ring.
+/// The socket under a stream: TCP driven by tokio's reactor (plain or under TLS) or by the
+/// worker's ring, or a Unix socket on the reactor.
 enum Socket<'a> {
     Epoll(&'a TcpStream),
     Uring(&'a uring::UringTcp),
+    Unix(&'a UnixStream),
 }

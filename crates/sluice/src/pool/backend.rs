@@ -609,10 +609,15 @@ async fn connect_inner(p: &ConnectParams<'_>) -> Result<Backend, BackendError> {
     let server = &*p.server.name;
     let lost = |e| BackendError::Lost { server: server.to_string(), source: e };
     let protocol = |what: String| BackendError::Protocol { server: server.to_string(), what };
-    let tcp = TcpStream::connect((p.server.hostname.as_str(), p.server.port))
-        .await
-        .map_err(|e| BackendError::Connect { server: server.to_string(), source: e })?;
-    let mut conn = Conn::new(Stream::from_tokio(tcp).map_err(lost)?);
+    let refused = |e| BackendError::Connect { server: server.to_string(), source: e };
+    let stream = match crate::config::socket_path(&p.server.hostname) {
+        Some(path) => Stream::Unix(tokio::net::UnixStream::connect(path).await.map_err(refused)?),
+        None => {
+            let tcp = TcpStream::connect((p.server.hostname.as_str(), p.server.port)).await.map_err(refused)?;
+            Stream::from_tokio(tcp).map_err(lost)?
+        }
+    };
+    let mut conn = Conn::new(stream);
     let (seq, payload) = conn.read_packet(1 << 16).await.map_err(lost)?;
     if payload.first() == Some(&0xFF) {
         return Err(rejected(server, &payload));

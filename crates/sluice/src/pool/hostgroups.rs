@@ -212,7 +212,7 @@ impl Hostgroups {
                 hostgroup: s.hostgroup_id,
                 hostname: s.hostname.clone(),
                 port: s.port,
-                name: format!("{}:{}", s.hostname, s.port).into(),
+                name: crate::config::server_address(&s.hostname, s.port).into(),
                 weight: s.weight,
                 max_replication_lag: s.max_replication_lag,
                 pool,

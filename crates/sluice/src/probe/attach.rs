@@ -139,8 +139,7 @@ impl State {
         let missing = self.found.values().any(Option::is_none);
         if gone || unknown || (missing && self.since_scan >= RESCAN_TICKS) {
             self.since_scan = 0;
-            self.found =
-                servers.iter().map(|(host, port)| ((host.clone(), *port), local(host).then(|| listening_pid(*port)).flatten())).collect();
+            self.found = servers.iter().map(|(host, port)| ((host.clone(), *port), server_pid(host, *port))).collect();
         }
         let wanted: Vec<u32> = {
             let mut w: Vec<u32> = self.found.values().flatten().copied().collect();
@@ -169,7 +168,8 @@ impl State {
         let mut parts: Vec<String> = self.attached.values().map(|a| a.what.clone()).collect();
         parts.sort();
         let mut problems: Vec<String> = self.failed.iter().map(|(pid, e)| format!("pid {pid}: {e}")).collect();
-        let mut absent: Vec<String> = self.found.iter().filter(|(_, p)| p.is_none()).map(|((h, p), _)| format!("{h}:{p}")).collect();
+        let mut absent: Vec<String> =
+            self.found.iter().filter(|(_, p)| p.is_none()).map(|((h, p), _)| crate::config::server_address(h, *p)).collect();
         absent.sort();
         if !absent.is_empty() {
             problems.push(format!("no process on this machine listens for {} (their statements get no server time)", absent.join(", ")));
@@ -383,6 +383,14 @@ pub fn resolve_symbol(binary: &Path, configured: Option<&str>) -> Result<String,
 }
 
 /// Whether `host` names this machine (a loopback address, or one of its own).
+/// The process serving `host:port` (or the Unix socket `host`) on this machine.
+fn server_pid(host: &str, port: u16) -> Option<u32> {
+    match crate::config::socket_path(host) {
+        Some(path) => listening_unix_pid(path),
+        None => local(host).then(|| listening_pid(port)).flatten(),
+    }
+}
+
 fn local(host: &str) -> bool {
     use std::net::ToSocketAddrs;
     let Ok(addrs) = (host, 0).to_socket_addrs() else { return false };
@@ -414,6 +422,28 @@ pub fn listening_pid(port: u16) -> Option<u32> {
             }
         }
     }
+    pid_holding(&inodes)
+}
+
+/// The process that listens on the Unix socket `path`, from /proc/net/unix and the processes'
+/// open sockets.
+pub fn listening_unix_pid(path: &Path) -> Option<u32> {
+    let text = std::fs::read_to_string("/proc/net/unix").ok()?;
+    let mut inodes = Vec::new();
+    for line in text.lines().skip(1) {
+        // Num RefCount Protocol Flags Type St Inode Path; flag 00010000: accepting (listening).
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(flags), Some(inode), Some(p)) = (f.get(3), f.get(6), f.get(7)) else { continue };
+        let listening = u32::from_str_radix(flags, 16).is_ok_and(|fl| fl & 0x0001_0000 != 0);
+        if listening && Path::new(p) == path {
+            inodes.push(format!("socket:[{inode}]"));
+        }
+    }
+    pid_holding(&inodes)
+}
+
+/// The first process holding one of `inodes` (`socket:[n]`) open.
+fn pid_holding(inodes: &[String]) -> Option<u32> {
     if inodes.is_empty() {
         return None;
     }
@@ -442,6 +472,21 @@ mod tests {
         assert_eq!(listening_pid(port), Some(std::process::id()));
         drop(l);
         assert_eq!(listening_pid(port), None);
+    }
+
+    #[test]
+    fn the_listening_process_of_a_unix_socket_is_found() {
+        let dir = std::env::temp_dir().join(format!("sluice-probe-unix-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("mysqld.sock");
+        let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        assert_eq!(listening_unix_pid(&path), Some(std::process::id()));
+        assert_eq!(listening_unix_pid(&dir.join("other.sock")), None);
+        // A connected socket is not a listener.
+        let _client = std::os::unix::net::UnixStream::connect(&path).unwrap();
+        drop(l);
+        assert_eq!(listening_unix_pid(&path), None);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
