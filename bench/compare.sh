@@ -59,7 +59,9 @@ Every option is also an environment variable (in CAPS); flags win over the envir
                                       uring-unlinked / uring-coop / uring-poll-first (uring with
                                       that flag), or a second sluice:
                                       sluice-per-core (--runtime per-core: io_uring where
-                                      available), sluice-per-core-epoll ["tokio uring"]
+                                      available), sluice-per-core-epoll, or a proxy whose
+                                      backend leg is MariaDB's Unix socket instead of TCP:
+                                      sluice-socket, haproxy-socket ["tokio uring"]
                           KEEP_TMP    1 = keep the temp dir (datadir, logs, sysbench outputs)
 
 Stats mode, why one long run: run-to-run throughput on these shared machines moves by ±10%,
@@ -158,8 +160,8 @@ floor)
 	for e in "${FLOOR_ENGINE_LIST[@]}"; do
 		case "$e" in
 		tokio | tokio-per-core | tokio-uring | uring | uring-multishot | uring-unlinked | uring-coop | uring-poll-first) VARIANTS+=("l4-$e") ;;
-		sluice-per-core | sluice-per-core-epoll) VARIANTS+=("$e") ;;
-		*) die "FLOOR_ENGINES: '$e' is not tokio, tokio-per-core, tokio-uring, uring, uring-multishot, uring-unlinked, uring-coop, uring-poll-first, sluice-per-core or sluice-per-core-epoll" ;;
+		sluice-per-core | sluice-per-core-epoll | sluice-socket | haproxy-socket) VARIANTS+=("$e") ;;
+		*) die "FLOOR_ENGINES: '$e' is not tokio, tokio-per-core, tokio-uring, uring, uring-multishot, uring-unlinked, uring-coop, uring-poll-first, sluice-per-core, sluice-per-core-epoll, sluice-socket or haproxy-socket" ;;
 		esac
 	done
 	;;
@@ -229,18 +231,26 @@ stop_haproxy() {
 
 # start_floor ENGINE: bench/l4floor with that engine (one of FLOOR_ENGINES) on a fresh port, with
 # as many threads as sluice's workers, or for sluice-per-core[-epoll] a second sluice with
-# --runtime per-core (--io epoll); waits until SELECT 1 works through it.
+# --runtime per-core (--io epoll), for sluice-socket one whose backend is MariaDB's Unix socket,
+# for haproxy-socket a second HAProxy to that socket; waits until SELECT 1 works through it.
 start_floor() {
 	local port name=l4-$1 cmd
 	port=$(free_port)
 	case "$1" in
-	sluice-per-core | sluice-per-core-epoll)
+	haproxy-socket)
+		local main_pid=$HAPROXY_PID main_port=$HAPROXY_PORT
+		start_haproxy_tcp "$SOCK" "$(sluice_workers)" haproxy-socket
+		FLOOR_PID[$1]=$HAPROXY_PID FLOOR_PORT[$1]=$HAPROXY_PORT
+		HAPROXY_PID=$main_pid HAPROXY_PORT=$main_port
+		return
+		;;
+	sluice-per-core | sluice-per-core-epoll | sluice-socket)
 		name=$1
-		if [ "$1" = sluice-per-core ]; then
-			sluice_argv "$port" "$(free_port)" --runtime per-core
-		else
-			sluice_argv "$port" "$(free_port)" --runtime per-core --io epoll
-		fi
+		case "$1" in
+		sluice-per-core) sluice_argv "$port" "$(free_port)" --runtime per-core ;;
+		sluice-per-core-epoll) sluice_argv "$port" "$(free_port)" --runtime per-core --io epoll ;;
+		sluice-socket) BACKEND_ADDR=$SOCK sluice_argv "$port" "$(free_port)" ;;
+		esac
 		cmd=("${SLUICE_ARGV[@]}")
 		;;
 	*)
@@ -263,7 +273,7 @@ stop_floor() {
 	[ $# -gt 0 ] || engines=("${!FLOOR_PID[@]}")
 	for e in ${engines[@]+"${engines[@]}"}; do
 		[ -n "${FLOOR_PID[$e]:-}" ] || continue
-		case "$e" in sluice-*) stop_supervised "${FLOOR_PID[$e]}" "$WORK/$e" "$e" ;; *) stop_supervised "${FLOOR_PID[$e]}" "$WORK/l4-$e" "l4floor --engine $e" ;; esac
+		case "$e" in sluice-* | haproxy-*) stop_supervised "${FLOOR_PID[$e]}" "$WORK/$e" "$e" ;; *) stop_supervised "${FLOOR_PID[$e]}" "$WORK/l4-$e" "l4floor --engine $e" ;; esac
 		unset "FLOOR_PID[$e]"
 	done
 }
@@ -336,9 +346,9 @@ start_mariadb() {
 }
 
 # sluice_argv PORT ADMIN_PORT [extra args...]: sets SLUICE_ARGV to the command line of a sluice
-# on PORT in front of the private MariaDB (SLUICE_ARGS last).
+# on PORT in front of the private MariaDB, over TCP or at BACKEND_ADDR when set (SLUICE_ARGS last).
 sluice_argv() {
-	SLUICE_ARGV=("${SLUICE_CMD[@]}" --listen "127.0.0.1:$1" --backend "127.0.0.1:$DB_PORT" --user root --password ''
+	SLUICE_ARGV=("${SLUICE_CMD[@]}" --listen "127.0.0.1:$1" --backend "${BACKEND_ADDR:-127.0.0.1:$DB_PORT}" --user root --password ''
 		--admin-listen "127.0.0.1:$2" --http-listen '' "${@:3}" ${SLUICE_EXTRA[@]+"${SLUICE_EXTRA[@]}"})
 }
 
@@ -383,7 +393,7 @@ endpoint() {
 	direct) EP_PORT=$DB_PORT EP_PID="" ;;
 	haproxy) EP_PORT=$HAPROXY_PORT EP_PID=$HAPROXY_PID ;;
 	l4-*) EP_PORT=${FLOOR_PORT[${1#l4-}]} EP_PID=${FLOOR_PID[${1#l4-}]} ;;
-	sluice-*) EP_PORT=${FLOOR_PORT[$1]} EP_PID=${FLOOR_PID[$1]} ;;
+	sluice-* | haproxy-*) EP_PORT=${FLOOR_PORT[$1]} EP_PID=${FLOOR_PID[$1]} ;;
 	*) EP_PORT=$SLUICE_PORT EP_PID=$SLUICE_PID ;;
 	esac
 }
@@ -421,7 +431,7 @@ measure() {
 	RUN_NO=$((RUN_NO + 1))
 	logf=$WORK/run-$(printf %03d "$RUN_NO")-$wl-$thr-$variant-$round.log
 	endpoint "$variant"
-	case "$variant" in haproxy | l4-* | sluice-*) name=$variant ;; esac
+	case "$variant" in haproxy | haproxy-* | l4-* | sluice-*) name=$variant ;; esac
 	if [ -n "$EP_PID" ]; then
 		t0=$(cpu_ticks "$EP_PID") || t0=""
 	fi
@@ -718,6 +728,7 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=
 	echo "- sluice: $SLUICE_DESC, git $GIT_REV${SLUICE_ARGS:+, args \`$SLUICE_ARGS\`}"
 	[ "$MODE" != floor ] || echo "- l4floor: \`$L4FLOOR_BIN\` (bench/l4floor), \`--threads $(sluice_workers)\`, engines: ${FLOOR_ENGINE_LIST[*]} (bench/README.md, \"The L4 floor\")"
 	[ "$MODE" != haproxy ] && [ "$MODE" != floor ] || echo "- HAProxy: $("$HAPROXY_BIN" -v 2>/dev/null | head -n 1 | sed 's/ - https.*//'), \`mode tcp\`, \`nbthread $HAPROXY_THREADS\` (= sluice's workers), config: global nbthread/maxconn 4096, defaults mode tcp with 5 s connect and 1 h client/server timeouts, one listen section with the one server"
+	[ "$MODE" != floor ] || [[ " ${FLOOR_ENGINE_LIST[*]} " != *-socket* ]] || echo "- backend leg: sluice-socket and haproxy-socket reach MariaDB over its Unix socket; sluice, HAProxy, the other endpoints and direct over TCP on 127.0.0.1"
 	[ "$SYSCALLS" != 1 ] || echo "- system calls: \`strace -f -ttt -s 0 -p <proxy pid>\` attached to an untimed run after the timed rounds; the calls of a ${SYSCALL_DURATION}s window (by strace's timestamps) divided by the statements the server received in it (its Questions counter)"
 	[ "$MODE" != builds ] || echo "- before: \`$SLUICE_BIN_BEFORE\` ($("${BEFORE_CMD[0]}" --version 2>/dev/null || echo '?'))"
 	echo "- command: \`$INVOCATION\`"
@@ -752,7 +763,7 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=
 		head="| workload | threads | direct QPS | sluice QPS | HAProxy QPS" rule="|---|---:|---:|---:|---:"
 		# l4floor engines as "l4 ENGINE", the second sluices by their own names
 		labels=()
-		for e in "${FLOOR_ENGINE_LIST[@]}"; do case "$e" in sluice-*) labels+=("$e") ;; *) labels+=("l4 $e") ;; esac; done
+		for e in "${FLOOR_ENGINE_LIST[@]}"; do case "$e" in sluice-* | haproxy-*) labels+=("$e") ;; *) labels+=("l4 $e") ;; esac; done
 		for e in "${labels[@]}"; do head+=" | $e QPS" rule+="|---:"; done
 		head+=" | sluice CPU | HAProxy CPU" rule+="|---:|---:"
 		for e in "${labels[@]}"; do head+=" | $e CPU" rule+="|---:"; done

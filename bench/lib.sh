@@ -355,14 +355,16 @@ stop_mariadbs() {
 	for p in ${MARIADB_PIDS[@]+"${MARIADB_PIDS[@]}"}; do stop_proc "$p" mariadbd 60; done
 }
 
-# start_haproxy_tcp BACKEND_PORT THREADS: HAProxy ($HAPROXY_BIN, default haproxy) as a plain TCP
-# forwarder (mode tcp, nbthread THREADS) to 127.0.0.1:BACKEND_PORT, in the foreground (-db) so
-# that its pid is the one process whose CPU is read; config and log in $WORK. Sets HAPROXY_PID
-# and HAPROXY_PORT once SELECT 1 works through it.
+# start_haproxy_tcp BACKEND THREADS [NAME]: HAProxy ($HAPROXY_BIN, default haproxy) as a plain TCP
+# forwarder (mode tcp, nbthread THREADS) to BACKEND: a port on 127.0.0.1, or the absolute path of
+# a Unix socket. In the foreground (-db) so that its pid is the one process whose CPU is read;
+# config and log in $WORK/NAME.cfg and .log (NAME: haproxy). Sets HAPROXY_PID and HAPROXY_PORT
+# once SELECT 1 works through it.
 start_haproxy_tcp() {
-	local bin=${HAPROXY_BIN:-haproxy}
+	local bin=${HAPROXY_BIN:-haproxy} name=${3:-haproxy} server=$1
+	[[ $server == /* ]] || server=127.0.0.1:$server
 	take_port HAPROXY_PORT
-	cat >"$WORK/haproxy.cfg" <<-CFG
+	cat >"$WORK/$name.cfg" <<-CFG
 		global
 		    nbthread $2
 		    maxconn 4096
@@ -373,15 +375,15 @@ start_haproxy_tcp() {
 		    timeout server 1h
 		listen mysql
 		    bind 127.0.0.1:$HAPROXY_PORT
-		    server db 127.0.0.1:$1
+		    server db $server
 	CFG
-	"$bin" -c -q -f "$WORK/haproxy.cfg" >>"$WORK/haproxy.log" 2>&1 ||
-		{ tail -n 20 "$WORK/haproxy.log" >&2; die "haproxy rejects its config ($WORK/haproxy.cfg)"; }
-	echo "=== $(date +%T) start: $bin -db -f $WORK/haproxy.cfg" >>"$WORK/haproxy.log"
-	spawn_supervised "$WORK/haproxy" "$WORK/haproxy.log" "$bin" -db -f "$WORK/haproxy.cfg"
+	"$bin" -c -q -f "$WORK/$name.cfg" >>"$WORK/$name.log" 2>&1 ||
+		{ tail -n 20 "$WORK/$name.log" >&2; die "haproxy rejects its config ($WORK/$name.cfg)"; }
+	echo "=== $(date +%T) start: $bin -db -f $WORK/$name.cfg" >>"$WORK/$name.log"
+	spawn_supervised "$WORK/$name" "$WORK/$name.log" "$bin" -db -f "$WORK/$name.cfg"
 	HAPROXY_PID=$SPAWNED_PID
-	await_answer haproxy "$HAPROXY_PID" "$HAPROXY_PORT"
-	log "haproxy listening on 127.0.0.1:$HAPROXY_PORT (pid $HAPROXY_PID, nbthread $2)"
+	await_answer "$name" "$HAPROXY_PID" "$HAPROXY_PORT"
+	log "$name listening on 127.0.0.1:$HAPROXY_PORT (pid $HAPROXY_PID, nbthread $2, server $server)"
 }
 
 # require_tools TOOL...: dies naming the first one not on PATH (with /usr/sbin), and the Debian

@@ -73,7 +73,7 @@ fn run_example(name: &str) {
 }
 
 /// Every folder under `examples/`, each run by the test of the same name below.
-const EXAMPLES: [&str; 17] = [
+const EXAMPLES: [&str; 18] = [
     "query-rules",
     "cache",
     "firewall",
@@ -91,6 +91,7 @@ const EXAMPLES: [&str; 17] = [
     "traffic",
     "probe",
     "io-uring",
+    "unix-socket",
 ];
 
 #[test]
@@ -120,6 +121,11 @@ fn traffic() {
 #[test]
 fn io_uring() {
     run_example("io-uring");
+}
+
+#[test]
+fn unix_socket() {
+    run_example("unix-socket");
 }
 
 #[test]
