@@ -145,7 +145,7 @@ mod tokio_engine {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().on_thread_park(uring::before_park).build()?;
             rt.block_on(async move {
                 tokio::spawn(uring::drive(ring.clone()));
-                serve(listener, backend, move |s| Ok(uring::UringTcp::new(s.into_std()?, ring.clone())?)).await
+                serve(listener, backend, move |s| Ok(uring::UringStream::new(s.into_std()?, ring.clone())?)).await
             })
         })
     }

@@ -189,3 +189,37 @@ async fn hostile_clients_on_the_ring_get_errors_and_the_others_go_on() {
     let v: i64 = bystander.query_first("SELECT 9").await.unwrap().unwrap();
     assert_eq!(v, 9, "the other session carries on");
 }
+
+/// Ring completions per statement through `proxy` (one session, 200 statements).
+async fn completions_per_statement(proxy: &Proxy) -> f64 {
+    let mut c = connect(proxy.port).await;
+    c.query_drop("SELECT 1").await.unwrap();
+    let before = completions(proxy);
+    for i in 0..200u32 {
+        let v: Option<u32> = c.query_first(format!("SELECT {i}")).await.unwrap();
+        assert_eq!(v, Some(i));
+    }
+    let per = (completions(proxy) - before) as f64 / 200.0;
+    c.disconnect().await.unwrap();
+    per
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_unix_socket_goes_through_the_ring_too() {
+    if !uring_here() {
+        eprintln!("io_uring is not available here: nothing to compare");
+        return;
+    }
+    let db = MariaDb::start().unwrap();
+    let socket = db.socket_path().display().to_string();
+    let tcp = Proxy::start_exact(per_core(quick_config(&db), IoEngine::Auto));
+    let mut over_socket = quick_config(&db);
+    over_socket.servers[0].hostname = socket;
+    over_socket.servers[0].port = 0;
+    let unix = Proxy::start_exact(per_core(over_socket, IoEngine::Auto));
+    let (t, u) = (completions_per_statement(&tcp).await, completions_per_statement(&unix).await);
+    // Both legs on the ring: a receive and a send on each per statement. With the server's leg
+    // on epoll the socket backend would show the client's leg alone (about half).
+    assert!(t >= 3.5, "a TCP backend: both legs through the ring ({t} completions per statement)");
+    assert!(u >= 0.8 * t, "a socket backend's leg goes through the ring as TCP's does ({u} vs {t} completions per statement)");
+}

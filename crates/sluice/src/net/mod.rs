@@ -11,11 +11,11 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
-/// A client or backend connection: TCP on epoll or on the worker's io_uring ring, or TLS over
-/// TCP (always on epoll), or a backend's Unix socket (on epoll: the ring drives TCP only).
+/// A client or backend connection: TCP (or a backend's Unix socket) on epoll or on the worker's
+/// io_uring ring, or TLS over TCP (always on epoll).
 pub enum Stream {
     Tcp(TcpStream),
-    Uring(uring::UringTcp),
+    Uring(uring::UringStream),
     Unix(UnixStream),
     ServerTls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
     ClientTls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
@@ -27,7 +27,7 @@ impl Stream {
     pub fn plain(tcp: std::net::TcpStream) -> io::Result<Stream> {
         tune(&tcp);
         match uring::current() {
-            Some(ring) => Ok(Stream::Uring(uring::UringTcp::new(tcp, ring)?)),
+            Some(ring) => Ok(Stream::Uring(uring::UringStream::new(tcp, ring)?)),
             None => {
                 tcp.set_nonblocking(true)?;
                 Ok(Stream::Tcp(TcpStream::from_std(tcp)?))
@@ -39,8 +39,16 @@ impl Stream {
     pub fn from_tokio(tcp: TcpStream) -> io::Result<Stream> {
         tune(&tcp);
         match uring::current() {
-            Some(ring) => Ok(Stream::Uring(uring::UringTcp::new(tcp.into_std()?, ring)?)),
+            Some(ring) => Ok(Stream::Uring(uring::UringStream::new(tcp.into_std()?, ring)?)),
             None => Ok(Stream::Tcp(tcp)),
+        }
+    }
+
+    /// A backend's Unix socket, on this worker's ring when it has one, else on epoll.
+    pub fn from_tokio_unix(unix: UnixStream) -> io::Result<Stream> {
+        match uring::current() {
+            Some(ring) => Ok(Stream::Uring(uring::UringStream::new(unix.into_std()?, ring)?)),
+            None => Ok(Stream::Unix(unix)),
         }
     }
 
@@ -62,8 +70,8 @@ impl Stream {
     pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
         match self.socket() {
             Socket::Epoll(tcp) => tcp.local_addr(),
-            Socket::Uring(s) => s.socket().local_addr(),
-            Socket::Unix(_) => Err(io::Error::other("a Unix socket has no IP address")),
+            Socket::Uring(s) => s.socket().local_addr()?.as_socket().ok_or_else(no_ip),
+            Socket::Unix(_) => Err(no_ip()),
         }
     }
 
@@ -329,6 +337,10 @@ impl Conn {
     }
 }
 
+fn no_ip() -> io::Error {
+    io::Error::other("a Unix socket has no IP address")
+}
+
 /// Sets the socket options every connection gets.
 pub fn tune(s: &impl std::os::fd::AsFd) {
     let sock = socket2::SockRef::from(s);
@@ -340,6 +352,6 @@ pub fn tune(s: &impl std::os::fd::AsFd) {
 /// worker's ring, or a Unix socket on the reactor.
 enum Socket<'a> {
     Epoll(&'a TcpStream),
-    Uring(&'a uring::UringTcp),
+    Uring(&'a uring::UringStream),
     Unix(&'a UnixStream),
 }

@@ -8,7 +8,7 @@
 //! admin port and TLS connections stay on epoll.
 //!
 //! Ownership: the kernel writes into and reads from a buffer until it posts the completion,
-//! while the future that asked may be dropped at any await. So a `UringTcp` reads into and
+//! while the future that asked may be dropped at any await. So a `UringStream` reads into and
 //! sends from buffers of its own, in a `Shared` that every operation in flight holds a
 //! reference to (the operation's `user_data` is that reference): a stream dropped in the
 //! middle of an operation leaves its buffers and its socket to the ring until the kernel gives
@@ -265,9 +265,10 @@ impl Ring {
     }
 }
 
-/// A stream's socket, buffers and state, shared with the operations in flight.
+/// A stream's socket (TCP, or a backend's Unix socket), buffers and state, shared with the
+/// operations in flight.
 struct Shared {
-    sock: StdTcp,
+    sock: socket2::Socket,
     ring: Arc<Ring>,
     io: Mutex<Io>,
 }
@@ -432,20 +433,21 @@ impl Shared {
     }
 }
 
-/// A TCP stream whose reads and writes go through the worker's ring.
-pub struct UringTcp {
+/// A stream (TCP, or a backend's Unix socket) whose reads and writes go through the worker's ring.
+pub struct UringStream {
     shared: Arc<Shared>,
 }
 
-impl UringTcp {
+impl UringStream {
     /// Takes `sock` onto `ring`. The socket is made non-blocking for the reads and peeks that
     /// bypass the ring (`try_read_now`, `Stream::peek_alive`).
-    pub fn new(sock: StdTcp, ring: Arc<Ring>) -> io::Result<Self> {
+    pub fn new(sock: impl Into<socket2::Socket>, ring: Arc<Ring>) -> io::Result<Self> {
+        let sock = sock.into();
         sock.set_nonblocking(true)?;
-        Ok(UringTcp { shared: Arc::new(Shared { sock, ring, io: Mutex::new(Io::default()) }) })
+        Ok(UringStream { shared: Arc::new(Shared { sock, ring, io: Mutex::new(Io::default()) }) })
     }
 
-    pub fn socket(&self) -> &StdTcp {
+    pub fn socket(&self) -> &socket2::Socket {
         &self.shared.sock
     }
 
@@ -453,6 +455,9 @@ impl UringTcp {
     /// nothing in flight and nothing unread can be: callers wait for `poll_sent` first and
     /// read the packet before the handshake with exact-size reads.
     pub fn into_std(self) -> io::Result<StdTcp> {
+        if self.shared.sock.local_addr()?.is_unix() {
+            return Err(io::Error::other("sluice does not use TLS over a Unix socket"));
+        }
         {
             let mut io = lock(&self.shared.io);
             if io.recv_busy || io.send_busy || io.err_poll_busy || !io.queued.is_empty() || io.rstart < io.rend {
@@ -463,7 +468,7 @@ impl UringTcp {
         let shared = self.shared.clone();
         drop(self);
         match Arc::try_unwrap(shared) {
-            Ok(s) => Ok(s.sock),
+            Ok(s) => Ok(s.sock.into()),
             Err(_) => Err(io::Error::other("io_uring stream still has an operation in flight")),
         }
     }
@@ -554,7 +559,7 @@ fn take_buffered(io: &mut Io, buf: &mut [u8]) -> usize {
     n
 }
 
-impl Drop for UringTcp {
+impl Drop for UringStream {
     fn drop(&mut self) {
         let mut io = lock(&self.shared.io);
         if std::mem::replace(&mut io.dropped, true) {
@@ -597,7 +602,7 @@ impl Drop for UringTcp {
     }
 }
 
-impl AsyncRead for UringTcp {
+impl AsyncRead for UringStream {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let mut io = lock(&self.shared.io);
         if io.rstart < io.rend {
@@ -622,7 +627,7 @@ impl AsyncRead for UringTcp {
     }
 }
 
-impl AsyncWrite for UringTcp {
+impl AsyncWrite for UringStream {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         let mut io = lock(&self.shared.io);
         if let Some(e) = io.werr {
@@ -696,7 +701,7 @@ mod tests {
     fn a_queued_write_goes_out_with_no_task_waiting_on_it() {
         on_ring(|ring| async move {
             let (a, b) = pair();
-            let mut a = UringTcp::new(a, ring).expect("a");
+            let mut a = UringStream::new(a, ring).expect("a");
             let reader = tokio::task::spawn_blocking(move || {
                 let mut b = b;
                 b.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
@@ -717,8 +722,8 @@ mod tests {
     fn a_stream_used_from_another_thread_is_served_by_its_rings_thread() {
         on_ring(|ring| async move {
             let (a, b) = pair();
-            let a = UringTcp::new(a, ring.clone()).expect("a");
-            let mut b = UringTcp::new(b, ring).expect("b");
+            let a = UringStream::new(a, ring.clone()).expect("a");
+            let mut b = UringStream::new(b, ring).expect("b");
             let other = std::thread::spawn(move || {
                 let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
                 let exchange = async move {
@@ -753,8 +758,8 @@ mod tests {
     fn bytes_cross_in_order_both_ways_and_eof_is_seen() {
         on_ring(|ring| async move {
             let (a, b) = pair();
-            let mut a = UringTcp::new(a, ring.clone()).expect("a");
-            let mut b = UringTcp::new(b, ring).expect("b");
+            let mut a = UringStream::new(a, ring.clone()).expect("a");
+            let mut b = UringStream::new(b, ring).expect("b");
             // More than the send queue and the receive buffer, in many writes: order and
             // backpressure.
             let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
@@ -783,7 +788,7 @@ mod tests {
     fn a_read_takes_no_more_than_asked_and_the_socket_can_be_given_back() {
         on_ring(|ring| async move {
             let (a, mut b) = pair();
-            let mut a = UringTcp::new(a, ring).expect("a");
+            let mut a = UringStream::new(a, ring).expect("a");
             std::io::Write::write_all(&mut b, b"headTAIL").expect("write");
             let mut head = [0u8; 4];
             a.read_exact(&mut head).await.expect("read");
@@ -800,15 +805,15 @@ mod tests {
     fn a_dropped_read_leaves_its_buffer_to_the_ring_and_a_reset_is_an_error() {
         on_ring(|ring| async move {
             let (a, b) = pair();
-            let mut a = UringTcp::new(a, ring.clone()).expect("a");
+            let mut a = UringStream::new(a, ring.clone()).expect("a");
             // A read that is abandoned: its receive stays in the kernel, then is cancelled.
             let mut buf = [0u8; 16];
             assert!(tokio::time::timeout(Duration::from_millis(50), a.read(&mut buf)).await.is_err());
             drop(a);
             // The peer goes on, and the ring keeps serving others.
             let (c, d) = pair();
-            let mut c = UringTcp::new(c, ring.clone()).expect("c");
-            let mut d = UringTcp::new(d, ring).expect("d");
+            let mut c = UringStream::new(c, ring.clone()).expect("c");
+            let mut d = UringStream::new(d, ring).expect("d");
             c.write_all(b"x").await.expect("write");
             let mut one = [0u8; 1];
             d.read_exact(&mut one).await.expect("read");
@@ -827,7 +832,7 @@ mod tests {
     fn readiness_arms_a_receive_and_peek_sees_a_close() {
         on_ring(|ring| async move {
             let (a, b) = pair();
-            let mut a = crate::net::Stream::Uring(UringTcp::new(a, ring).expect("a"));
+            let mut a = crate::net::Stream::Uring(UringStream::new(a, ring).expect("a"));
             assert!(a.peek_alive());
             assert!(a.poll_read_ready(&mut Context::from_waker(Waker::noop())).is_pending());
             drop(b);

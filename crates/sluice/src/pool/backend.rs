@@ -611,7 +611,7 @@ async fn connect_inner(p: &ConnectParams<'_>) -> Result<Backend, BackendError> {
     let protocol = |what: String| BackendError::Protocol { server: server.to_string(), what };
     let refused = |e| BackendError::Connect { server: server.to_string(), source: e };
     let stream = match crate::config::socket_path(&p.server.hostname) {
-        Some(path) => Stream::Unix(tokio::net::UnixStream::connect(path).await.map_err(refused)?),
+        Some(path) => Stream::from_tokio_unix(tokio::net::UnixStream::connect(path).await.map_err(refused)?).map_err(lost)?,
         None => {
             let tcp = TcpStream::connect((p.server.hostname.as_str(), p.server.port)).await.map_err(refused)?;
             Stream::from_tokio(tcp).map_err(lost)?
