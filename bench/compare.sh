@@ -61,7 +61,8 @@ Every option is also an environment variable (in CAPS); flags win over the envir
                                       sluice-per-core (--runtime per-core: io_uring where
                                       available), sluice-per-core-epoll, or a proxy whose
                                       backend leg is MariaDB's Unix socket instead of TCP:
-                                      sluice-socket, haproxy-socket ["tokio uring"]
+                                      sluice-socket, sluice-per-core-socket (both legs
+                                      on the ring), haproxy-socket ["tokio uring"]
                           KEEP_TMP    1 = keep the temp dir (datadir, logs, sysbench outputs)
 
 Stats mode, why one long run: run-to-run throughput on these shared machines moves by ±10%,
@@ -160,8 +161,8 @@ floor)
 	for e in "${FLOOR_ENGINE_LIST[@]}"; do
 		case "$e" in
 		tokio | tokio-per-core | tokio-uring | uring | uring-multishot | uring-unlinked | uring-coop | uring-poll-first) VARIANTS+=("l4-$e") ;;
-		sluice-per-core | sluice-per-core-epoll | sluice-socket | haproxy-socket) VARIANTS+=("$e") ;;
-		*) die "FLOOR_ENGINES: '$e' is not tokio, tokio-per-core, tokio-uring, uring, uring-multishot, uring-unlinked, uring-coop, uring-poll-first, sluice-per-core, sluice-per-core-epoll, sluice-socket or haproxy-socket" ;;
+		sluice-per-core | sluice-per-core-epoll | sluice-socket | sluice-per-core-socket | haproxy-socket) VARIANTS+=("$e") ;;
+		*) die "FLOOR_ENGINES: '$e' is not tokio, tokio-per-core, tokio-uring, uring, uring-multishot, uring-unlinked, uring-coop, uring-poll-first, sluice-per-core, sluice-per-core-epoll, sluice-socket, sluice-per-core-socket or haproxy-socket" ;;
 		esac
 	done
 	;;
@@ -244,12 +245,13 @@ start_floor() {
 		HAPROXY_PID=$main_pid HAPROXY_PORT=$main_port
 		return
 		;;
-	sluice-per-core | sluice-per-core-epoll | sluice-socket)
+	sluice-per-core | sluice-per-core-epoll | sluice-socket | sluice-per-core-socket)
 		name=$1
 		case "$1" in
 		sluice-per-core) sluice_argv "$port" "$(free_port)" --runtime per-core ;;
 		sluice-per-core-epoll) sluice_argv "$port" "$(free_port)" --runtime per-core --io epoll ;;
 		sluice-socket) BACKEND_ADDR=$SOCK sluice_argv "$port" "$(free_port)" ;;
+		sluice-per-core-socket) BACKEND_ADDR=$SOCK sluice_argv "$port" "$(free_port)" --runtime per-core ;;
 		esac
 		cmd=("${SLUICE_ARGV[@]}")
 		;;
@@ -728,7 +730,7 @@ PARAMS+=" TABLES=$TABLES TABLE_SIZE=$TABLE_SIZE ROUNDS=$ROUNDS${WINDOW:+ WINDOW=
 	echo "- sluice: $SLUICE_DESC, git $GIT_REV${SLUICE_ARGS:+, args \`$SLUICE_ARGS\`}"
 	[ "$MODE" != floor ] || echo "- l4floor: \`$L4FLOOR_BIN\` (bench/l4floor), \`--threads $(sluice_workers)\`, engines: ${FLOOR_ENGINE_LIST[*]} (bench/README.md, \"The L4 floor\")"
 	[ "$MODE" != haproxy ] && [ "$MODE" != floor ] || echo "- HAProxy: $("$HAPROXY_BIN" -v 2>/dev/null | head -n 1 | sed 's/ - https.*//'), \`mode tcp\`, \`nbthread $HAPROXY_THREADS\` (= sluice's workers), config: global nbthread/maxconn 4096, defaults mode tcp with 5 s connect and 1 h client/server timeouts, one listen section with the one server"
-	[ "$MODE" != floor ] || [[ " ${FLOOR_ENGINE_LIST[*]} " != *-socket* ]] || echo "- backend leg: sluice-socket and haproxy-socket reach MariaDB over its Unix socket; sluice, HAProxy, the other endpoints and direct over TCP on 127.0.0.1"
+	[ "$MODE" != floor ] || [[ " ${FLOOR_ENGINE_LIST[*]} " != *-socket* ]] || echo "- backend leg: the -socket endpoints reach MariaDB over its Unix socket; sluice, HAProxy, the other endpoints and direct over TCP on 127.0.0.1"
 	[ "$SYSCALLS" != 1 ] || echo "- system calls: \`strace -f -ttt -s 0 -p <proxy pid>\` attached to an untimed run after the timed rounds; the calls of a ${SYSCALL_DURATION}s window (by strace's timestamps) divided by the statements the server received in it (its Questions counter)"
 	[ "$MODE" != builds ] || echo "- before: \`$SLUICE_BIN_BEFORE\` ($("${BEFORE_CMD[0]}" --version 2>/dev/null || echo '?'))"
 	echo "- command: \`$INVOCATION\`"
