@@ -232,8 +232,9 @@ stop_haproxy() {
 
 # start_floor ENGINE: bench/l4floor with that engine (one of FLOOR_ENGINES) on a fresh port, with
 # as many threads as sluice's workers, or for sluice-per-core[-epoll] a second sluice with
-# --runtime per-core (--io epoll), for sluice-socket one whose backend is MariaDB's Unix socket,
-# for haproxy-socket a second HAProxy to that socket; waits until SELECT 1 works through it.
+# --runtime per-core (--io epoll), for sluice-socket (sluice-per-core-socket) one (on per-core)
+# whose backend is MariaDB's Unix socket, for haproxy-socket a second HAProxy to that socket;
+# waits until SELECT 1 works through it.
 start_floor() {
 	local port name=l4-$1 cmd
 	port=$(free_port)

@@ -382,7 +382,6 @@ pub fn resolve_symbol(binary: &Path, configured: Option<&str>) -> Result<String,
     }
 }
 
-/// Whether `host` names this machine (a loopback address, or one of its own).
 /// The process serving `host:port` (or the Unix socket `host`) on this machine.
 fn server_pid(host: &str, port: u16) -> Option<u32> {
     match crate::config::socket_path(host) {
@@ -391,6 +390,7 @@ fn server_pid(host: &str, port: u16) -> Option<u32> {
     }
 }
 
+/// Whether `host` names this machine (a loopback address, or one of its own).
 fn local(host: &str) -> bool {
     use std::net::ToSocketAddrs;
     let Ok(addrs) = (host, 0).to_socket_addrs() else { return false };
