@@ -197,9 +197,45 @@ impl Plan {
 }
 
 thread_local! {
-    /// Recent statement shapes' digests, one memo per worker thread: the sessions a worker
-    /// runs share their shapes, and no lock is taken.
-    static DIGEST_MEMO: std::cell::RefCell<sql::memo::DigestMemo> = std::cell::RefCell::new(sql::memo::DigestMemo::new());
+    /// Recent statement shapes' digests and `Shape`s, one memo per worker thread: the
+    /// sessions a worker runs share their shapes, and no lock is taken.
+    static DIGEST_MEMO: std::cell::RefCell<sql::memo::DigestMemo<Shape>> = std::cell::RefCell::new(sql::memo::DigestMemo::with_notes());
+}
+
+/// What the planner reads from a statement's text that does not depend on its literal values,
+/// kept with the template of its shape in the digest memo, so that the statements of one shape
+/// have their text read once. A template matches a statement only when their tokens are the
+/// same but for the literals' values (`sql::memo`), and everything here is read from tokens
+/// other than literals:
+/// - the command, the routing hint (comments are not literals) and the read/write class;
+/// - `plain`: none of the words the KILL interception acts on appears anywhere in the text
+///   (strings included: only dynamic SQL reads a literal, behind PREPARE or IMMEDIATE), and
+///   the statement has no session effects, no CONNECTION_ID() or processlist to answer, and
+///   is not SHOW STATUS or USE.
+///
+/// Never kept for a template with a backslash, nor used for a statement with one: under
+/// NO_BACKSLASH_ESCAPES a backslash in what the memo reads as one string can end it there
+/// (`sql::classify::intercept_as` reads such a text both ways).
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    command: Command,
+    known: route::Known,
+    plain: bool,
+}
+
+impl Shape {
+    fn of(text: &[u8]) -> Option<Shape> {
+        if memchr::memchr(b'\\', text).is_some() {
+            return None;
+        }
+        let plain = !sql::classify::mentions_keywords(text)
+            && sql::effects::effects(text).is_empty()
+            && sql::classify::parse_use(text).is_none()
+            && !sql::classify::show_status(text)
+            && sql::classify::processlist_sites(text).is_none()
+            && sql::classify::rewrite_connection_id(text, 0, true, false).is_none();
+        Some(Shape { command: Command::from_sql(text), known: route::Known::of(text), plain })
+    }
 }
 
 /// Per-session buffers planning reuses, so a plan allocates only what it must own.
@@ -213,12 +249,19 @@ pub struct PlanScratch {
 impl PlanScratch {
     /// `text`'s digest into `digest_text` when `stats` or the rules want it (0: not computed).
     pub fn digest(&mut self, rules: &RuleSet, text: &[u8], stats: bool) -> u64 {
-        if stats || rules.needs_digest() {
-            DIGEST_MEMO.with_borrow_mut(|memo| memo.digest(text, &mut self.digest_text).id)
-        } else {
+        self.digest_shaped(rules, text, stats).0
+    }
+
+    /// `digest`, and the `Shape` of `text` when its memo template knows it (it then applies to
+    /// `text`: no backslash in it).
+    fn digest_shaped(&mut self, rules: &RuleSet, text: &[u8], stats: bool) -> (u64, Option<Shape>) {
+        if !(stats || rules.needs_digest()) {
             self.digest_text.clear();
-            0
+            return (0, None);
         }
+        let (digest, shape) = DIGEST_MEMO.with_borrow_mut(|memo| memo.digest_noted(text, &mut self.digest_text, Shape::of));
+        // The template had no backslash; this statement's literals may.
+        (digest.id, shape.filter(|_| memchr::memchr(b'\\', text).is_none()))
     }
 
     /// The rules' decision on `text` (whose digest, if computed, is `digest`); the default
@@ -234,14 +277,19 @@ impl PlanScratch {
 /// Plans a COM_QUERY: classify → rules → route.
 pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut PlanScratch) -> Plan {
     let text = stmt.text;
-    let command = Command::from_sql(text);
+    // The digest first: its memo template may know the statement's shape, which spares the
+    // reads of its text below.
+    let (digest, shape) = scratch.digest_shaped(rules, text, facts.digests_on);
+    let command = shape.map_or_else(|| Command::from_sql(text), |s| s.command);
     if !facts.shards.is_empty() {
         if let Some(explained) = explain_sharding(text) {
             scratch.digest_text.clear();
             return Plan::answered(command, explain(explained, facts), facts);
         }
     }
-    let dynamic_sql = match sql::classify::intercept_as(text, facts.backslash_escapes) {
+    let plain = shape.is_some_and(|s| s.plain);
+    let intercept = if plain { None } else { sql::classify::intercept_as(text, facts.backslash_escapes) };
+    let dynamic_sql = match intercept {
         // The session sends an expression's value, or guards, in the text: it needs all of it.
         Some(Intercept::Dynamic(Dynamic::Expression { .. } | Dynamic::Guarded { .. })) if !(stmt.whole && stmt.chunks == 1) => {
             scratch.digest_text.clear();
@@ -254,16 +302,18 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
         }
         None => None,
     };
-    let digest = scratch.digest(rules, text, facts.digests_on);
     let decision = scratch.decide(rules, &facts.who, text, digest);
     let sent = decision.rewritten.as_deref().unwrap_or(text);
     let rewritten = decision.rewritten.is_some();
-    let use_db = sql::classify::parse_use(sent);
-    let effects = sql::effects::effects(sent);
+    // The shape is the client's text's, not a rewrite's.
+    let shape = shape.filter(|_| !rewritten);
+    let plain = plain && !rewritten;
+    let use_db = if plain { None } else { sql::classify::parse_use(sent) };
+    let effects = if plain { Effects::default() } else { sql::effects::effects(sent) };
     let route_facts = route::Facts {
         decision: &decision,
         default_hostgroup: facts.default_hostgroup,
-        statement: route::Statement::Text(sent),
+        statement: shape.map_or(route::Statement::Text(sent), |s| route::Statement::Known(s.known)),
         in_transaction: facts.in_transaction,
         kept_hostgroup: facts.kept_hostgroup,
         replication: facts.replication,
@@ -324,19 +374,23 @@ pub fn plan(stmt: &Statement, facts: &Facts, rules: &RuleSet, scratch: &mut Plan
         Action::Answer { error: true, message: m.clone() }
     } else if let Some(m) = &decision.actions.ok_msg {
         Action::Answer { error: false, message: m.clone() }
-    } else if !is_sharded && stmt.whole && stmt.chunks == 1 && sql::classify::show_status(sent) {
+    } else if !plain && !is_sharded && stmt.whole && stmt.chunks == 1 && sql::classify::show_status(sent) {
         Action::ShowStatus
     } else {
         Action::Forward
     };
-    let processlist =
-        action == Action::Forward && !is_sharded && stmt.whole && stmt.chunks == 1 && sql::classify::processlist_sites(sent).is_some();
+    let processlist = !plain
+        && action == Action::Forward
+        && !is_sharded
+        && stmt.whole
+        && stmt.chunks == 1
+        && sql::classify::processlist_sites(sent).is_some();
     // The text the backend gets: the rules' rewrite, and sluice's id for CONNECTION_ID().
     let rewrite = if action != Action::Forward {
         None
     } else if let Some(text) = shard_text {
         Some(query_packet(text.as_bytes(), stmt.first_seq))
-    } else if let Some(with_id) = (stmt.whole && stmt.chunks == 1)
+    } else if let Some(with_id) = (!plain && stmt.whole && stmt.chunks == 1)
         .then(|| rewrite_connection_id(sent, facts.session_id, !facts.pseudo_thread_id_set, processlist))
         .flatten()
     {

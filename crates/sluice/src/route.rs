@@ -108,8 +108,9 @@ pub enum Statement<'a> {
     /// A COM_QUERY's text as sent (after a rewrite): its hint and class are read only if a
     /// router gets to ask.
     Text(&'a [u8]),
-    /// A prepared statement's hint and class, read once from its text at prepare.
-    Prepared(Known),
+    /// A statement's hint and class read once: from a prepared statement's text at prepare, or
+    /// from the template of a COM_QUERY's shape (`plan::Shape`).
+    Known(Known),
 }
 
 /// A statement's routing hint and read/write class.
@@ -135,21 +136,21 @@ impl Statement<'_> {
     fn hint(self) -> Option<Hint> {
         match self {
             Statement::Text(text) => sql::hint::routing_hint(text),
-            Statement::Prepared(k) => k.hint,
+            Statement::Known(k) => k.hint,
         }
     }
 
     fn class(self) -> Class {
         match self {
             Statement::Text(text) => sql::rw::class(text),
-            Statement::Prepared(k) => k.class,
+            Statement::Known(k) => k.class,
         }
     }
 
     fn reads_last_statement(self) -> bool {
         match self {
             Statement::Text(text) => sql::rw::reads_last_statement(text),
-            Statement::Prepared(k) => k.reads_last_statement,
+            Statement::Known(k) => k.reads_last_statement,
         }
     }
 }
@@ -319,7 +320,7 @@ mod tests {
         let d = Decision::default();
         let replication = pair();
         let execute = |text: &str, in_transaction| {
-            let statement = Statement::Prepared(Known::of(text.as_bytes()));
+            let statement = Statement::Known(Known::of(text.as_bytes()));
             route(&Facts {
                 decision: &d,
                 default_hostgroup: 10,

@@ -146,7 +146,7 @@ fn mentions(sql: &[u8], words: &[&[u8]]) -> bool {
 /// (a keyword cannot be escaped, and quoted it is an identifier): KILL, PREPARE or IMMEDIATE
 /// (dynamic SQL), PROCESSLIST. Text without them is passed on without being lexed.
 /// Grouped by first letter for `mentions`; the same words as `INTERCEPT_WORDS`.
-fn mentions_keywords(sql: &[u8]) -> bool {
+pub fn mentions_keywords(sql: &[u8]) -> bool {
     mentions(sql, &[b"kill"]) || mentions(sql, &[b"prepare", b"processlist"]) || mentions(sql, &[b"immediate"])
 }
 

@@ -22,7 +22,7 @@ pub enum Hint {
 /// The routing hint of `sql`'s first comment, if it has one.
 pub fn routing_hint(sql: &[u8]) -> Option<Hint> {
     // Most statements have no comment at all: settled without the lexer.
-    if memchr::memchr2(b'/', b'#', sql).is_none() && memchr::memmem::find(sql, b"--").is_none() {
+    if !memchr::memchr3_iter(b'/', b'#', b'-', sql).any(|i| sql[i] != b'-' || sql.get(i + 1) == Some(&b'-')) {
         return None;
     }
     let comment = Lexer::new(sql).find(|t| {

@@ -19,6 +19,11 @@
 //! a stream of one-off statements costs a key and a slot, and a shape whose template keeps
 //! failing (IN lists of changing length under one key) is rebuilt only now and then until it
 //! matches again.
+//!
+//! A template may also carry a note (`digest_noted`): what the caller read from the template's
+//! text that holds for every statement it matches, such as facts that depend on the tokens and
+//! not on literal values. The note is made when the template is built, from the template's
+//! text, and handed back with each match.
 
 use std::ops::Range;
 
@@ -38,12 +43,12 @@ const SETS: usize = 256;
 const MAX_STRIKES: u32 = 3;
 const REBUILD_EVERY: u32 = 16;
 
-/// One worker's memo. Not shared: each worker thread has its own, so no lock.
-#[derive(Default)]
-pub struct DigestMemo {
+/// One worker's memo. Not shared: each worker thread has its own, so no lock. `N`: the notes
+/// its templates carry (`digest_noted`; none by default).
+pub struct DigestMemo<N = ()> {
     /// Each set's two shape keys, apart from the slots: a lookup reads one cache line.
     keys: Vec<[u64; 2]>,
-    slots: Vec<Slot>,
+    slots: Vec<Slot<N>>,
     tick: u32,
     /// Statements whose digest came from a template.
     pub hits: u64,
@@ -51,8 +56,7 @@ pub struct DigestMemo {
     pub misses: u64,
 }
 
-#[derive(Default)]
-struct Slot {
+struct Slot<N> {
     /// A template is here (else the key has been seen once).
     built: bool,
     strikes: u32,
@@ -64,6 +68,20 @@ struct Slot {
     holes: Vec<Hole>,
     id: u64,
     comment: Option<(usize, usize)>,
+    /// The caller's note on the template (`digest_noted`).
+    note: Option<N>,
+}
+
+impl<N> Default for Slot<N> {
+    fn default() -> Self {
+        Slot { built: false, strikes: 0, used: 0, bytes: Vec::new(), raw_len: 0, holes: Vec::new(), id: 0, comment: None, note: None }
+    }
+}
+
+impl<N> Default for DigestMemo<N> {
+    fn default() -> Self {
+        DigestMemo { keys: Vec::new(), slots: Vec::new(), tick: 0, hits: 0, misses: 0 }
+    }
 }
 
 /// A literal token of the template.
@@ -83,9 +101,23 @@ impl DigestMemo {
     /// The digest of `sql`, its text in `out`: what `digest_into` returns, from a template
     /// when one matches.
     pub fn digest(&mut self, sql: &[u8], out: &mut Vec<u8>) -> Digest {
+        self.digest_noted(sql, out, |_| None).0
+    }
+}
+
+impl<N: Copy> DigestMemo<N> {
+    /// A memo whose templates carry notes.
+    pub fn with_notes() -> Self {
+        Self::default()
+    }
+
+    /// `digest`, with the note of the template `sql` matched or was just made into: `note`
+    /// of the template's text, called once when the template is built. `None` when no template
+    /// served `sql` (then nothing is known of it).
+    pub fn digest_noted(&mut self, sql: &[u8], out: &mut Vec<u8>, note: impl FnOnce(&[u8]) -> Option<N>) -> (Digest, Option<N>) {
         if sql.len() > MAX_TEMPLATE_LEN {
             self.misses += 1;
-            return digest_into(sql, out);
+            return (digest_into(sql, out), None);
         }
         if self.slots.is_empty() {
             self.keys = vec![[0; 2]; SETS];
@@ -94,8 +126,8 @@ impl DigestMemo {
         self.tick = self.tick.wrapping_add(1);
         let key = shape_key(sql);
         let set = key as usize & (SETS - 1);
-        let Some(keys) = self.keys.get_mut(set) else { return digest_into(sql, out) };
-        let older = |a: Option<&Slot>, b: Option<&Slot>| a.map_or(0, |s| s.used) > b.map_or(0, |s| s.used);
+        let Some(keys) = self.keys.get_mut(set) else { return (digest_into(sql, out), None) };
+        let older = |a: Option<&Slot<N>>, b: Option<&Slot<N>>| a.map_or(0, |s| s.used) > b.map_or(0, |s| s.used);
         let (way, found) = match *keys {
             [k, _] if k == key => (0, true),
             [_, k] if k == key => (1, true),
@@ -105,7 +137,7 @@ impl DigestMemo {
         if let Some(k) = keys.get_mut(way) {
             *k = key;
         }
-        let Some(slot) = self.slots.get_mut(set * 2 + way) else { return digest_into(sql, out) };
+        let Some(slot) = self.slots.get_mut(set * 2 + way) else { return (digest_into(sql, out), None) };
         slot.used = self.tick;
         if found && slot.built {
             if let Some(first_comment) = slot.matches(sql) {
@@ -113,7 +145,7 @@ impl DigestMemo {
                 out.clear();
                 out.extend_from_slice(slot.bytes.get(slot.raw_len..).unwrap_or_default());
                 self.hits += 1;
-                return Digest { id: slot.id, first_comment };
+                return (Digest { id: slot.id, first_comment }, slot.note);
             }
             slot.strikes = slot.strikes.wrapping_add(1);
         }
@@ -125,15 +157,20 @@ impl DigestMemo {
             slot.strikes = 0;
         } else if slot.strikes <= MAX_STRIKES || slot.strikes % REBUILD_EVERY == 0 {
             slot.build(sql, out, &d);
+            if slot.built {
+                slot.note = note(sql);
+                return (d, slot.note);
+            }
         }
-        d
+        (d, None)
     }
 }
 
-impl Slot {
+impl<N> Slot<N> {
     fn build(&mut self, sql: &[u8], text: &[u8], d: &Digest) {
         self.holes.clear();
         self.built = false;
+        self.note = None;
         for t in Lexer::new(sql) {
             if matches!(t.kind, Kind::String | Kind::Number | Kind::HexOrBit) {
                 if self.holes.len() == MAX_HOLES {
@@ -276,6 +313,26 @@ mod tests {
         let (text, want) = digest(sql);
         assert_eq!(String::from_utf8_lossy(&out), text, "digest text of {sql:?}");
         assert_eq!(got, want, "digest of {sql:?}");
+    }
+
+    #[test]
+    fn a_templates_note_is_made_once_from_its_text_and_served_with_each_match() {
+        let mut m = DigestMemo::<usize>::with_notes();
+        let mut made = Vec::new();
+        let mut noted = |sql: &str| {
+            let (_, note) = m.digest_noted(sql.as_bytes(), &mut Vec::new(), |t| {
+                made.push(String::from_utf8_lossy(t).into_owned());
+                Some(t.len())
+            });
+            note
+        };
+        assert_eq!(noted("SELECT c FROM t WHERE id=5"), None, "first sight: no template");
+        assert_eq!(noted("SELECT c FROM t WHERE id=77"), Some(27), "built from this text");
+        assert_eq!(noted("SELECT c FROM t WHERE id=123456"), Some(27), "the template's note");
+        // No match: rebuilt from this text (a rebuild's note is its own).
+        assert_eq!(noted("SELECT c FROM t WHERE id='x'"), Some(28));
+        assert_eq!(noted("SELECT c FROM t WHERE id='a much longer string'"), Some(28));
+        assert_eq!(made, ["SELECT c FROM t WHERE id=77", "SELECT c FROM t WHERE id='x'"], "made once per build");
     }
 
     #[test]

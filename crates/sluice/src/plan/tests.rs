@@ -197,3 +197,116 @@ fn a_relayed_statement_is_watched_when_its_rest_could_hold_a_statement() {
     assert!(relayed("BEGIN NOT ATOMIC SELECT '", false), "a compound statement may hold one");
     assert!(!plan_of("BEGIN NOT ATOMIC SELECT 1; END", &RuleSet::default()).watch_tail, "held whole: checked by intercept");
 }
+
+/// A statement whose shape's template is in the memo is planned from the template's `Shape`
+/// exactly as it is planned from its own text, whatever its literals hold: words the
+/// interception acts on, `;`, `@`, comments' openers, backslashes that may end a string.
+#[test]
+fn a_shape_known_from_its_template_plans_as_the_text_itself() {
+    const SHAPES: &[&str] = &[
+        "SELECT c FROM sbtest1 WHERE id={}",
+        "SELECT {}, {}",
+        "SELECT * FROM t WHERE a = {} /* sluice:route=reader */",
+        "/* hostgroup=3 */ SELECT {}",
+        "INSERT INTO t VALUES ({}, {})",
+        "UPDATE t SET a = {} WHERE id = {}",
+        "SET autocommit = {}",
+        "SET @x = {}",
+        "SELECT GET_LOCK({}, {})",
+        "KILL {}",
+        "KILL QUERY {}",
+        "PREPARE s FROM {}",
+        "EXECUTE IMMEDIATE {}",
+        "SELECT CONNECTION_ID(), {}",
+        "SELECT * FROM information_schema.processlist WHERE id = {}",
+        "SHOW STATUS LIKE {}",
+        "SELECT {}; SELECT {}",
+        "DO SLEEP({})",
+        "SELECT * FROM t WHERE a = {} FOR UPDATE",
+        "SELECT {} INTO @v",
+        "SELECT LAST_INSERT_ID({})",
+        "SELECT {} -- trailing",
+        "CALL p({})",
+        "SELECT FOUND_ROWS() + {}",
+        "START TRANSACTION READ ONLY",
+        "USE shop",
+    ];
+    const LITERALS: &[&str] = &[
+        "1",
+        "42",
+        "5e3",
+        "7.5",
+        "0x1F",
+        "X'41'",
+        "b'01'",
+        "'a'",
+        "'kill 5'",
+        "'a;b'",
+        "'@x'",
+        "'connection_id()'",
+        "'information_schema.processlist'",
+        "'/*x*/'",
+        "'-- c'",
+        "'it''s'",
+        "'a\\\\'",
+        "'a\\' ; KILL 5; -- '",
+        "'PREPARE x FROM y'",
+        "'KILL CONNECTION 7'",
+        "\"b\"",
+        "\"kill\"",
+        "\"a\\\" ; KILL 5; -- \"",
+    ];
+    let pair = [crate::config::ReplicationHostgroupRow {
+        writer_hostgroup: 5,
+        reader_hostgroup: 6,
+        check_type: "read_only".into(),
+        causal_reads: Default::default(),
+        causal_reads_timeout_ms: 2000,
+        comment: String::new(),
+    }];
+    let fill = |shape: &str, first: usize| {
+        let mut out = String::new();
+        for (i, part) in shape.split("{}").enumerate() {
+            if i > 0 {
+                out.push_str(LITERALS[(first + i) % LITERALS.len()]);
+            }
+            out.push_str(part);
+        }
+        out
+    };
+    let hits_before = DIGEST_MEMO.with_borrow(|m| m.hits);
+    let mut known = 0;
+    for shape in SHAPES {
+        for escapes in [true, false] {
+            for split in [false, true] {
+                let with =
+                    |digests_on| Facts { backslash_escapes: escapes, replication: if split { &pair } else { &[] }, digests_on, ..facts() };
+                let (f, unmemoized) = (with(true), with(false));
+                let planned = |text: &str, f: &Facts| {
+                    let stmt = Statement { text: text.as_bytes(), whole: true, chunks: 1, first_seq: 0 };
+                    plan(&stmt, f, &RuleSet::default(), &mut PlanScratch::default())
+                };
+                for t in 0..LITERALS.len() {
+                    let template = fill(shape, t);
+                    for v in 0..LITERALS.len() {
+                        let text = fill(shape, v);
+                        // The template seen twice is built; then `text` may match it.
+                        planned(&template, &f);
+                        planned(&template, &f);
+                        let shape_known = DIGEST_MEMO.with_borrow(|m| m.hits);
+                        let mut got = planned(&text, &f);
+                        if DIGEST_MEMO.with_borrow(|m| m.hits) > shape_known && !text.contains('\\') {
+                            known += 1;
+                        }
+                        // Without digests nothing is memoized: the text is read itself.
+                        let want = planned(&text, &unmemoized);
+                        got.digest = 0;
+                        assert_eq!(format!("{got:?}"), format!("{want:?}"), "{text} after template {template} (escapes {escapes})");
+                    }
+                }
+            }
+        }
+    }
+    assert!(DIGEST_MEMO.with_borrow(|m| m.hits) > hits_before);
+    assert!(known > 1000, "statements planned from a template's shape: {known}");
+}

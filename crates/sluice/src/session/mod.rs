@@ -92,6 +92,10 @@ struct Session {
     /// The idle-client timer (wait_timeout), armed once and moved only when it fires early: each
     /// wait for a command stamps `last_request` and leaves the timer wheel alone.
     idle: IdleTimer,
+    /// When the current command's statement was observed to end (`observed`), taken by the
+    /// next wait for a command as its idle start and read by `settle`: the clock is read once
+    /// at a statement's end, not again for each.
+    ended: EndStamp,
     /// Counts this session in `clients` until it ends.
     _counted: ClientCount,
     /// Counts it among its user's sessions (`mysql_users.max_connections`).
@@ -277,6 +281,7 @@ async fn start(
         received: None,
         client_broken: false,
         idle: IdleTimer::default(),
+        ended: Default::default(),
         _counted: counted,
         user_slot,
         failed_change_user: 0,
@@ -525,8 +530,9 @@ impl Session {
                 .map(Duration::from_secs)
                 .or((configured > 0).then(|| Duration::from_millis(configured)));
             let (max_packet, max_buffered) = (self.max_packet(), self.limits.max_buffered);
-            // Idle from now: the previous command has been answered.
-            self.idle.last_request = Instant::now();
+            // Idle from now: the previous command has been answered (when it was a statement,
+            // since its observed end, a moment ago).
+            self.idle.last_request = self.ended.take().unwrap_or_else(Instant::now);
             let read = tokio::select! {
                 biased;
                 _ = self.handle.killed() => return,
@@ -1062,6 +1068,38 @@ pub(super) async fn sleep_or_never(limit: Option<Duration>) {
 /// A session's idle-client timer. Arming a tokio timer for each wait between statements would
 /// take the timer wheel's lock twice per statement; this one is armed once, and when it fires it
 /// checks the time of the last request and moves itself if the client was not idle that long.
+/// An instant a session notes through `&self` (an atomic: the session is shared by reference
+/// across awaits): nanoseconds after a process-wide origin, 0 for none.
+struct EndStamp(std::sync::atomic::AtomicU64);
+
+impl Default for EndStamp {
+    fn default() -> Self {
+        // The origin is read before any instant the stamp holds.
+        std::sync::LazyLock::force(&CLOCK_ORIGIN);
+        EndStamp(Default::default())
+    }
+}
+
+static CLOCK_ORIGIN: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
+
+impl EndStamp {
+    fn set(&self, at: Instant) {
+        let ns = at.saturating_duration_since(*CLOCK_ORIGIN).as_nanos();
+        self.0.store(u64::try_from(ns).unwrap_or(u64::MAX).max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn get(&self) -> Option<Instant> {
+        let ns = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        (ns != 0).then(|| *CLOCK_ORIGIN + Duration::from_nanos(ns))
+    }
+
+    fn take(&self) -> Option<Instant> {
+        let at = self.get();
+        self.0.store(0, std::sync::atomic::Ordering::Relaxed);
+        at
+    }
+}
+
 struct IdleTimer {
     timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     /// The limit the timer was armed for (a client's SET wait_timeout changes it).

@@ -521,8 +521,9 @@ impl Session {
                 }
                 let mut held = held;
                 held.kept = true;
-                // Idle from here until the session's next statement (`acquire` checks it).
-                held.backend.idle_since = Instant::now();
+                // Idle from here until the session's next statement (`acquire` checks it): from
+                // the statement's observed end when there was one (earlier, so never less idle).
+                held.backend.idle_since = self.ended.get().unwrap_or_else(Instant::now);
                 self.held.push(held);
             }
             None => self.release(held),

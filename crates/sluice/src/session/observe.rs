@@ -44,6 +44,7 @@ impl Session {
         query: &[u8],
     ) {
         let ended = Instant::now();
+        self.ended.set(ended);
         self.handle.end_at(ended);
         let duration_us = ended.saturating_duration_since(w.started).as_micros() as u64;
         let schema = self.state.schema.as_deref().unwrap_or("");

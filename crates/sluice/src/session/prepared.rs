@@ -832,7 +832,7 @@ impl Session {
         route::route(&route::Facts {
             decision: &crate::rules::Decision::default(),
             default_hostgroup: self.user.default_hostgroup,
-            statement: route::Statement::Prepared(entry.route),
+            statement: route::Statement::Known(entry.route),
             in_transaction: self.may_be_in_transaction(),
             kept_hostgroup: self.kept_hostgroup(),
             replication: &self.snap.config.replication_hostgroups,
