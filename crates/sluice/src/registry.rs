@@ -58,8 +58,17 @@ pub struct Activity {
     pub started: Option<std::time::Instant>,
     /// When the last statement ended (or the session began), for an idle session's Time.
     pub idle_since: Option<std::time::Instant>,
-    /// The running statement's text (the first `INFO_MAX` bytes).
-    pub info: String,
+    /// The running statement's text (its first `INFO_MAX` bytes, as sent: decoded only when
+    /// shown, `info_text`).
+    pub info: Vec<u8>,
+}
+
+impl Activity {
+    /// The running statement's text as SHOW PROCESSLIST shows it (bytes that are not UTF-8,
+    /// or a character cut at `INFO_MAX`, become U+FFFD).
+    pub fn info_text(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.info)
+    }
 }
 
 /// Longest statement text kept for SHOW PROCESSLIST.
@@ -75,7 +84,7 @@ impl SessionHandle {
     pub fn begin_at(&self, text: &[u8], state: &std::sync::Arc<crate::pool::state::State>, hostgroup: u32, now: std::time::Instant) {
         let mut a = self.activity.lock().unwrap_or_else(|p| p.into_inner());
         a.info.clear();
-        a.info.push_str(&String::from_utf8_lossy(&text[..text.len().min(INFO_MAX)]));
+        a.info.extend_from_slice(&text[..text.len().min(INFO_MAX)]);
         if !a.state.as_ref().is_some_and(|s| Arc::ptr_eq(s, state)) {
             a.state = Some(state.clone());
         }

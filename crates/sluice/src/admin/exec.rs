@@ -258,8 +258,8 @@ fn processlist(port: &AdminPort, full: bool) -> Output {
             });
             let info = match (a.started, full) {
                 (None, _) => None,
-                (Some(_), true) => Some(a.info.clone()),
-                (Some(_), false) => Some(a.info.chars().take(100).collect()),
+                (Some(_), true) => Some(a.info_text().into_owned()),
+                (Some(_), false) => Some(a.info_text().chars().take(100).collect()),
             };
             vec![
                 Some(h.id.to_string()),

@@ -700,11 +700,12 @@ impl Session {
                 ip => format!("{ip}:{}", h.peer.port()),
             };
             let info = running.then(|| {
-                let mut end = if full { a.info.len() } else { a.info.len().min(100) };
-                while !a.info.is_char_boundary(end) {
+                let text = a.info_text();
+                let mut end = if full { text.len() } else { text.len().min(100) };
+                while !text.is_char_boundary(end) {
                     end -= 1;
                 }
-                a.info.as_bytes()[..end].to_vec()
+                text.as_bytes()[..end].to_vec()
             });
             let command = if h.id == self.id {
                 own_command
