@@ -217,7 +217,7 @@ thread_local! {
 /// NO_BACKSLASH_ESCAPES a backslash in what the memo reads as one string can end it there
 /// (`sql::classify::intercept_as` reads such a text both ways).
 #[derive(Debug, Clone, Copy)]
-pub struct Shape {
+struct Shape {
     command: Command,
     known: route::Known,
     plain: bool,

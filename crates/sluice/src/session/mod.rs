@@ -1065,9 +1065,6 @@ pub(super) async fn sleep_or_never(limit: Option<Duration>) {
     }
 }
 
-/// A session's idle-client timer. Arming a tokio timer for each wait between statements would
-/// take the timer wheel's lock twice per statement; this one is armed once, and when it fires it
-/// checks the time of the last request and moves itself if the client was not idle that long.
 /// An instant a session notes through `&self` (an atomic: the session is shared by reference
 /// across awaits): nanoseconds after a process-wide origin, 0 for none.
 struct EndStamp(std::sync::atomic::AtomicU64);
@@ -1100,6 +1097,9 @@ impl EndStamp {
     }
 }
 
+/// A session's idle-client timer. Arming a tokio timer for each wait between statements would
+/// take the timer wheel's lock twice per statement; this one is armed once, and when it fires it
+/// checks the time of the last request and moves itself if the client was not idle that long.
 struct IdleTimer {
     timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     /// The limit the timer was armed for (a client's SET wait_timeout changes it).
