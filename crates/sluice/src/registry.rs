@@ -14,12 +14,26 @@ use tokio::sync::Notify;
 /// Resolves with the first `Some` of `check`, woken through `slot`. `check` runs again after
 /// the waker is registered, so a signal stored between the first look and the registration is
 /// not missed. One task may wait on a slot at a time.
+///
+/// The waker is registered once per wait, not at every poll (a session's selects poll these
+/// waits several times per statement): a later poll with the same waker only looks. That is
+/// sound because a signal stores its value before it wakes, so a slot emptied by a wake always
+/// leaves a value for the next look; and the wait owns its value (nobody else takes or clears
+/// it while the wait lives). The waker is known by its data and vtable, as `Waker::will_wake`
+/// compares them, kept as addresses so the wait stays `Send`.
 async fn wait_on<T>(slot: &AtomicWaker, mut check: impl FnMut() -> Option<T>) -> T {
+    let mut registered: Option<(usize, usize)> = None;
     std::future::poll_fn(|cx| {
         if let Some(v) = check() {
             return Poll::Ready(v);
         }
-        slot.register(cx.waker());
+        let waker = cx.waker();
+        let identity = (waker.data() as usize, std::ptr::from_ref(waker.vtable()) as usize);
+        if registered == Some(identity) {
+            return Poll::Pending;
+        }
+        slot.register(waker);
+        registered = Some(identity);
         check().map_or(Poll::Pending, Poll::Ready)
     })
     .await
@@ -149,7 +163,9 @@ impl SessionHandle {
 
     /// Resolves when a KILL QUERY was asked for. Awaited by the session's own task only.
     pub async fn kill_query_requested(&self) -> KillQuery {
-        wait_on(&self.kill_query_notify, || KillQuery::decode(self.kill_query.swap(0, Ordering::AcqRel))).await
+        // Looked at first, taken only when there: most looks find none.
+        let take = || (self.kill_query.load(Ordering::Acquire) != 0).then(|| self.kill_query.swap(0, Ordering::AcqRel));
+        wait_on(&self.kill_query_notify, || take().and_then(KillQuery::decode)).await
     }
 
     /// Forgets a KILL QUERY that came between statements (the server ignores those too).
@@ -338,5 +354,42 @@ mod tests {
         assert!(r.find(u64::from(u32::MAX) + 1 + a.id as u64).is_none());
         b.set_user("carol");
         assert_eq!(&*r.find(b.id as u64).unwrap().user(), "carol");
+    }
+
+    /// A waker that counts its wakes.
+    struct Counting(std::sync::atomic::AtomicUsize);
+    impl std::task::Wake for Counting {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_kill_wait_registers_once_yet_wakes_whichever_waker_polled_it_last() {
+        use std::future::Future;
+        let r = Registry::default();
+        let h = r.register(r.next_id(), "alice", "127.0.0.1:5000".parse().unwrap());
+        let (a, b) = (Arc::new(Counting(0.into())), Arc::new(Counting(0.into())));
+        let (wa, wb) = (std::task::Waker::from(a.clone()), std::task::Waker::from(b.clone()));
+
+        // KILL CONNECTION: polled twice by one waker, then by another; the last one is woken.
+        let mut killed = std::pin::pin!(h.killed());
+        assert!(killed.as_mut().poll(&mut std::task::Context::from_waker(&wa)).is_pending());
+        assert!(killed.as_mut().poll(&mut std::task::Context::from_waker(&wa)).is_pending());
+        assert!(killed.as_mut().poll(&mut std::task::Context::from_waker(&wb)).is_pending());
+        h.kill();
+        assert_eq!((a.0.load(Ordering::SeqCst), b.0.load(Ordering::SeqCst)), (0, 1));
+        assert!(killed.as_mut().poll(&mut std::task::Context::from_waker(&wb)).is_ready());
+
+        // KILL QUERY: a request that came while the wait was registered is woken and taken
+        // whole, even when a later poll by the same waker skipped registering.
+        let mut query = std::pin::pin!(h.kill_query_requested());
+        assert!(query.as_mut().poll(&mut std::task::Context::from_waker(&wa)).is_pending());
+        assert!(query.as_mut().poll(&mut std::task::Context::from_waker(&wa)).is_pending());
+        let asked = KillQuery { hard: Some(true), query_id: 42 };
+        h.request_kill_query(asked);
+        assert_eq!(a.0.load(Ordering::SeqCst), 1);
+        assert_eq!(query.as_mut().poll(&mut std::task::Context::from_waker(&wa)), std::task::Poll::Ready(asked));
+        assert!(h.kill_query.load(Ordering::SeqCst) == 0, "the request is taken, not left for the next statement");
     }
 }

@@ -682,14 +682,20 @@ async fn open(server: &Server, req: &Request<'_>) -> Result<Box<Backend>, Backen
 /// Hands a connection back to its server's pool (the worker's shard), or closes it when it
 /// is broken, past its lifetime, or its server is no longer ONLINE.
 pub fn checkin(b: Box<Backend>, settings: &PoolSection) {
-    checkin_to(b, settings, shard_index());
+    checkin_to(b, settings, shard_index(), Instant::now());
 }
 
-fn checkin_to(mut b: Box<Backend>, settings: &PoolSection, shard: usize) {
+/// `checkin` of a connection whose last use ended at `now` (a session passes its statement's
+/// observed end: one clock read fewer per statement; a moment early, so never less idle or
+/// younger than it is).
+pub fn checkin_at(b: Box<Backend>, settings: &PoolSection, now: Instant) {
+    checkin_to(b, settings, shard_index(), now);
+}
+
+fn checkin_to(mut b: Box<Backend>, settings: &PoolSection, shard: usize, now: Instant) {
     // Bytes buffered past the last reply would answer the next user's statement: never reuse.
     let unread = !b.conn.rbuf.is_empty() || b.conn.stream.has_unread();
     let standing = b.server.pool.generations.standing(&b);
-    let now = Instant::now();
     let old = b.age_at(now) > Duration::from_millis(settings.max_lifetime_ms) && standing != Standing::KeptForSessions;
     let stale = standing == Standing::Retired;
     if !b.pooled || b.broken || unread || old || stale || !b.server.accepts_new() || RuntimeTag::retired(&b) {
@@ -768,7 +774,7 @@ pub async fn maintain(
                 let state = Arc::new(state::State::new(None, login.collation as u16));
                 let req = Request { login: &login, state: &state, settings, connect_timeout, any_shard: false, since: pool.epoch(), stats };
                 match open(server, &req).await {
-                    Ok(b) => checkin_to(b, settings, shard),
+                    Ok(b) => checkin_to(b, settings, shard, Instant::now()),
                     Err(e) => {
                         tracing::debug!(server = %server.name, "min_idle connection failed: {e}");
                         break;

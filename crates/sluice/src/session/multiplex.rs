@@ -539,7 +539,9 @@ impl Session {
         if self.held.is_empty() {
             self.handle.clear_backend();
         }
-        pool::checkin(held.backend, &self.snap.config.pool);
+        // Idle since the statement's observed end when there was one (as `settle` says).
+        let now = self.ended.get().unwrap_or_else(Instant::now);
+        pool::checkin_at(held.backend, &self.snap.config.pool, now);
     }
 
     /// Gives back every kept connection (session end, COM_CHANGE_USER, COM_RESET_CONNECTION):
