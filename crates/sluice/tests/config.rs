@@ -312,13 +312,19 @@ fn quickstart_runs_a_second_instance_beside_the_first() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(busy.stderr().contains(&refusal), "{}", busy.stderr());
-    // Only its own --listen: the admin and HTTP ports move to free ones, printed.
-    let mut second = QuickStart::start(&db, &[]);
+    // Only its own --listen (and TCP to the server): the admin and HTTP ports move to free
+    // ones, printed.
+    let mut second = QuickStart::start(&db, &["--tcp"]);
     second.wait_listening();
     let second_admin = second.admin_port();
     assert_ne!(second_admin, first.admin_port());
-    for (q, admin) in [(&first, first.admin_port()), (&second, second_admin)] {
-        assert_eq!(mariadb_cli(q.port, "sluice", Some("sluice"), "SELECT 1").unwrap(), "1", "{}", q.stderr());
+    // The first reaches the server through its unix socket (the login the server sees is
+    // sluice@localhost), the second over TCP as it was told.
+    let socket = db.socket_path().display().to_string();
+    assert!(first.stderr().contains(&format!("forward to MariaDB on its unix socket {socket}")), "{}", first.stderr());
+    assert!(second.stderr().contains(&format!("forward to MariaDB on 127.0.0.1:{}", db.port())), "{}", second.stderr());
+    for (q, admin, login) in [(&first, first.admin_port(), "sluice@localhost"), (&second, second_admin, "sluice@127.0.0.1")] {
+        assert_eq!(mariadb_cli(q.port, "sluice", Some("sluice"), "SELECT CURRENT_USER()").unwrap(), login, "{}", q.stderr());
         assert_eq!(mariadb_cli(admin, "admin", Some("admin"), "SELECT COUNT(*) FROM runtime_mysql_servers").unwrap(), "1");
     }
 }
