@@ -214,11 +214,8 @@ pub enum Health {
 pub struct ServerPool {
     /// Stable for the server's life in the config, whatever reloads happen (statistics key).
     pub id: u32,
-    /// Idle connections per worker, most recently used last. Boxed: a connection moves from
-    /// here through a statement's acquire steps and back on every statement, as a pointer
-    /// instead of its 400-odd bytes at each step.
-    #[allow(clippy::vec_box)]
-    shards: Box<[Mutex<Vec<Box<Backend>>>]>,
+    /// Idle connections per worker, most recently used last.
+    shards: Box<[Mutex<Vec<Idle>>]>,
     /// Pooled connections open or being opened: never above `max`.
     slots: AtomicU32,
     max: AtomicU32,
@@ -236,6 +233,38 @@ pub struct ServerPool {
     logins: Mutex<Vec<Arc<Login>>>,
     /// Privilege epoch, shared by every server (`Hostgroups`).
     generations: Arc<Generations>,
+}
+
+/// An idle connection, with the session state it last served named beside it: a checkout's
+/// first look (the connection that last served this session) compares these in one pass over
+/// the list instead of reaching into every connection for it (a cache miss each, at 64
+/// sessions half of that look's time). Exact: the connection holds that state, so no other
+/// state can be at its address while the connection is here. Boxed: a connection moves from
+/// here through a statement's acquire steps and back on every statement, as a pointer
+/// instead of its 400-odd bytes at each step.
+struct Idle {
+    /// The address of the connection's `state`: compared, never followed.
+    served: usize,
+    backend: Box<Backend>,
+}
+
+impl Idle {
+    fn new(backend: Box<Backend>) -> Idle {
+        Idle { served: Arc::as_ptr(&backend.state) as usize, backend }
+    }
+}
+
+impl std::ops::Deref for Idle {
+    type Target = Backend;
+    fn deref(&self) -> &Backend {
+        &self.backend
+    }
+}
+
+impl std::ops::DerefMut for Idle {
+    fn deref_mut(&mut self) -> &mut Backend {
+        &mut self.backend
+    }
 }
 
 /// Whether an idle connection can serve a session of `login` that logged in in epoch
@@ -344,9 +373,9 @@ impl ServerPool {
     /// Closes every idle connection (a server leaving the config).
     pub(crate) fn close_idle(&self) {
         for shard in self.shards.iter() {
-            let idle: Vec<Box<Backend>> = shard.lock().map(|mut s| s.drain(..).collect()).unwrap_or_default();
+            let idle: Vec<Idle> = shard.lock().map(|mut s| s.drain(..).collect()).unwrap_or_default();
             for b in idle {
-                b.close();
+                b.backend.close();
             }
         }
     }
@@ -386,14 +415,18 @@ impl ServerPool {
         // LAST_INSERT_ID(), status counters) as on its own connection to the server.
         for i in order.clone() {
             let Ok(mut idle) = self.shards[i].lock() else { continue };
-            if let Some(i) = idle.iter().rposition(|b| Arc::ptr_eq(&b.state, state) && fits(b)) {
-                return Some(idle.remove(i));
+            let served_here = |b: &Idle| {
+                debug_assert_eq!(b.served, Arc::as_ptr(&b.state) as usize, "an idle connection's state changed in the pool");
+                b.served == Arc::as_ptr(state) as usize
+            };
+            if let Some(i) = idle.iter().rposition(|b| served_here(b) && fits(b)) {
+                return Some(idle.remove(i).backend);
             }
         }
         for i in order {
             let Ok(mut idle) = self.shards[i].lock() else { continue };
             if let Some(i) = idle.iter().rposition(|b| fits(b)) {
-                return Some(idle.remove(i));
+                return Some(idle.remove(i).backend);
             }
         }
         None
@@ -412,7 +445,7 @@ impl ServerPool {
                 let spared = |b: &Backend| spare_kept && self.generations.standing(b) == Standing::KeptForSessions;
                 let evictable = |b: &Backend| !fits(b, req.login, has_schema, req.since) && !spared(b);
                 if let Some(pos) = idle.iter().position(|b| evictable(b)) {
-                    let b = idle.remove(pos);
+                    let b = idle.remove(pos).backend;
                     drop(idle);
                     tracing::debug!(thread = b.thread_id, user = %b.login.username, "closing an idle connection to make room for another login");
                     b.close();
@@ -444,7 +477,7 @@ impl ServerPool {
         }
         let mut closed = 0;
         for shard in self.shards.iter() {
-            let gone: Vec<Box<Backend>> = match shard.lock() {
+            let gone: Vec<Idle> = match shard.lock() {
                 Ok(mut idle) => {
                     let (gone, kept) = idle.drain(..).partition(|b| {
                         stale(&b.login) && !(spare_sessions && self.generations.serves_a_session(&b.login.username, b.epoch))
@@ -455,7 +488,7 @@ impl ServerPool {
                 Err(_) => Vec::new(),
             };
             closed += gone.len();
-            gone.into_iter().for_each(|b| b.close());
+            gone.into_iter().for_each(|b| b.backend.close());
         }
         closed
     }
@@ -710,7 +743,7 @@ fn checkin_to(mut b: Box<Backend>, settings: &PoolSection, shard: usize, now: In
     let shard = if b.runtime.is_some() { b.home } else { shard };
     let i = shard % pool.shards.len();
     match pool.shards[i].lock() {
-        Ok(mut idle) => idle.push(b),
+        Ok(mut idle) => idle.push(Idle::new(b)),
         Err(_) => return,
     }
     pool.waiters.wake_one();
@@ -748,7 +781,7 @@ pub async fn maintain(
                         || !b.server.accepts_new()
                         || RuntimeTag::retired(b);
                     if stale {
-                        out.push(idle.remove(n));
+                        out.push(idle.remove(n).backend);
                     } else {
                         n += 1;
                     }
