@@ -719,8 +719,9 @@ pub fn checkin(b: Box<Backend>, settings: &PoolSection) {
 }
 
 /// `checkin` of a connection whose last use ended at `now` (a session passes its statement's
-/// observed end: one clock read fewer per statement; a moment early, so never less idle or
-/// younger than it is).
+/// observed end: one clock read fewer per statement). That is a moment before the checkin, so
+/// the connection counts as idle a little longer (never less), and against `max_lifetime_ms`
+/// as some microseconds younger, nothing at the scale of a lifetime.
 pub fn checkin_at(b: Box<Backend>, settings: &PoolSection, now: Instant) {
     checkin_to(b, settings, shard_index(), now);
 }
