@@ -63,6 +63,11 @@ Every option is also an environment variable (in CAPS); flags win over the envir
                                       backend leg is MariaDB's Unix socket instead of TCP:
                                       sluice-socket, sluice-per-core-socket (both legs
                                       on the ring), haproxy-socket ["tokio uring"]
+                          DISTURBED   a cell in which one endpoint's QPS or CPU per statement differs
+                                      between rounds by this factor or more is named under the table
+                                      as disturbed (something else took the CPUs for part of it):
+                                      its medians may mix disturbed and clean rounds; rerun it
+                                      before quoting it [2]
                           KEEP_TMP    1 = keep the temp dir (datadir, logs, sysbench outputs)
 
 Stats mode, why one long run: run-to-run throughput on these shared machines moves by ±10%,
@@ -76,10 +81,10 @@ EOF
 
 PROG=compare.sh
 # shellcheck source=lib.sh source-path=SCRIPTDIR
-. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # die log shq alive stop_proc run_bounded free_port cpu_ticks median ratio parse_options pick_sluice sysbench_figures cpu_per_query report_problems publish_report
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # die log shq alive stop_proc run_bounded free_port cpu_ticks median ratio disturbed_spread parse_options pick_sluice sysbench_figures cpu_per_query report_problems publish_report
 
 # --- options --------------------------------------------------------------------------
-OPT_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS WINDOW RATE SLUICE_ARGS OUT DB_PS_MODE WARMUP SYSCALLS SYSCALL_DURATION SLUICE_BIN SLUICE_BIN_BEFORE HAPROXY_BIN L4FLOOR_BIN FLOOR_ENGINES)
+OPT_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS WINDOW RATE SLUICE_ARGS OUT DB_PS_MODE WARMUP SYSCALLS SYSCALL_DURATION SLUICE_BIN SLUICE_BIN_BEFORE HAPROXY_BIN L4FLOOR_BIN FLOOR_ENGINES DISTURBED)
 FLAG_VARS=(MODE DURATION THREADS WORKLOADS TABLES TABLE_SIZE ROUNDS WINDOW RATE SLUICE_ARGS OUT DB_PS_MODE WARMUP SYSCALLS SYSCALL_DURATION) # settable as --name too
 parse_options "$@"
 
@@ -114,6 +119,7 @@ HAPROXY_BIN=${HAPROXY_BIN:-haproxy}
 SYSCALLS=${SYSCALLS:-0}
 SYSCALL_DURATION=${SYSCALL_DURATION:-5}
 KEEP_TMP=${KEEP_TMP:-0}
+DISTURBED=${DISTURBED:-2}
 
 for v in DURATION TABLES TABLE_SIZE ROUNDS WINDOW WARMUP SYSCALL_DURATION; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a whole number, not '${!v}'"
@@ -122,6 +128,8 @@ if [ "$DURATION" -eq 0 ] || [ "$ROUNDS" -eq 0 ] || [ "$TABLES" -eq 0 ] || [ "$TA
 	die "DURATION, ROUNDS, TABLES and TABLE_SIZE must be > 0"
 fi
 [ "$WINDOW" -ge 2 ] || die "WINDOW must be at least 2 seconds"
+[[ $DISTURBED =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v d="$DISTURBED" 'BEGIN { exit !(d > 1) }' ||
+	die "DISTURBED must be a factor above 1, not '$DISTURBED'"
 [[ -z $RATE || $RATE =~ ^[1-9][0-9]*$ ]] || die "RATE must be a positive whole number, not '$RATE'"
 read -ra THREAD_LIST <<<"$THREADS"
 read -ra WORKLOAD_LIST <<<"$WORKLOADS"
@@ -704,6 +712,24 @@ else
 	done
 fi
 ELAPSED=$((SECONDS - START_S))
+
+# A cell whose runs of one endpoint differ by DISTURBED× or more between rounds (its QPS, or its
+# CPU per statement) had the machine taken from it for part of the time: its medians may set a
+# disturbed round of one endpoint beside a clean round of another. Say so beside the table.
+# (Stats mode's windows are not rounds, so there only the direct runs are looked at.)
+for wl in "${WORKLOAD_LIST[@]}"; do
+	for thr in "${THREAD_LIST[@]}"; do
+		found=""
+		for v in "${VARIANTS[@]}"; do
+			[ "$MODE" != stats ] || [ "$v" = direct ] || continue
+			spread=$(disturbed_spread "${QPS[$wl|$thr|$v]:-}" "$DISTURBED")
+			[ -z "$spread" ] || found+="${found:+, }$v QPS $spread"
+			spread=$(disturbed_spread "${CPU[$wl|$thr|$v]:-}" "$DISTURBED")
+			[ -z "$spread" ] || found+="${found:+, }$v CPU per statement $spread"
+		done
+		[ -z "$found" ] || NOTES+=("$wl at $thr threads: $found over the rounds: the machine was disturbed during this cell; rerun it (THREADS=$thr WORKLOADS=$wl) before quoting it")
+	done
+done
 
 # --- report ---------------------------------------------------------------------------
 CPU_MODEL=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)

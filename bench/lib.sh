@@ -127,6 +127,14 @@ ratio() { # a b -> a/b with 3 decimals
 	awk -v a="$1" -v b="$2" 'BEGIN { if (a == "FAIL" || b == "FAIL" || b == 0) print "n/a"; else printf "%.3f\n", a / b }'
 }
 
+# disturbed_spread "VALUES" FACTOR: "ranged MIN–MAX (×R)" when the largest of the values is
+# FACTOR times the smallest or more, else nothing (also for fewer than two values).
+disturbed_spread() {
+	# shellcheck disable=SC2086 # word splitting of the value list is intended
+	printf '%s\n' $1 | awk -v f="$2" 'NF { n++; if (n == 1 || $1 < lo) lo = $1; if (n == 1 || $1 > hi) hi = $1 }
+		END { if (n > 1 && lo > 0 && hi / lo >= f) printf "ranged %.0f–%.0f (×%.1f)\n", lo, hi, hi / lo }'
+}
+
 # parse_options ARGS...: sets INVOCATION (the exact command line, with the OPT_VARS the caller
 # set in the environment) and, for each `--name VALUE` or `--name=VALUE`, the variable NAME
 # (upper case, `-` as `_`), which must be listed in FLAG_VARS. `-h`/`--help` runs `usage`.
