@@ -1,10 +1,12 @@
 //! The server-time probe (`[probe]`, docs/probe.md) against a real MariaDB, by both methods
 //! (the kernel's socket tracepoints and uprobes on `dispatch_command`): a statement that
 //! sleeps 200 ms on the server shows about 200 ms of server time and little proxy time, in the
-//! admin table, the JSON and /metrics; an idle backend shows no samples; switched live it
+//! admin table, the JSON and /metrics, also for a server sluice reaches through its Unix
+//! socket; an idle backend shows no samples; switched live it
 //! joins every statement again; with the probe off nothing is timed. The tests that need the
 //! probe attached are skipped, with a message saying why, where the kernel or privileges do
-//! not allow it (not root, no BPF program built, a kernel before 6.3 for the socket method).
+//! not allow it (not root, no BPF program built, a kernel before 6.3 for the socket method);
+//! a probe that does not find the test's own server fails the test.
 
 mod common;
 
@@ -13,11 +15,23 @@ use mysql_async::prelude::*;
 use std::time::{Duration, Instant};
 use testkit::MariaDb;
 
-fn probe_proxy(db: &MariaDb, probe: &str) -> Proxy {
+/// How sluice reaches the server.
+#[derive(Clone, Copy)]
+enum Leg {
+    Tcp,
+    /// The server's Unix socket (`hostname` a path): found by the process listening on it.
+    UnixSocket,
+}
+
+fn probe_proxy(db: &MariaDb, probe: &str, leg: Leg) -> Proxy {
+    let server = match leg {
+        Leg::Tcp => "hostname = \"127.0.0.1\"\nport = {BACKEND_PORT}".to_string(),
+        Leg::UnixSocket => format!("hostname = \"{}\"\nport = 0", db.socket_path().display()),
+    };
     let text = format!(
         "[proxy]\nlisten = [\"127.0.0.1:0\"]\nworkers = 2\n\
          [probe]\n{probe}\n\
-         [[mysql_servers]]\nhostgroup_id = 0\nhostname = \"127.0.0.1\"\nport = {{BACKEND_PORT}}\n\
+         [[mysql_servers]]\nhostgroup_id = 0\n{server}\n\
          [[mysql_users]]\nusername = \"root\"\npassword = \"\"\ndefault_hostgroup = 0\n"
     );
     Proxy::start(toml_config(&text, db))
@@ -46,7 +60,7 @@ fn attached_line(method: &str, db: &MariaDb) -> String {
 }
 
 /// Waits for the probe to attach to `db`'s process by `method`; `Err` with the probe's own
-/// reason (its log line) when it cannot here.
+/// reason (its log line) when it cannot here; a failure when it does not find that process.
 fn attached(proxy: &Proxy, db: &MariaDb, method: &str) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -56,7 +70,12 @@ fn attached(proxy: &Proxy, db: &MariaDb, method: &str) -> Result<(), String> {
             assert!(status.state.contains(&line), "attached by the {method} method ({line}): {}", status.state);
             return Ok(());
         }
-        if status.state.contains("not running") || status.state.contains(&format!("pid {}:", db.pid())) || Instant::now() > deadline {
+        if status.state.contains("not running") || status.state.contains(&format!("pid {}:", db.pid())) {
+            return Err(status.state);
+        }
+        if Instant::now() > deadline {
+            // The test's own server runs on this machine: not finding it is a fault, not a limit.
+            assert!(!status.state.contains("no process on this machine listens"), "the probe did not find the server: {}", status.state);
             return Err(status.state);
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -70,13 +89,13 @@ fn skip(test: &str, why: &str) {
 /// A MariaDB of its own (no other test's statements share its threads' totals) and a sluice
 /// whose probe is attached to it by `method`; `None`, after saying why, where the probe cannot
 /// attach here.
-fn probed(test: &str, method: &str) -> Option<(MariaDb, Proxy)> {
+fn probed(test: &str, method: &str, leg: Leg) -> Option<(MariaDb, Proxy)> {
     if let Err(why) = permitted() {
         skip(test, &why);
         return None;
     }
     let db = MariaDb::start().expect("MariaDB starts");
-    let proxy = probe_proxy(&db, &enabled(method));
+    let proxy = probe_proxy(&db, &enabled(method), leg);
     if let Err(why) = attached(&proxy, &db, method) {
         skip(test, &why);
         return None;
@@ -103,22 +122,41 @@ fn digest<'a>(rows: &'a [sluice::stats::DigestRow], text: &str) -> &'a sluice::s
 
 #[tokio::test]
 async fn socket_method_a_statement_sleeping_200ms_on_the_server_shows_200ms_of_server_time() {
-    sleeping_200ms("socket").await
+    sleeping_200ms("socket", Leg::Tcp).await
 }
 
 #[tokio::test]
 async fn dispatch_method_a_statement_sleeping_200ms_on_the_server_shows_200ms_of_server_time() {
-    sleeping_200ms("dispatch").await
+    sleeping_200ms("dispatch", Leg::Tcp).await
 }
 
-async fn sleeping_200ms(method: &str) {
-    let test = format!("{method}_method_a_statement_sleeping_200ms_on_the_server_shows_200ms_of_server_time");
-    let Some((_db, proxy)) = probed(&test, method) else { return };
+// A server sluice reaches through its Unix socket is found by the process listening on that
+// path; the socket tracepoints follow that process whatever its sockets' family.
+#[tokio::test]
+async fn socket_method_a_server_reached_through_its_unix_socket_shows_its_server_time() {
+    sleeping_200ms("socket", Leg::UnixSocket).await
+}
+
+#[tokio::test]
+async fn dispatch_method_a_server_reached_through_its_unix_socket_shows_its_server_time() {
+    sleeping_200ms("dispatch", Leg::UnixSocket).await
+}
+
+async fn sleeping_200ms(method: &str, leg: Leg) {
+    let test = match leg {
+        Leg::Tcp => format!("{method}_method_a_statement_sleeping_200ms_on_the_server_shows_200ms_of_server_time"),
+        Leg::UnixSocket => format!("{method}_method_a_server_reached_through_its_unix_socket_shows_its_server_time"),
+    };
+    let Some((db, proxy)) = probed(&test, method, leg) else { return };
     let mut c = connect(proxy.port).await;
     for _ in 0..3 {
         c.query_drop("SELECT SLEEP(0.2)").await.unwrap();
     }
     c.query_drop("SELECT 1").await.unwrap();
+    // Asked of the server itself (through sluice the processlist is sluice's): it sees a Unix
+    // socket's client as `localhost`, a TCP client with its port.
+    let hosts = db.sql("SELECT HOST FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND USER = 'root'").unwrap();
+    assert!(!hosts.is_empty() && hosts.lines().all(|h| h.contains(':') == matches!(leg, Leg::Tcp)), "sluice's connections: {hosts}");
     digests_with(&proxy, "SELECT SLEEP(?)", 3);
     let rows = digests_with(&proxy, "SELECT ?", 1);
     let sleep = digest(&rows, "SELECT SLEEP(?)");
@@ -192,7 +230,7 @@ async fn dispatch_method_an_idle_backend_shows_no_samples() {
 async fn idle_backend(method: &str) {
     let test = format!("{method}_method_an_idle_backend_shows_no_samples");
     // Its backend is its own: nothing but this test reaches it.
-    let Some((_db, proxy)) = probed(&test, method) else { return };
+    let Some((_db, proxy)) = probed(&test, method, Leg::Tcp) else { return };
     std::thread::sleep(Duration::from_millis(1_500));
     let probe = &proxy.server().data.probe;
     assert!(probe.threads().is_empty(), "no command ran on the server: {:?}", probe.threads());
@@ -268,7 +306,7 @@ async fn switched_under_load(method: &str, methods: bool) {
     } else {
         format!("{method}_method_switched_off_and_on_under_load_it_joins_every_statement_again")
     };
-    let Some((db, proxy)) = probed(&test, method) else { return };
+    let Some((db, proxy)) = probed(&test, method, Leg::Tcp) else { return };
     // Clients busy in their statements while the programs come and go: some of the server's
     // calls lose their end (detached mid-call), which must not stick to their threads.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -336,7 +374,7 @@ async fn switched_under_load(method: &str, methods: bool) {
 #[tokio::test]
 async fn with_the_probe_off_nothing_is_timed() {
     let db = testkit::shared();
-    let proxy = probe_proxy(db, "enabled = false");
+    let proxy = probe_proxy(db, "enabled = false", Leg::Tcp);
     let mut c = connect(proxy.port).await;
     c.query_drop("SELECT SLEEP(0.01)").await.unwrap();
     let rows = digests_with(&proxy, "SELECT SLEEP(?)", 1);
