@@ -2,11 +2,11 @@
 //! (the kernel's socket tracepoints and uprobes on `dispatch_command`): a statement that
 //! sleeps 200 ms on the server shows about 200 ms of server time and little proxy time, in the
 //! admin table, the JSON and /metrics, also for a server sluice reaches through its Unix
-//! socket; an idle backend shows no samples; switched live it
-//! joins every statement again; with the probe off nothing is timed. The tests that need the
-//! probe attached are skipped, with a message saying why, where the kernel or privileges do
-//! not allow it (not root, no BPF program built, a kernel before 6.3 for the socket method);
-//! a probe that does not find the test's own server fails the test.
+//! socket; an idle backend shows no samples; switched live it joins every statement again;
+//! with the probe off nothing is timed. The tests that need the probe attached are skipped,
+//! with a message saying why, where the kernel or privileges do not allow it (not root, no
+//! BPF program built, a kernel before 6.3 for the socket method); a probe that does not find
+//! the test's own server fails the test.
 
 mod common;
 
